@@ -1,0 +1,87 @@
+# kode-gopher: one binary, many roles.  See README.md.
+#
+#   make            build ./kode-gopher
+#   make deps       install missing Debian and npm packages (idempotent)
+#   make runtime    download + precompile the Go runtime caches (incremental)
+#   make check      deps + runtime + build + every test; ends "N passed, N failed"
+#   make asan       the same tests against an ASan/UBSan build
+#   make fuzz       build the libFuzzer targets (clang)
+#   make bench      print the benchmark tables
+#   make demo       set everything up and run the main job once
+
+CC       ?= cc
+BUILD    ?= build
+PREFIX   ?= /usr/local
+RUNTIME_DIR ?= /var/cache/kode-gopher/runtime
+VERSION  := $(shell git describe --always --dirty 2>/dev/null || echo dev)
+
+CFLAGS_BASE := -std=gnu11 -Wall -Wextra -Werror -D_GNU_SOURCE -I. \
+	-DKG_VERSION='"$(VERSION)"' -DKG_RUNTIME_DIR='"$(RUNTIME_DIR)"'
+CFLAGS   ?= -O2 -g
+LIBS     := -lnng -lmsgpackc -lcurl -ljansson -lseccomp -lmicrohttpd -lcrypto -lpthread
+
+SRC      := $(sort $(wildcard ipc/*.c policy/*.c agent/*.c worker/*.c master/*.c))
+ASM      := $(sort $(wildcard runtime/*.S))
+LIB_SRC  := $(filter-out master/main.c,$(SRC))
+OBJ      := $(SRC:%.c=$(BUILD)/%.o) $(ASM:%.S=$(BUILD)/%.o)
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(ASM:%.S=$(BUILD)/%.o)
+UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
+UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+
+.PHONY: all deps runtime check asan test fuzz bench demo clean install
+all: kode-gopher
+
+kode-gopher: $(BUILD)/kode-gopher
+	cp $< $@
+
+$(BUILD)/kode-gopher: $(OBJ)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LIBS)
+
+$(BUILD)/%.o: %.c $(wildcard */*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -MMD -c -o $@ $<
+
+$(BUILD)/%.o: %.S
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -I. -c -o $@ $<
+
+$(BUILD)/tests/%: tests/unit/%.c $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB_OBJ) $(LIBS) -lcmocka
+
+unit: $(UNIT_BIN)
+
+deps:
+	@packaging/install-deps.sh
+
+runtime: deps
+	@RUNTIME_DIR=$(RUNTIME_DIR) runtime/prepare.sh
+
+test: all unit
+	@BUILD=$(BUILD) RUNTIME_DIR=$(RUNTIME_DIR) tests/run.sh
+
+check: deps runtime
+	@$(MAKE) --no-print-directory test
+
+asan:
+	@$(MAKE) --no-print-directory deps runtime
+	@$(MAKE) --no-print-directory BUILD=build-asan \
+		CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
+		LDFLAGS="-fsanitize=address,undefined" test
+
+fuzz:
+	@$(MAKE) --no-print-directory -f tests/fuzz/Makefile
+
+bench: all runtime
+	@bench/run.sh
+
+demo: deps runtime all
+	@./demo.sh
+
+install: all
+	install -D -m 0755 kode-gopher $(DESTDIR)$(PREFIX)/bin/kode-gopher
+
+clean:
+	rm -rf build build-asan build-fuzz kode-gopher
+
+-include $(OBJ:.o=.d)

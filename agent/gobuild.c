@@ -1,0 +1,818 @@
+/*
+ * gobuild.c - go.mod/go.sum selection, go build, import resolution, binary cache and go doc.
+ *
+ * Called by agent/pipeline.c for every execute and doc request. Each go command gets an
+ * environment assembled here from the config, never the agent's own environment, so a
+ * GOFLAGS or GOPROXY in the agent cannot change what is built; the network is used only while
+ * resolving imports the lockfile does not cover.
+ */
+#include "agent/gobuild.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <limits.h>
+#include <openssl/evp.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "agent/diag.h"
+#include "ipc/log.h"
+
+#define GOBUILD_MAX_MODFILE (16 * 1024 * 1024)
+#define GOBUILD_DOC_TIMEOUT_MS 60000
+#define GOBUILD_GRACE_MS 2000
+
+/* Everything but the inputs that decides what `go build` produces; part of the cache key so a
+ * change of flags here invalidates old binaries. */
+static const char gobuild_flags_tag[] =
+	"kode-gopher bin v1\0go build -trimpath -buildvcs=false\0CGO_ENABLED=0 GOFLAGS=-mod=mod";
+
+/* pathf - snprintf into a path buffer; -ENAMETOOLONG instead of a silently cut path */
+static int pathf(char *buf, size_t len, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(buf, len, fmt, ap);
+	va_end(ap);
+	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+/* gobuild_strv_free - free a NULL-terminated array of strings */
+void gobuild_strv_free(char **v)
+{
+	if (!v)
+		return;
+	for (char **p = v; *p; p++)
+		free(*p);
+	free(v);
+}
+
+struct envb {
+	char **v;
+	size_t n;
+	int err;
+};
+
+/* envb_add - append NAME=value (skipped when value is NULL) */
+static void envb_add(struct envb *b, const char *name, const char *value)
+{
+	if (!value || b->err)
+		return;
+	char **nv = realloc(b->v, (b->n + 2) * sizeof(*nv));
+	if (!nv) {
+		b->err = -ENOMEM;
+		return;
+	}
+	b->v = nv;
+	if (asprintf(&b->v[b->n], "%s=%s", name, value) < 0) {
+		b->v[b->n] = NULL;
+		b->err = -ENOMEM;
+		return;
+	}
+	b->v[++b->n] = NULL;
+}
+
+/* go_env - the toolchain's whole environment; online adds the agent's proxy settings */
+static char **go_env(const struct gobuild_env *e, bool online)
+{
+	struct envb b = { 0 };
+	envb_add(&b, "PATH", e->path ? e->path : "/usr/local/go/bin:/usr/local/bin:/usr/bin:/bin");
+	envb_add(&b, "HOME", e->home);
+	envb_add(&b, "GOMODCACHE", e->gomodcache);
+	envb_add(&b, "GOCACHE", e->gocache);
+	envb_add(&b, "TMPDIR", e->tmpdir);
+	envb_add(&b, "GOFLAGS", "-mod=mod");
+	envb_add(&b, "GOTOOLCHAIN", "local");
+	envb_add(&b, "CGO_ENABLED", "0");
+	envb_add(&b, "GOENV", "off");
+	envb_add(&b, "GOTELEMETRY", "off");
+	/* a GOROOT the agent was started with locates the toolchain; it changes nothing else */
+	envb_add(&b, "GOROOT", getenv("GOROOT"));
+	if (online) {
+		const char *proxy = getenv("GOPROXY");
+		envb_add(&b, "GOPROXY", proxy && *proxy ? proxy : GOBUILD_DEFAULT_PROXY);
+		static const char *const pass[] = { "GOSUMDB",     "GOPRIVATE",   "GONOPROXY",
+						    "GONOSUMDB",   "GOINSECURE",  "GOAUTH",
+						    "HTTPS_PROXY", "HTTP_PROXY",  "NO_PROXY",
+						    "https_proxy", "http_proxy",  "no_proxy",
+						    "SSL_CERT_FILE", "SSL_CERT_DIR" };
+		for (size_t i = 0; i < sizeof(pass) / sizeof(pass[0]); i++)
+			envb_add(&b, pass[i], getenv(pass[i]));
+	} else {
+		envb_add(&b, "GOPROXY", "off");
+		envb_add(&b, "GOSUMDB", "off");
+	}
+	if (b.err) {
+		gobuild_strv_free(b.v);
+		return NULL;
+	}
+	return b.v;
+}
+
+/* run_go - one go command in dir with the standard limits */
+static int run_go(const struct gobuild_env *e, bool online, const char *dir,
+		  const char *const *argv, int timeout_ms, size_t cap, bool merge,
+		  struct runproc_result *r)
+{
+	char **env = go_env(e, online);
+	if (!env)
+		return -ENOMEM;
+	struct runproc_opts o = {
+		.argv = argv,
+		.envp = (const char *const *)env,
+		.cwd = dir,
+		.timeout_ms = timeout_ms,
+		.term_signal = SIGTERM,
+		.grace_ms = GOBUILD_GRACE_MS,
+		.out_cap = cap,
+		.err_cap = cap,
+		.keep_tail = merge,
+		.merge_stderr = merge,
+	};
+	int rc = runproc_run(&o, r);
+	gobuild_strv_free(env);
+	if (rc < 0)
+		log_warn("could not run %s %s: %s", argv[0], argv[1], strerror(-rc));
+	return rc;
+}
+
+static pthread_mutex_t version_lock = PTHREAD_MUTEX_INITIALIZER;
+static char version_cache[64];
+static char version_bin[PATH_MAX];
+
+/* gobuild_go_version - see gobuild.h */
+int gobuild_go_version(const struct gobuild_env *e, char *out, size_t outlen)
+{
+	int rc = 0;
+	pthread_mutex_lock(&version_lock);
+	if (!version_cache[0] || strcmp(version_bin, e->go_bin) != 0) {
+		const char *argv[] = { e->go_bin, "env", "GOVERSION", NULL };
+		struct runproc_result r;
+		rc = run_go(e, false, NULL, argv, 60000, 4096, false, &r);
+		if (rc == 0) {
+			size_t n = strcspn(r.out.data, "\r\n");
+			if (r.exit_code != 0 || n == 0 || n >= sizeof(version_cache)) {
+				log_error("go env GOVERSION failed: %.200s", r.err.data);
+				rc = -EIO;
+			} else {
+				memcpy(version_cache, r.out.data, n);
+				version_cache[n] = '\0';
+				snprintf(version_bin, sizeof(version_bin), "%s", e->go_bin);
+			}
+			runproc_result_free(&r);
+		}
+	}
+	if (rc == 0)
+		snprintf(out, outlen, "%s", version_cache);
+	pthread_mutex_unlock(&version_lock);
+	return rc;
+}
+
+/* read_at - whole regular file (not a symlink) below dirfd, at most max bytes */
+static int read_at(int dirfd, const char *name, size_t max, char **data, size_t *len)
+{
+	int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	struct stat st;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (size_t)st.st_size > max) {
+		int e = S_ISREG(st.st_mode) ? -EFBIG : -EINVAL;
+		close(fd);
+		return e;
+	}
+	char *buf = malloc((size_t)st.st_size + 1);
+	if (!buf) {
+		close(fd);
+		return -ENOMEM;
+	}
+	size_t got = 0;
+	while (got < (size_t)st.st_size) {
+		ssize_t n = read(fd, buf + got, (size_t)st.st_size - got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+	}
+	close(fd);
+	buf[got] = '\0';
+	*data = buf;
+	*len = got;
+	return 0;
+}
+
+/* write_all - write(2) until done */
+static int write_all(int fd, const char *p, size_t n)
+{
+	while (n) {
+		ssize_t w = write(fd, p, n);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0)
+			return -errno;
+		p += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+/* write_at - create name below dirfd; excl refuses an existing name, otherwise the file is
+ * replaced by rename so a reader never sees half of it */
+static int write_at(int dirfd, const char *name, const char *data, size_t len, bool excl)
+{
+	char tmp[NAME_MAX + 1];
+	const char *target = name;
+	if (!excl) {
+		snprintf(tmp, sizeof(tmp), ".%s.tmp.%d", name, (int)getpid());
+		unlinkat(dirfd, tmp, 0);
+		target = tmp;
+	}
+	int fd = openat(dirfd, target, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return -errno;
+	int rc = write_all(fd, data, len);
+	if (close(fd) < 0 && rc == 0)
+		rc = -errno;
+	if (rc == 0 && !excl && renameat(dirfd, tmp, dirfd, name) < 0)
+		rc = -errno;
+	if (rc < 0 && !excl)
+		unlinkat(dirfd, tmp, 0);
+	return rc;
+}
+
+/* load_pair - go.mod and go.sum from one directory; both must exist */
+static int load_pair(const char *dir, struct gobuild_modfiles *m)
+{
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		return -errno;
+	int rc = read_at(dfd, "go.mod", GOBUILD_MAX_MODFILE, &m->gomod, &m->gomod_len);
+	if (rc == 0)
+		rc = read_at(dfd, "go.sum", GOBUILD_MAX_MODFILE, &m->gosum, &m->gosum_len);
+	close(dfd);
+	if (rc < 0)
+		gobuild_modfiles_free(m);
+	return rc;
+}
+
+/* gobuild_load_modfiles - see gobuild.h */
+int gobuild_load_modfiles(const char *state_dir, const char *runtime_dir, const char *goversion,
+			  struct gobuild_modfiles *m)
+{
+	char dir[PATH_MAX];
+	memset(m, 0, sizeof(*m));
+	if (load_pair(state_dir, m) == 0) {
+		m->source = "session";
+		return 0;
+	}
+	int rc = pathf(dir, sizeof(dir), "%s/lock", runtime_dir);
+	if (rc == 0)
+		rc = load_pair(dir, m);
+	if (rc == 0) {
+		m->source = "lockfile";
+		return 0;
+	}
+	if (rc == -ENOMEM)
+		return rc;
+	/* no prepared runtime (a development machine before `make runtime`): stdlib only */
+	int major = 1, minor = 0;
+	if (sscanf(goversion, "go%d.%d", &major, &minor) != 2)
+		minor = 22;
+	if (asprintf(&m->gomod, "module %s\n\ngo %d.%d\n", NORM_MODULE_PATH, major, minor) < 0) {
+		m->gomod = NULL;
+		return -ENOMEM;
+	}
+	m->gomod_len = strlen(m->gomod);
+	m->gosum = strdup("");
+	if (!m->gosum) {
+		gobuild_modfiles_free(m);
+		return -ENOMEM;
+	}
+	m->gosum_len = 0;
+	m->source = "default";
+	log_warn("no lockfile in %s/lock; building against the standard library only",
+		 runtime_dir);
+	return 0;
+}
+
+/* gobuild_modfiles_free - release both buffers */
+void gobuild_modfiles_free(struct gobuild_modfiles *m)
+{
+	free(m->gomod);
+	free(m->gosum);
+	m->gomod = m->gosum = NULL;
+	m->gomod_len = m->gosum_len = 0;
+}
+
+/* gobuild_write_modfiles - see gobuild.h */
+int gobuild_write_modfiles(int dirfd, const struct gobuild_modfiles *m, bool excl)
+{
+	/* go.sum first: a crash between the two leaves extra sums, which go ignores */
+	int rc = write_at(dirfd, "go.sum", m->gosum, m->gosum_len, excl);
+	if (rc == 0)
+		rc = write_at(dirfd, "go.mod", m->gomod, m->gomod_len, excl);
+	return rc;
+}
+
+/* gobuild_save_modfiles - see gobuild.h */
+int gobuild_save_modfiles(const char *app_dir, const char *state_dir)
+{
+	struct gobuild_modfiles m = { 0 };
+	int rc = load_pair(app_dir, &m);
+	if (rc < 0)
+		return rc;
+	int sfd = open(state_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (sfd < 0) {
+		rc = -errno;
+	} else {
+		rc = gobuild_write_modfiles(sfd, &m, false);
+		close(sfd);
+	}
+	gobuild_modfiles_free(&m);
+	return rc;
+}
+
+/* put_lp - hash a length-prefixed field (8-byte little-endian length) */
+static int put_lp(EVP_MD_CTX *ctx, const void *p, size_t n)
+{
+	unsigned char len[8];
+	for (int i = 0; i < 8; i++)
+		len[i] = (unsigned char)((uint64_t)n >> (8 * i));
+	return EVP_DigestUpdate(ctx, len, 8) == 1 && EVP_DigestUpdate(ctx, p, n) == 1 ? 0 : -EIO;
+}
+
+/* cmp_path - qsort_r order for file indices by path */
+static int cmp_path(const void *a, const void *b, void *arg)
+{
+	const struct src_file *f = arg;
+	return strcmp(f[*(const size_t *)a].path, f[*(const size_t *)b].path);
+}
+
+/* gobuild_cache_key - see gobuild.h */
+int gobuild_cache_key(const struct src_file *files, size_t n, const struct gobuild_modfiles *m,
+		      const char *goversion, char hex[65])
+{
+	size_t *idx = malloc((n ? n : 1) * sizeof(*idx));
+	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+	int rc = -ENOMEM;
+	if (!idx || !ctx)
+		goto out;
+	for (size_t i = 0; i < n; i++)
+		idx[i] = i;
+	qsort_r(idx, n, sizeof(*idx), cmp_path, (void *)files);
+	rc = -EIO;
+	if (EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1)
+		goto out;
+	if (put_lp(ctx, gobuild_flags_tag, sizeof(gobuild_flags_tag)) < 0 ||
+	    put_lp(ctx, goversion, strlen(goversion)) < 0 ||
+	    put_lp(ctx, m->gomod, m->gomod_len) < 0 || put_lp(ctx, m->gosum, m->gosum_len) < 0)
+		goto out;
+	uint64_t count = n;
+	if (put_lp(ctx, &count, sizeof(count)) < 0)
+		goto out;
+	for (size_t i = 0; i < n; i++) {
+		const struct src_file *f = &files[idx[i]];
+		if (put_lp(ctx, f->path, strlen(f->path)) < 0 || put_lp(ctx, f->content, f->len) < 0)
+			goto out;
+	}
+	unsigned char md[EVP_MAX_MD_SIZE];
+	unsigned int mdlen = 0;
+	if (EVP_DigestFinal_ex(ctx, md, &mdlen) != 1 || mdlen != 32)
+		goto out;
+	for (unsigned int i = 0; i < mdlen; i++)
+		snprintf(hex + 2 * i, 3, "%02x", md[i]);
+	rc = 0;
+out:
+	EVP_MD_CTX_free(ctx);
+	free(idx);
+	return rc;
+}
+
+/* gobuild_cache_lookup - see gobuild.h */
+int gobuild_cache_lookup(const char *state_dir, const char *hex, char *path, size_t pathlen)
+{
+	struct stat st;
+	if (pathf(path, pathlen, "%s/bin/%s", state_dir, hex) < 0)
+		return 0;
+	if (lstat(path, &st) < 0 || !S_ISREG(st.st_mode) || !(st.st_mode & S_IXUSR))
+		return 0;
+	/* mtime is the LRU clock for pruning */
+	utimensat(AT_FDCWD, path, NULL, AT_SYMLINK_NOFOLLOW);
+	return 1;
+}
+
+struct cache_ent {
+	char name[72];
+	struct timespec mtime;
+};
+
+/* cmp_mtime - oldest first */
+static int cmp_mtime(const void *a, const void *b)
+{
+	const struct cache_ent *x = a, *y = b;
+	if (x->mtime.tv_sec != y->mtime.tv_sec)
+		return x->mtime.tv_sec < y->mtime.tv_sec ? -1 : 1;
+	if (x->mtime.tv_nsec != y->mtime.tv_nsec)
+		return x->mtime.tv_nsec < y->mtime.tv_nsec ? -1 : 1;
+	return 0;
+}
+
+/* cache_prune - keep the GOBUILD_CACHE_MAX most recently used binaries */
+static void cache_prune(const char *bindir)
+{
+	DIR *d = opendir(bindir);
+	if (!d)
+		return;
+	struct cache_ent ents[GOBUILD_CACHE_MAX * 4];
+	size_t n = 0;
+	struct dirent *de;
+	while ((de = readdir(d)) && n < sizeof(ents) / sizeof(ents[0])) {
+		struct stat st;
+		if (strlen(de->d_name) != 64 || fstatat(dirfd(d), de->d_name, &st,
+							AT_SYMLINK_NOFOLLOW) < 0)
+			continue;
+		snprintf(ents[n].name, sizeof(ents[n].name), "%s", de->d_name);
+		ents[n].mtime = st.st_mtim;
+		n++;
+	}
+	if (n > GOBUILD_CACHE_MAX) {
+		qsort(ents, n, sizeof(ents[0]), cmp_mtime);
+		for (size_t i = 0; i < n - GOBUILD_CACHE_MAX; i++)
+			unlinkat(dirfd(d), ents[i].name, 0);
+	}
+	closedir(d);
+}
+
+/* gobuild_build - see gobuild.h */
+int gobuild_build(const struct gobuild_env *e, const char *app_dir, const char *state_dir,
+		  const char *hex, struct runproc_result *r, bool *built)
+{
+	char bindir[PATH_MAX], tmp[PATH_MAX], final[PATH_MAX];
+	*built = false;
+	if (pathf(bindir, sizeof(bindir), "%s/bin", state_dir) < 0 ||
+	    pathf(tmp, sizeof(tmp), "%s/build-%s-%d", e->tmpdir, hex, (int)getpid()) < 0 ||
+	    pathf(final, sizeof(final), "%s/%s", bindir, hex) < 0)
+		return -ENAMETOOLONG;
+	if (mkdir(bindir, 0700) < 0 && errno != EEXIST)
+		return -errno;
+	unlink(tmp);
+	const char *argv[] = { e->go_bin, "build", "-trimpath", "-buildvcs=false", "-o", tmp, ".",
+			       NULL };
+	int rc = run_go(e, false, app_dir, argv, GOBUILD_TIMEOUT_MS, GOBUILD_OUTPUT_CAP, true, r);
+	if (rc < 0)
+		return rc;
+	if (r->exit_code == 0 && !r->timed_out) {
+		if (rename(tmp, final) < 0) {
+			rc = -errno;
+			runproc_result_free(r);
+			unlink(tmp);
+			return rc;
+		}
+		*built = true;
+		cache_prune(bindir);
+	} else {
+		unlink(tmp);
+	}
+	return 0;
+}
+
+static const char *const resolve_markers[] = {
+	"no required module provides package ",
+	"cannot find module providing package ",
+	"missing go.sum entry for module providing package ",
+};
+
+/* gobuild_needs_resolve - see gobuild.h */
+bool gobuild_needs_resolve(const char *out, size_t len)
+{
+	(void)len; /* runproc output is NUL-terminated */
+	for (size_t i = 0; i < sizeof(resolve_markers) / sizeof(resolve_markers[0]); i++)
+		if (strstr(out, resolve_markers[i]))
+			return true;
+	return strstr(out, "missing go.sum entry") != NULL;
+}
+
+/* fetchable_path - an import path go get may be asked for: no flag, no odd bytes, a dotted
+ * first element (so neither std nor our own module) */
+static bool fetchable_path(const char *p, size_t n)
+{
+	if (n == 0 || n > NORM_MAX_PATH || p[0] == '-' || p[0] == '/' || p[0] == '.')
+		return false;
+	bool dot = false, first = true;
+	for (size_t i = 0; i < n; i++) {
+		char c = p[i];
+		if (c == '/')
+			first = false;
+		else if (c == '.' && first)
+			dot = true;
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      c == '.' || c == '_' || c == '-' || c == '~' || c == '/' || c == '+'))
+			return false;
+	}
+	return dot;
+}
+
+/* gobuild_missing_packages - see gobuild.h */
+int gobuild_missing_packages(const char *out, size_t len, char ***pkgs, size_t *n)
+{
+	(void)len;
+	char **v = calloc(GOBUILD_MAX_MISSING + 1, sizeof(*v));
+	size_t k = 0;
+	if (!v)
+		return -ENOMEM;
+	for (size_t m = 0; m < sizeof(resolve_markers) / sizeof(resolve_markers[0]); m++) {
+		const char *p = out;
+		while (k < GOBUILD_MAX_MISSING && (p = strstr(p, resolve_markers[m]))) {
+			p += strlen(resolve_markers[m]);
+			size_t pl = strcspn(p, " ;:\t\r\n()\"");
+			if (pl && fetchable_path(p, pl)) {
+				bool dup = false;
+				for (size_t i = 0; i < k && !dup; i++)
+					dup = strlen(v[i]) == pl && memcmp(v[i], p, pl) == 0;
+				if (!dup && !(v[k++] = strndup(p, pl))) {
+					gobuild_strv_free(v);
+					return -ENOMEM;
+				}
+			}
+			p += pl;
+		}
+	}
+	*pkgs = v;
+	*n = k;
+	return 0;
+}
+
+/* mod_requires - {path: version} of the go.mod in dir, via `go mod edit -json` */
+static json_t *mod_requires(const struct gobuild_env *e, const char *dir)
+{
+	const char *argv[] = { e->go_bin, "mod", "edit", "-json", NULL };
+	struct runproc_result r;
+	if (run_go(e, false, dir, argv, 60000, 16 * 1024 * 1024, false, &r) < 0)
+		return NULL;
+	json_t *res = NULL;
+	if (r.exit_code == 0 && !r.out.truncated) {
+		json_t *doc = json_loadb(r.out.data, r.out.len, 0, NULL);
+		json_t *req = json_object_get(doc, "Require");
+		res = json_object();
+		size_t i;
+		json_t *it;
+		json_array_foreach(req, i, it)
+		{
+			const char *p = json_string_value(json_object_get(it, "Path"));
+			const char *v = json_string_value(json_object_get(it, "Version"));
+			if (res && p && v)
+				json_object_set_new(res, p, json_string(v));
+		}
+		json_decref(doc);
+	}
+	runproc_result_free(&r);
+	return res;
+}
+
+/* union_gosum - add to app_dir/go.sum the lines of old it lost (extra lines are harmless) */
+static int union_gosum(int dfd, const char *old, size_t oldlen)
+{
+	char *cur = NULL;
+	size_t curlen = 0;
+	int rc = read_at(dfd, "go.sum", GOBUILD_MAX_MODFILE, &cur, &curlen);
+	if (rc == -ENOENT) {
+		cur = strdup("");
+		rc = cur ? 0 : -ENOMEM;
+	}
+	if (rc < 0)
+		return rc;
+	char *merged = malloc(curlen + oldlen + 2);
+	if (!merged) {
+		free(cur);
+		return -ENOMEM;
+	}
+	memcpy(merged, cur, curlen);
+	size_t ml = curlen;
+	if (ml && merged[ml - 1] != '\n')
+		merged[ml++] = '\n';
+	for (const char *p = old, *end = old + oldlen; p < end;) {
+		const char *nl = memchr(p, '\n', (size_t)(end - p));
+		size_t n = (size_t)((nl ? nl : end) - p);
+		bool found = false;
+		for (const char *q = cur; n && !found && (q = memmem(q, curlen - (size_t)(q - cur), p, n));
+		     q += n)
+			found = (q == cur || q[-1] == '\n') && (q[n] == '\n' || q[n] == '\0');
+		if (n && !found) {
+			memcpy(merged + ml, p, n);
+			ml += n;
+			merged[ml++] = '\n';
+		}
+		p = nl ? nl + 1 : end;
+	}
+	rc = write_at(dfd, "go.sum", merged, ml, false);
+	free(merged);
+	free(cur);
+	return rc;
+}
+
+/* tidy_keeping - `go mod tidy`, then put back the requirements (and sums) it dropped, so the
+ * precompiled modules stay available offline to later calls in the session */
+static int tidy_keeping(const struct gobuild_env *e, const char *app_dir, struct runproc_result *r)
+{
+	json_t *before = mod_requires(e, app_dir);
+	int dfd = open(app_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	char *oldsum = NULL;
+	size_t oldlen = 0;
+	if (dfd >= 0 && read_at(dfd, "go.sum", GOBUILD_MAX_MODFILE, &oldsum, &oldlen) < 0)
+		oldsum = NULL;
+	const char *argv[] = { e->go_bin, "mod", "tidy", NULL };
+	int rc = run_go(e, true, app_dir, argv, GOBUILD_TIMEOUT_MS, GOBUILD_OUTPUT_CAP, true, r);
+	if (rc == 0 && r->exit_code == 0 && !r->timed_out && before) {
+		json_t *after = mod_requires(e, app_dir);
+		const char *argv2[GOBUILD_MAX_MISSING * 8 + 5];
+		char *owned[GOBUILD_MAX_MISSING * 8];
+		size_t na = 0, no = 0;
+		argv2[na++] = e->go_bin;
+		argv2[na++] = "mod";
+		argv2[na++] = "edit";
+		const char *path;
+		json_t *ver;
+		json_object_foreach(before, path, ver)
+		{
+			if (!after || json_object_get(after, path) || no >= sizeof(owned) / sizeof(owned[0]))
+				continue;
+			if (!fetchable_path(path, strlen(path)))
+				continue;
+			if (asprintf(&owned[no], "-require=%s@%s", path, json_string_value(ver)) < 0)
+				break;
+			argv2[na++] = owned[no++];
+		}
+		argv2[na] = NULL;
+		if (no) {
+			struct runproc_result r2;
+			if (run_go(e, false, app_dir, argv2, 60000, 4096, true, &r2) == 0) {
+				if (r2.exit_code != 0)
+					log_warn("go mod edit could not restore requirements: %.200s",
+						 r2.out.data);
+				runproc_result_free(&r2);
+			}
+		}
+		for (size_t i = 0; i < no; i++)
+			free(owned[i]);
+		if (oldsum && dfd >= 0)
+			union_gosum(dfd, oldsum, oldlen);
+		json_decref(after);
+	}
+	json_decref(before);
+	free(oldsum);
+	if (dfd >= 0)
+		close(dfd);
+	return rc;
+}
+
+/* failure_sentence - "<what>: <go's first error line>" */
+static char *failure_sentence(const char *what, const struct runproc_result *r)
+{
+	char first[1024];
+	diag_first_error(r->out.data, r->out.len, NULL, first, sizeof(first));
+	char *s = NULL;
+	if (r->timed_out) {
+		if (asprintf(&s, "%s: it took longer than %d minutes", what,
+			     GOBUILD_TIMEOUT_MS / 60000) < 0)
+			s = NULL;
+	} else if (asprintf(&s, "%s: %s", what, first[0] ? first : "go exited with an error") < 0) {
+		s = NULL;
+	}
+	return s;
+}
+
+/* gobuild_resolve - see gobuild.h */
+int gobuild_resolve(const struct gobuild_env *e, const char *app_dir, char *const *pkgs,
+		    size_t n, char **msg)
+{
+	struct runproc_result r;
+	*msg = NULL;
+	int rc;
+	if (n) {
+		const char *argv[GOBUILD_MAX_MISSING + 4];
+		size_t na = 0;
+		argv[na++] = e->go_bin;
+		argv[na++] = "get";
+		for (size_t i = 0; i < n && i < GOBUILD_MAX_MISSING; i++)
+			argv[na++] = pkgs[i];
+		argv[na] = NULL;
+		rc = run_go(e, true, app_dir, argv, GOBUILD_TIMEOUT_MS, GOBUILD_OUTPUT_CAP, true, &r);
+		if (rc < 0)
+			return rc;
+		bool ok = r.exit_code == 0 && !r.timed_out;
+		if (ok) {
+			runproc_result_free(&r);
+			return 0;
+		}
+		log_info("go get failed (%.300s); trying go mod tidy", r.out.data);
+		*msg = failure_sentence("could not add the modules that provide the imports", &r);
+		runproc_result_free(&r);
+	}
+	rc = tidy_keeping(e, app_dir, &r);
+	if (rc < 0)
+		return rc;
+	if (r.exit_code == 0 && !r.timed_out) {
+		free(*msg);
+		*msg = NULL;
+		runproc_result_free(&r);
+		return 0;
+	}
+	if (!*msg)
+		*msg = failure_sentence("go mod tidy could not resolve the imports", &r);
+	runproc_result_free(&r);
+	return *msg ? -EAGAIN : -ENOMEM;
+}
+
+/* clean_doc_error - go doc's stderr without GOPATH listings and "exit status" lines */
+static char *clean_doc_error(const char *s, const char *doc_dir, const char *pkg)
+{
+	size_t cap = 2048;
+	char *o = malloc(cap);
+	if (!o)
+		return NULL;
+	size_t n = 0;
+	for (const char *p = s; *p;) {
+		size_t l = strcspn(p, "\n");
+		const char *line = p;
+		p += l;
+		if (*p)
+			p++;
+		if (l == 0 || line[0] == '\t' || line[0] == ' ' ||
+		    (l >= 12 && memcmp(line, "exit status ", 12) == 0))
+			continue;
+		if (l >= 5 && memcmp(line, "doc: ", 5) == 0) {
+			line += 5;
+			l -= 5;
+		}
+		/* "... in any of:" introduced a GOPATH listing we dropped */
+		while (l && (line[l - 1] == ':' || line[l - 1] == ' '))
+			l--;
+		char repl[600];
+		if (memmem(line, l, doc_dir, strlen(doc_dir))) {
+			/* a lone name that is not a package makes go doc look for a symbol in the
+			 * doc dir; say what the user meant instead */
+			snprintf(repl, sizeof(repl), "cannot find package \"%.500s\"", pkg);
+			line = repl;
+			l = strlen(repl);
+		}
+		if (n + 2 + l + 1 > cap)
+			break;
+		if (n) {
+			memcpy(o + n, "; ", 2);
+			n += 2;
+		}
+		memcpy(o + n, line, l);
+		n += l;
+	}
+	o[n] = '\0';
+	return o;
+}
+
+/* gobuild_doc - see gobuild.h */
+int gobuild_doc(const struct gobuild_env *e, const char *doc_dir, const struct gobuild_modfiles *m,
+		const char *pkg, const char *sym, size_t cap, char **text, bool *truncated,
+		char **err)
+{
+	*text = *err = NULL;
+	*truncated = false;
+	if (mkdir(doc_dir, 0700) < 0 && errno != EEXIST)
+		return -errno;
+	int dfd = open(doc_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (dfd < 0)
+		return -errno;
+	int rc = gobuild_write_modfiles(dfd, m, false);
+	close(dfd);
+	if (rc < 0)
+		return rc;
+	const char *argv[] = { e->go_bin, "doc", pkg, sym, NULL };
+	struct runproc_result r;
+	rc = run_go(e, false, doc_dir, argv, GOBUILD_DOC_TIMEOUT_MS, cap, false, &r);
+	if (rc < 0)
+		return rc;
+	if (r.exit_code == 0 && !r.timed_out) {
+		*text = r.out.data;
+		r.out.data = NULL;
+		*truncated = r.out.truncated;
+	} else if (r.timed_out) {
+		*err = strdup("go doc took longer than a minute");
+	} else {
+		*err = clean_doc_error(r.err.data, doc_dir, pkg);
+		if (*err && !**err) {
+			free(*err);
+			*err = strdup("go doc failed without saying why");
+		}
+	}
+	runproc_result_free(&r);
+	if (!*text && !*err)
+		return -ENOMEM;
+	return 0;
+}

@@ -1,0 +1,100 @@
+/*
+ * gobuild.h - the Go toolchain side of the pipeline: go.mod/go.sum selection, `go build`,
+ * resolving missing imports (`go get`, falling back to `go mod tidy`), the content-addressed
+ * binary cache, and `go doc`.
+ *
+ * Called by agent/pipeline.c. Every go command runs with a fixed environment built here (never
+ * the agent's own), offline (GOPROXY=off) except while resolving imports, when the agent's
+ * GOPROXY (default https://proxy.golang.org,direct) is passed through.
+ */
+#ifndef KG_GOBUILD_H
+#define KG_GOBUILD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "agent/normalize.h"
+#include "agent/runproc.h"
+
+#define GOBUILD_TIMEOUT_MS   (5 * 60 * 1000)   /* build, get, tidy: each */
+#define GOBUILD_OUTPUT_CAP   (64 * 1024)       /* compiler output kept */
+#define GOBUILD_CACHE_MAX    16                /* binaries kept in state_dir/bin (LRU) */
+#define GOBUILD_MAX_MISSING  64                /* import paths resolved in one go get */
+#define GOBUILD_DEFAULT_PROXY "https://proxy.golang.org,direct"
+
+struct gobuild_env {
+	const char *go_bin;       /* "go" or an absolute path */
+	const char *path;         /* PATH for the toolchain */
+	const char *home;         /* state_dir/home */
+	const char *gomodcache;
+	const char *gocache;
+	const char *tmpdir;       /* state_dir/tmp */
+};
+
+struct gobuild_modfiles {
+	char *gomod, *gosum;
+	size_t gomod_len, gosum_len;
+	const char *source;       /* "session" (saved after a tidy), "lockfile" or "default" */
+};
+
+/* gobuild_go_version - "go1.26.8" from `go env GOVERSION`, asked once per process */
+int gobuild_go_version(const struct gobuild_env *e, char *out, size_t outlen);
+
+/* gobuild_load_modfiles - state_dir/go.mod+go.sum if a resolve saved them, else
+ * runtime_dir/lock/go.mod+go.sum, else a bare `module app` for goversion (no precompiled modules) */
+int gobuild_load_modfiles(const char *state_dir, const char *runtime_dir, const char *goversion,
+			  struct gobuild_modfiles *m);
+void gobuild_modfiles_free(struct gobuild_modfiles *m);
+
+/* gobuild_write_modfiles - go.mod and go.sum into dirfd; excl: O_EXCL (a freshly wiped /app),
+ * otherwise replaced atomically */
+int gobuild_write_modfiles(int dirfd, const struct gobuild_modfiles *m, bool excl);
+
+/* gobuild_save_modfiles - copy app_dir's go.mod/go.sum (after a resolve) to state_dir */
+int gobuild_save_modfiles(const char *app_dir, const char *state_dir);
+
+/* gobuild_cache_key - SHA-256 hex over the files (sorted by path, length-prefixed), go.mod,
+ * go.sum, the Go version and the build flags */
+int gobuild_cache_key(const struct src_file *files, size_t n, const struct gobuild_modfiles *m,
+		      const char *goversion, char hex[65]);
+
+/* gobuild_cache_lookup - 1 and the binary's path if state_dir/bin/<hex> exists (and marks it
+ * recently used), 0 if not */
+int gobuild_cache_lookup(const char *state_dir, const char *hex, char *path, size_t pathlen);
+
+/*
+ * gobuild_build - `go build -trimpath -o <tmp> .` in app_dir (offline); on success the binary
+ * lands in state_dir/bin/<hex> and *built is true. r gets the compiler output (merged
+ * stdout+stderr in r->out) and status. Returns 0 when go ran, negative errno when it could not.
+ */
+int gobuild_build(const struct gobuild_env *e, const char *app_dir, const char *state_dir,
+		  const char *hex, struct runproc_result *r, bool *built);
+
+/* gobuild_needs_resolve - does this build output say imports are not covered by go.mod? */
+bool gobuild_needs_resolve(const char *out, size_t len);
+
+/* gobuild_missing_packages - the fetchable import paths named in the output (validated, at most
+ * GOBUILD_MAX_MISSING); *pkgs is a NULL-terminated array, free with gobuild_strv_free */
+int gobuild_missing_packages(const char *out, size_t len, char ***pkgs, size_t *n);
+void gobuild_strv_free(char **v);
+
+/*
+ * gobuild_resolve - `go get <pkgs>` online in app_dir; if that fails (or pkgs is empty),
+ * `go mod tidy`, keeping the requirements tidy would drop (the precompiled modules). On
+ * failure *msg gets a sentence with go's own first error (caller frees).
+ * Returns 0 when go.mod now covers the imports, -EAGAIN when go refused, negative errno else.
+ */
+int gobuild_resolve(const struct gobuild_env *e, const char *app_dir, char *const *pkgs,
+		    size_t n, char **msg);
+
+/*
+ * gobuild_doc - `go doc <pkg> [<sym>]` offline in doc_dir (created, go.mod/go.sum written
+ * from m). On success *text (head up to cap) and *truncated; on a lookup failure *err is go
+ * doc's own message, cleaned of GOPATH noise. Returns 0 either way, negative errno when go
+ * could not run.
+ */
+int gobuild_doc(const struct gobuild_env *e, const char *doc_dir, const struct gobuild_modfiles *m,
+		const char *pkg, const char *sym, size_t cap, char **text, bool *truncated,
+		char **err);
+
+#endif

@@ -1,0 +1,57 @@
+/*
+ * normalize.h - step 1 of a tool call: turn what the model sent into a buildable module.
+ *
+ * Called by the agent's execute pipeline (agent/pipeline.c) inside the sandbox. Parsing of the
+ * user's Go source happens only here. Every input is untrusted: sizes are bounded and every
+ * failure is a sentence the model can act on.
+ */
+#ifndef KG_NORMALIZE_H
+#define KG_NORMALIZE_H
+
+#include <stddef.h>
+
+/* The module path user files live under; helper packages are imported as "app/<dir>". */
+#define NORM_MODULE_PATH "app"
+
+#define NORM_MAX_FILES      64
+#define NORM_MAX_FILE_BYTES (1024 * 1024)       /* one file */
+#define NORM_MAX_TOTAL_BYTES (4 * 1024 * 1024)  /* all files together */
+#define NORM_MAX_PATH       256
+
+struct src_file {
+	char *path;     /* relative, slash-separated, as the model sent it (after validation) */
+	char *content;  /* NUL-terminated; len excludes the NUL */
+	size_t len;
+};
+
+enum norm_mode { NORM_SNIPPET, NORM_PROGRAM };
+
+struct norm_result {
+	enum norm_mode mode;
+	struct src_file *files; /* what to write under /app: the user's files, rewritten where
+				 * needed, plus the generated main for a snippet */
+	size_t nfiles;
+};
+
+/*
+ * normalize - validate paths and sizes, classify, rewrite.
+ *   in/n:   the files as sent (for a bare `code` string the caller passes one file "main.go")
+ *   out:    filled on success; free with normalize_free
+ *   err:    on failure, one sentence for the model (e.g. "main.go: no package clause: a Go file
+ *           must start with `package <name>`")
+ * Returns 0 or -EINVAL (input the model must fix) or -ENOMEM.
+ *
+ * Rules: paths relative, no "..", no absolute, no empty segment, no backslash, no duplicates,
+ * only *.go, go.mod/go.sum are rejected (the lockfile provides them), other files (data, .txt,
+ * .json) allowed; files in the root directory form the main package. A root package named other
+ * than main that declares `func run(ctx context.Context) (any, error)` (any spelling of the
+ * context parameter name; interface{} accepted for any) is a snippet: its package clauses
+ * become `package main` and the generated main (runtime/main.go.tmpl) is added as
+ * "kode_gopher_main.go". A root `package main` must declare func main(). Anything else is an
+ * error naming what is missing.
+ */
+int normalize(const struct src_file *in, size_t n, struct norm_result *out, char *err, size_t errlen);
+void normalize_free(struct norm_result *r);
+void src_files_free(struct src_file *files, size_t n);
+
+#endif

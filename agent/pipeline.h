@@ -1,0 +1,60 @@
+/*
+ * pipeline.h - steps 1 to 4 of execute_go_code, and lookup_package_docs, inside the sandbox.
+ *
+ * Called by the agent's HTTP server (agent/server.c) for POST /execute and POST /doc. Runs the
+ * real Go toolchain against the base caches in runtime_dir (see runtime/prepare.sh for the layout).
+ *
+ * Directory layout the pipeline owns:
+ *   app_dir            /app: wiped before every execute except app_dir/persist
+ *   state_dir          survives wipes, private to the agent: the session's go.mod/go.sum after
+ *                      a tidy (so later calls need no new tidy), the content-addressed binary cache
+ *   runtime_dir/lock   go.mod + go.sum of the precompiled modules (module "app")
+ *   runtime_dir/gomodcache, runtime_dir/gocache   base GOMODCACHE and GOCACHE
+ * Until the jail lands (issue "Local sandbox backend") GOMODCACHE/GOCACHE may point at the base
+ * caches directly, or at gomodcache_dir/gocache_dir when those are set.
+ */
+#ifndef KG_PIPELINE_H
+#define KG_PIPELINE_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+struct pipeline_config {
+	const char *app_dir;
+	const char *state_dir;
+	const char *runtime_dir;
+	const char *gomodcache_dir;  /* NULL: runtime_dir/gomodcache */
+	const char *gocache_dir;     /* NULL: runtime_dir/gocache */
+	const char *go_bin;          /* NULL: "go" from PATH */
+	int default_timeout_ms;      /* 60000 */
+	int max_timeout_ms;          /* 300000 */
+	size_t output_cap;           /* per stream, bytes; default 1 MiB */
+	size_t doc_cap;              /* go doc output cap; default 64 KiB */
+};
+
+/* Called from the pipeline's thread as work progresses; phase is "normalize", "build", "tidy",
+ * "run"; message is one short human line. May be NULL. */
+typedef void (*pipeline_progress_fn)(void *ctx, const char *phase, const char *message);
+
+/*
+ * pipeline_execute - run one execute request.
+ *   req: {"files":[{"path","content"}], "timeout_ms"?: int, "env"?: {"NAME":"value"}}
+ *        (the worker has already turned a bare `code` string into files[{"main.go",code}])
+ * Returns a new reference to the result object (docs/snippets-and-results.md):
+ *   {"phase","mode","exit_code","signal","build_ms","duration_ms","tidied","cached_build",
+ *    "result":{"kind", "value"|"message"|"stack"...}, "diagnostics"?, "build_output"?,
+ *    "stdout","stderr","stdout_truncated","stderr_truncated",
+ *    "timings":{"normalize_ms","tidy_ms","build_ms","run_ms","total_ms"}}
+ * Never NULL: internal failures become {"phase":"internal","result":{"kind":"internal_error",...}}.
+ */
+json_t *pipeline_execute(const struct pipeline_config *cfg, json_t *req,
+			 pipeline_progress_fn progress, void *ctx);
+
+/*
+ * pipeline_doc - `go doc` in the session's module (stdlib, lockfile modules, anything tidied in).
+ *   req: {"package": "cloud.google.com/go/storage", "symbol"?: "Client"}
+ * Returns {"ok":true,"text":...,"truncated":bool} or {"ok":false,"error": sentence}.
+ */
+json_t *pipeline_doc(const struct pipeline_config *cfg, json_t *req);
+
+#endif

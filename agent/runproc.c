@@ -1,0 +1,472 @@
+/*
+ * runproc.c - spawn a child with a deadline, process-group kill and capped output capture.
+ *
+ * Called by agent/pipeline.c and agent/gobuild.c for every process the agent starts: the Go
+ * toolchain and the user's binary. The child gets its own session so that one kill(-pgid)
+ * reaches everything it forked; output is read with poll into a head buffer and a tail ring so
+ * memory stays bounded however much the child writes, and the pipes are always drained so the
+ * child never blocks on a full pipe.
+ */
+#include "agent/runproc.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "ipc/log.h"
+
+#define RUNPROC_DEFAULT_CAP (1024 * 1024)
+/* After the main child is gone and its group killed, how long we still wait for pipe EOF: a
+ * process that escaped the group with setsid could hold the pipe open forever. */
+#define RUNPROC_DRAIN_MS 1000
+/* Poll interval when pidfd_open is unavailable (old kernel or a seccomp filter refusing it). */
+#define RUNPROC_TICK_MS 20
+
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+
+struct cap_buf {
+	size_t head_cap, tail_cap;
+	char *head;
+	size_t head_len, head_alloc;
+	char *ring;
+	size_t ring_pos, ring_len;
+	uint64_t total;
+};
+
+/* runproc_elapsed_ms - milliseconds on the monotonic clock since *start */
+long runproc_elapsed_ms(const struct timespec *start)
+{
+	struct timespec now;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return (long)(now.tv_sec - start->tv_sec) * 1000 + (now.tv_nsec - start->tv_nsec) / 1000000;
+}
+
+/* runproc_signame - "SIGKILL" for SIGKILL, "SIG<n>" for a number without a name; thread-safe */
+const char *runproc_signame(int sig)
+{
+	static __thread char buf[32];
+	const char *abbrev = sigabbrev_np(sig);
+	if (abbrev)
+		snprintf(buf, sizeof(buf), "SIG%s", abbrev);
+	else
+		snprintf(buf, sizeof(buf), "SIG%d", sig);
+	return buf;
+}
+
+/* cap_init - split the cap into a head part and (optionally) a tail ring */
+static void cap_init(struct cap_buf *c, size_t cap, bool keep_tail)
+{
+	memset(c, 0, sizeof(*c));
+	if (cap == 0)
+		cap = RUNPROC_DEFAULT_CAP;
+	if (keep_tail) {
+		c->head_cap = cap / 2;
+		c->tail_cap = cap - c->head_cap;
+	} else {
+		c->head_cap = cap;
+	}
+}
+
+/* cap_append - keep bytes in the head until it is full, then in the ring; count everything */
+static int cap_append(struct cap_buf *c, const char *p, size_t n)
+{
+	c->total += n;
+	if (c->head_len < c->head_cap) {
+		size_t take = c->head_cap - c->head_len;
+		if (take > n)
+			take = n;
+		if (c->head_len + take > c->head_alloc) {
+			/* grow geometrically but never past the head cap, so small outputs stay small */
+			size_t want = c->head_alloc ? c->head_alloc * 2 : 16384;
+			while (want < c->head_len + take)
+				want *= 2;
+			if (want > c->head_cap)
+				want = c->head_cap;
+			char *nh = realloc(c->head, want);
+			if (!nh)
+				return -ENOMEM;
+			c->head = nh;
+			c->head_alloc = want;
+		}
+		memcpy(c->head + c->head_len, p, take);
+		c->head_len += take;
+		p += take;
+		n -= take;
+	}
+	if (n == 0 || c->tail_cap == 0)
+		return 0;
+	if (!c->ring) {
+		c->ring = malloc(c->tail_cap);
+		if (!c->ring)
+			return -ENOMEM;
+	}
+	if (n >= c->tail_cap) {
+		/* only the last tail_cap bytes of this chunk can survive */
+		memcpy(c->ring, p + n - c->tail_cap, c->tail_cap);
+		c->ring_pos = 0;
+		c->ring_len = c->tail_cap;
+		return 0;
+	}
+	size_t first = c->tail_cap - c->ring_pos;
+	if (first > n)
+		first = n;
+	memcpy(c->ring + c->ring_pos, p, first);
+	memcpy(c->ring, p + first, n - first);
+	c->ring_pos = (c->ring_pos + n) % c->tail_cap;
+	c->ring_len = c->ring_len + n > c->tail_cap ? c->tail_cap : c->ring_len + n;
+	return 0;
+}
+
+/* cap_finish - assemble head, omission marker and tail into one NUL-terminated string */
+static int cap_finish(struct cap_buf *c, struct runproc_capture *out)
+{
+	char marker[96];
+	size_t mlen = 0;
+	uint64_t kept = c->head_len + c->ring_len;
+	out->total = c->total;
+	out->truncated = c->total > kept;
+	if (out->truncated && c->tail_cap > 0)
+		mlen = (size_t)snprintf(marker, sizeof(marker),
+					"\n\xe2\x80\xa6 [%llu bytes omitted] \xe2\x80\xa6\n",
+					(unsigned long long)(c->total - kept));
+	size_t len = c->head_len + mlen + c->ring_len;
+	char *d = malloc(len + 1);
+	if (!d)
+		return -ENOMEM;
+	if (c->head_len)
+		memcpy(d, c->head, c->head_len);
+	memcpy(d + c->head_len, marker, mlen);
+	char *t = d + c->head_len + mlen;
+	if (c->ring_len < c->tail_cap) {
+		/* never wrapped: the ring holds bytes 0..ring_len in order */
+		memcpy(t, c->ring, c->ring_len);
+	} else if (c->ring_len) {
+		memcpy(t, c->ring + c->ring_pos, c->tail_cap - c->ring_pos);
+		memcpy(t + c->tail_cap - c->ring_pos, c->ring, c->ring_pos);
+	}
+	d[len] = '\0';
+	out->data = d;
+	out->len = len;
+	return 0;
+}
+
+static void cap_free(struct cap_buf *c)
+{
+	free(c->head);
+	free(c->ring);
+	c->head = c->ring = NULL;
+}
+
+/* resolve_path - find argv0 in the child's PATH the way execvp would, before fork */
+static int resolve_path(const char *argv0, const char *const *envp, char *out, size_t outlen)
+{
+	if (strchr(argv0, '/')) {
+		if (strlen(argv0) >= outlen)
+			return -ENAMETOOLONG;
+		strcpy(out, argv0);
+		return 0;
+	}
+	const char *path = NULL;
+	for (const char *const *e = envp; e && *e; e++)
+		if (strncmp(*e, "PATH=", 5) == 0)
+			path = *e + 5;
+	if (!path)
+		path = "/usr/local/bin:/usr/bin:/bin";
+	int err = -ENOENT;
+	while (*path) {
+		const char *colon = strchrnul(path, ':');
+		size_t dlen = (size_t)(colon - path);
+		int n = snprintf(out, outlen, "%.*s%s%s", (int)dlen, path, dlen ? "/" : "./", argv0);
+		path = *colon ? colon + 1 : colon;
+		if (n < 0 || (size_t)n >= outlen)
+			continue;
+		struct stat st;
+		if (stat(out, &st) == 0 && S_ISREG(st.st_mode)) {
+			if (access(out, X_OK) == 0)
+				return 0;
+			err = -EACCES;
+		}
+	}
+	return err;
+}
+
+/* child_exec - runs in the forked child: async-signal-safe calls only, then execve */
+static void child_exec(const char *path, const struct runproc_opts *o, pid_t parent, int devnull,
+		       int outw, int errw, int report)
+{
+	static const char *const empty_env[] = { NULL };
+	int e;
+
+	if (setsid() < 0)
+		goto fail;
+	/* PDEATHSIG fires when the forking thread ends: the pipeline thread waits for us, so the
+	 * child dies exactly when the agent (or that thread) dies. */
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
+		goto fail;
+	if (getppid() != parent)
+		_exit(127);
+	if (dup2(devnull, 0) < 0 || dup2(outw, 1) < 0 || dup2(o->merge_stderr ? outw : errw, 2) < 0)
+		goto fail;
+	if (o->cwd && chdir(o->cwd) < 0)
+		goto fail;
+	/* the agent may ignore or block signals (SIGPIPE, SIGCHLD...): the program must not
+	 * inherit that */
+	struct sigaction dfl;
+	memset(&dfl, 0, sizeof(dfl));
+	dfl.sa_handler = SIG_DFL;
+	for (int s = 1; s < NSIG; s++)
+		if (s != SIGKILL && s != SIGSTOP)
+			sigaction(s, &dfl, NULL);
+	sigset_t none;
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	/* no agent descriptor (listening socket, other calls' files) may leak into the program */
+	if (syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) < 0) {
+		struct rlimit rl;
+		long max = 65536;
+		if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+		    (long)rl.rlim_cur < max)
+			max = (long)rl.rlim_cur;
+		for (int fd = 3; fd < max; fd++)
+			if (fd != report)
+				fcntl(fd, F_SETFD, FD_CLOEXEC);
+	}
+	execve(path, (char *const *)o->argv, (char *const *)(o->envp ? o->envp : empty_env));
+fail:
+	e = errno;
+	if (write(report, &e, sizeof(e)) < 0) {
+		/* nothing more a dying child can do */
+	}
+	_exit(127);
+}
+
+/* drain - read what is available on one pipe; closes it at EOF */
+static int drain(int *fd, struct cap_buf *c, char *buf, size_t buflen)
+{
+	for (int i = 0; i < 16; i++) {
+		ssize_t n = read(*fd, buf, buflen);
+		if (n > 0) {
+			if (cap_append(c, buf, (size_t)n) < 0)
+				return -ENOMEM;
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return 0;
+		close(*fd);
+		*fd = -1;
+		return 0;
+	}
+	return 0;
+}
+
+/* runproc_run - start, supervise and reap one child; see runproc.h */
+int runproc_run(const struct runproc_opts *o, struct runproc_result *r)
+{
+	char path[PATH_MAX];
+	int outp[2] = { -1, -1 }, errp[2] = { -1, -1 }, rep[2] = { -1, -1 }, devnull = -1;
+	struct cap_buf oc, ec;
+	int rc;
+
+	memset(r, 0, sizeof(*r));
+	r->exit_code = -1;
+	cap_init(&oc, o->out_cap, o->keep_tail);
+	cap_init(&ec, o->err_cap, o->keep_tail);
+	if (!o->argv || !o->argv[0])
+		return -EINVAL;
+	rc = resolve_path(o->argv[0], o->envp, path, sizeof(path));
+	if (rc < 0)
+		return rc;
+
+	devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (devnull < 0 || pipe2(outp, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0 ||
+	    pipe2(rep, O_CLOEXEC) < 0) {
+		rc = -errno;
+		goto out_fds;
+	}
+
+	struct timespec start;
+	clock_gettime(CLOCK_MONOTONIC, &start);
+	pid_t parent = getpid();
+	pid_t pid = fork();
+	if (pid < 0) {
+		rc = -errno;
+		goto out_fds;
+	}
+	if (pid == 0)
+		child_exec(path, o, parent, devnull, outp[1], errp[1], rep[1]);
+
+	close(outp[1]);
+	close(errp[1]);
+	close(rep[1]);
+	close(devnull);
+	outp[1] = errp[1] = rep[1] = devnull = -1;
+
+	int child_errno = 0;
+	ssize_t got;
+	do
+		got = read(rep[0], &child_errno, sizeof(child_errno));
+	while (got < 0 && errno == EINTR);
+	close(rep[0]);
+	rep[0] = -1;
+	if (got == (ssize_t)sizeof(child_errno)) {
+		waitpid(pid, NULL, 0);
+		rc = -(child_errno ? child_errno : EIO);
+		goto out_fds;
+	}
+
+	fcntl(outp[0], F_SETFL, O_NONBLOCK);
+	fcntl(errp[0], F_SETFL, O_NONBLOCK);
+	int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+
+	char buf[65536];
+	bool exited = false;
+	int stage = 0; /* 0 running, 1 deadline passed (grace), 2 SIGKILL sent */
+	long deadline = o->timeout_ms > 0 ? o->timeout_ms : -1;
+	long kill_at = -1, drain_until = -1;
+	int status = 0;
+	struct rusage ru;
+	memset(&ru, 0, sizeof(ru));
+	rc = 0;
+
+	while (!exited || outp[0] >= 0 || errp[0] >= 0) {
+		long now = runproc_elapsed_ms(&start);
+		long wait_ms = -1;
+		if (!exited) {
+			if (stage == 0 && deadline >= 0)
+				wait_ms = deadline - now;
+			else if (stage == 1)
+				wait_ms = kill_at - now;
+			if (pidfd < 0 && (wait_ms < 0 || wait_ms > RUNPROC_TICK_MS))
+				wait_ms = RUNPROC_TICK_MS;
+		} else {
+			if (now >= drain_until)
+				break;
+			wait_ms = drain_until - now;
+		}
+		if (wait_ms < -1)
+			wait_ms = 0;
+
+		struct pollfd pfd[3];
+		int nfd = 0, io = -1, ie = -1, ip = -1;
+		if (outp[0] >= 0) {
+			io = nfd;
+			pfd[nfd++] = (struct pollfd){ .fd = outp[0], .events = POLLIN };
+		}
+		if (errp[0] >= 0) {
+			ie = nfd;
+			pfd[nfd++] = (struct pollfd){ .fd = errp[0], .events = POLLIN };
+		}
+		if (!exited && pidfd >= 0) {
+			ip = nfd;
+			pfd[nfd++] = (struct pollfd){ .fd = pidfd, .events = POLLIN };
+		}
+		int pr = poll(pfd, (nfds_t)nfd, (int)wait_ms);
+		if (pr < 0 && errno != EINTR) {
+			rc = -errno;
+			break;
+		}
+		if (pr > 0) {
+			if (io >= 0 && pfd[io].revents && drain(&outp[0], &oc, buf, sizeof(buf)) < 0)
+				rc = -ENOMEM;
+			if (ie >= 0 && pfd[ie].revents && drain(&errp[0], &ec, buf, sizeof(buf)) < 0)
+				rc = -ENOMEM;
+		}
+		(void)ip;
+
+		if (!exited) {
+			siginfo_t si;
+			memset(&si, 0, sizeof(si));
+			if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+			    si.si_pid == pid) {
+				/* still a zombie, so the pgid cannot be reused: kill what it left */
+				kill(-pid, SIGKILL);
+				while (wait4(pid, &status, 0, &ru) < 0 && errno == EINTR)
+					;
+				r->wall_ms = runproc_elapsed_ms(&start);
+				exited = true;
+				drain_until = r->wall_ms + RUNPROC_DRAIN_MS;
+				continue;
+			}
+		}
+		now = runproc_elapsed_ms(&start);
+		if (!exited && stage == 0 && deadline >= 0 && now >= deadline) {
+			r->timed_out = true;
+			if (o->term_signal > 0)
+				kill(-pid, o->term_signal);
+			stage = 1;
+			kill_at = now + (o->grace_ms > 0 ? o->grace_ms : 0);
+		}
+		if (!exited && stage == 1 && now >= kill_at) {
+			kill(-pid, SIGKILL);
+			stage = 2;
+		}
+		if (rc == -ENOMEM) {
+			/* cannot capture any more: stop the child rather than let it block on a pipe */
+			kill(-pid, SIGKILL);
+			stage = 2;
+			rc = 0;
+			log_warn("out of memory capturing output; killed the child");
+		}
+	}
+	if (!exited) {
+		/* poll failed: make sure nothing is left running */
+		kill(-pid, SIGKILL);
+		while (wait4(pid, &status, 0, &ru) < 0 && errno == EINTR)
+			;
+		r->wall_ms = runproc_elapsed_ms(&start);
+	}
+	if (pidfd >= 0)
+		close(pidfd);
+
+	if (WIFEXITED(status)) {
+		r->exit_code = WEXITSTATUS(status);
+	} else if (WIFSIGNALED(status)) {
+		r->signal = WTERMSIG(status);
+	}
+	r->user_ms = ru.ru_utime.tv_sec * 1000L + ru.ru_utime.tv_usec / 1000;
+	r->sys_ms = ru.ru_stime.tv_sec * 1000L + ru.ru_stime.tv_usec / 1000;
+	r->maxrss_kb = ru.ru_maxrss;
+	if (rc == 0 && (cap_finish(&oc, &r->out) < 0 || cap_finish(&ec, &r->err) < 0))
+		rc = -ENOMEM;
+
+out_fds:
+	for (int i = 0; i < 2; i++) {
+		if (outp[i] >= 0)
+			close(outp[i]);
+		if (errp[i] >= 0)
+			close(errp[i]);
+		if (rep[i] >= 0)
+			close(rep[i]);
+	}
+	if (devnull >= 0)
+		close(devnull);
+	cap_free(&oc);
+	cap_free(&ec);
+	if (rc < 0)
+		runproc_result_free(r);
+	return rc;
+}
+
+/* runproc_result_free - release the captured output */
+void runproc_result_free(struct runproc_result *r)
+{
+	free(r->out.data);
+	free(r->err.data);
+	r->out.data = r->err.data = NULL;
+	r->out.len = r->err.len = 0;
+}

@@ -1,0 +1,66 @@
+/*
+ * server.h - the agent's HTTP API (libmicrohttpd), served inside every sandbox.
+ *
+ * Started by agent_main() (agent/agent_main.c) for `kode-gopher agent`; the worker talks to it
+ * with worker/agent_client.c. The protocol is documented in docs/agent-api.md. The server does
+ * routing, the claim handshake, bearer authentication, size limits and the NDJSON stream; the
+ * work itself goes through a small handler table, which agent_main fills with pipeline_execute
+ * and pipeline_doc and the unit tests fill with fakes.
+ */
+#ifndef KG_AGENT_SERVER_H
+#define KG_AGENT_SERVER_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+#include "agent/pipeline.h"
+
+/* Largest request body the server reads; larger ones get 413. */
+#define AGENT_MAX_BODY (8u * 1024 * 1024)
+/* Secrets handed over by POST /claim: this many visible ASCII characters. */
+#define AGENT_SECRET_MIN 32
+#define AGENT_SECRET_MAX 256
+/* How often an idle /execute stream carries {"event":"heartbeat"}, so the client can tell a
+ * long build from a dead sandbox. */
+#define AGENT_HEARTBEAT_MS 10000
+
+/*
+ * The work behind POST /execute and POST /doc. Each is called with the server's "busy" slot
+ * held, so never concurrently with itself or the other. execute runs on a thread of its own and
+ * may call progress any number of times; both return a new reference (NULL is reported to the
+ * client as an internal error).
+ */
+struct agent_handlers {
+	json_t *(*execute)(void *ctx, json_t *req, pipeline_progress_fn progress, void *pctx);
+	json_t *(*doc)(void *ctx, json_t *req);
+	void *ctx;
+};
+
+struct agent_server_options {
+	const char *listen;              /* "unix:/path/agent.sock" or "tcp:HOST:PORT" (port 0 ok) */
+	struct agent_handlers handlers;
+	size_t max_body;                 /* 0: AGENT_MAX_BODY */
+	int heartbeat_ms;                /* 0: AGENT_HEARTBEAT_MS */
+};
+
+struct agent_server;
+
+/*
+ * agent_server_start - bind, listen and serve on MHD's own threads.
+ * A unix socket is created with mode 0600 (a stale socket at the path is replaced; any other
+ * file there is an error). Returns 0 and *out, or a negative errno with a sentence in err.
+ */
+int agent_server_start(const struct agent_server_options *opt, struct agent_server **out,
+		       char *err, size_t errlen);
+
+/* agent_server_port - the bound TCP port (useful with tcp:HOST:0), 0 for a unix socket */
+int agent_server_port(const struct agent_server *s);
+
+/*
+ * agent_server_stop - stop accepting, end open /execute streams without their result (the
+ * client sees the connection drop), wait for a running handler to return, unlink the unix
+ * socket, free. NULL is a no-op.
+ */
+void agent_server_stop(struct agent_server *s);
+
+#endif

@@ -1,0 +1,126 @@
+/*
+ * ipc.h - the master <-> worker contract (Dovecot's master-interface.h in spirit).
+ *
+ * Transport: one nng pair1 socket per worker on an ipc:// path inside the master's 0700 runtime
+ * directory; the master listens, the worker dials, and the master admits only the pid it forked.
+ *
+ * Every message is a msgpack array [version, type, seq, body] where body is a map with string
+ * keys. Types come in request/answer pairs (IPC_REQ_x answered by IPC_ANS_x with the same seq)
+ * plus notifications (IPC_NOTE_x). Each type has its own decoder: it rejects a missing or
+ * mistyped key, an unknown key, trailing bytes and anything over IPC_MAX_MSG.
+ *
+ *   type              dir   body
+ *   HELLO             w->m  pid:uint  version:str                 first message of a worker
+ *   REQ_MCP           m->w  msg:bin  replay:bool                  one client JSON-RPC message
+ *   ANS_MCP           w->m  msg:bin                               its answer; empty = none
+ *   REQ_MCP_TOOBIG    m->w  head:bin tail:bin size:uint           a client line over the limit
+ *   NOTE_MCP          w->m  msg:bin  rel:uint                     server->client message; rel =
+ *                                                                 seq of the request it belongs to
+ *   NOTE_ACCEPTED     w->m  id:bin                                a slow request (seq) started;
+ *                                                                 id = its JSON-RPC id as JSON
+ *   NOTE_SESSION      w->m  init:bin protocol:str                 initialize succeeded: the
+ *                                                                 message to replay after a crash
+ *   NOTE_STATE        w->m  state:str                             "idle" | "busy"
+ *   REQ_SANDBOX       w->m  op:str name:str                       "spawn" | "release" a sandbox
+ *   ANS_SANDBOX       m->w  ok:bool error:str socket:str name:str dir:str
+ *   REQ_SHUTDOWN      m->w  reason:str                            end the session and exit
+ */
+#ifndef KG_IPC_H
+#define KG_IPC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <msgpack.h>
+
+#define IPC_VERSION 1
+/* A client message may be up to MCP_MAX_MESSAGE; the envelope adds little. */
+#define MCP_MAX_MESSAGE (4u * 1024 * 1024)
+#define IPC_MAX_MSG (MCP_MAX_MESSAGE + 64u * 1024)
+#define IPC_TOOBIG_KEEP (16u * 1024) /* head and tail kept of an oversized line */
+
+enum ipc_type {
+	IPC_HELLO = 1,
+	IPC_REQ_MCP,
+	IPC_ANS_MCP,
+	IPC_REQ_MCP_TOOBIG,
+	IPC_NOTE_MCP,
+	IPC_NOTE_ACCEPTED,
+	IPC_NOTE_SESSION,
+	IPC_NOTE_STATE,
+	IPC_REQ_SANDBOX,
+	IPC_ANS_SANDBOX,
+	IPC_REQ_SHUTDOWN,
+	IPC_TYPE_MAX
+};
+
+/* A byte range pointing into the decoded message; not NUL-terminated unless noted. */
+struct ipc_bytes {
+	const char *ptr;
+	size_t len;
+};
+
+struct ipc_hello { uint32_t pid; struct ipc_bytes version; };
+struct ipc_mcp { struct ipc_bytes msg; bool replay; };
+struct ipc_mcp_ans { struct ipc_bytes msg; };
+struct ipc_mcp_toobig { struct ipc_bytes head, tail; uint64_t size; };
+struct ipc_note_mcp { struct ipc_bytes msg; uint32_t rel; };
+struct ipc_accepted { struct ipc_bytes id; };
+struct ipc_session { struct ipc_bytes init, protocol; };
+struct ipc_state { struct ipc_bytes state; };
+struct ipc_sandbox_req { struct ipc_bytes op, name; };
+struct ipc_sandbox_ans { bool ok; struct ipc_bytes error, socket, name, dir; };
+struct ipc_shutdown { struct ipc_bytes reason; };
+
+struct ipc_msg {
+	uint32_t type;
+	uint32_t seq;
+	union {
+		struct ipc_hello hello;
+		struct ipc_mcp mcp;
+		struct ipc_mcp_ans mcp_ans;
+		struct ipc_mcp_toobig toobig;
+		struct ipc_note_mcp note_mcp;
+		struct ipc_accepted accepted;
+		struct ipc_session session;
+		struct ipc_state state;
+		struct ipc_sandbox_req sandbox_req;
+		struct ipc_sandbox_ans sandbox_ans;
+		struct ipc_shutdown shutdown;
+	} u;
+	msgpack_unpacked unp; /* owns the memory the ipc_bytes point into */
+};
+
+/* Growable output buffer for one encoded message. */
+struct ipc_buf {
+	msgpack_sbuffer sb;
+};
+
+const char *ipc_type_name(uint32_t type);
+
+/* ipc_decode - envelope + the type's decoder. 0, or -EMSGSIZE, -EPROTO (malformed, wrong
+ * version, trailing bytes, bad body). On success call ipc_msg_free. */
+int ipc_decode(const void *buf, size_t len, struct ipc_msg *out);
+void ipc_msg_free(struct ipc_msg *m);
+/* Copy a byte range into a NUL-terminated string (truncating to cap-1). */
+void ipc_bytes_str(struct ipc_bytes b, char *dst, size_t cap);
+
+/* Encoders: one per type. Each fills buf (initialised by the call; free with ipc_buf_free). */
+void ipc_buf_free(struct ipc_buf *b);
+int ipc_pack_hello(struct ipc_buf *b, uint32_t seq, uint32_t pid, const char *version);
+int ipc_pack_req_mcp(struct ipc_buf *b, uint32_t seq, const void *msg, size_t len, bool replay);
+int ipc_pack_ans_mcp(struct ipc_buf *b, uint32_t seq, const void *msg, size_t len);
+int ipc_pack_req_mcp_toobig(struct ipc_buf *b, uint32_t seq, const void *head, size_t hlen,
+			    const void *tail, size_t tlen, uint64_t size);
+int ipc_pack_note_mcp(struct ipc_buf *b, uint32_t seq, uint32_t rel, const void *msg, size_t len);
+int ipc_pack_note_accepted(struct ipc_buf *b, uint32_t seq, const void *id, size_t len);
+int ipc_pack_note_session(struct ipc_buf *b, uint32_t seq, const void *init, size_t len,
+			  const char *protocol);
+int ipc_pack_note_state(struct ipc_buf *b, uint32_t seq, const char *state);
+int ipc_pack_req_sandbox(struct ipc_buf *b, uint32_t seq, const char *op, const char *name);
+int ipc_pack_ans_sandbox(struct ipc_buf *b, uint32_t seq, bool ok, const char *error,
+			 const char *socket, const char *name, const char *dir);
+int ipc_pack_req_shutdown(struct ipc_buf *b, uint32_t seq, const char *reason);
+
+#endif

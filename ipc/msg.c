@@ -1,0 +1,399 @@
+/*
+ * msg.c - encode and decode the master <-> worker messages described in ipc.h.
+ *
+ * Both sides call these: the master for what it sends workers and what it reads from them, the
+ * worker likewise. A worker can be compromised by the session it serves, so the master decodes
+ * everything strictly: each type's decoder names the exact keys it accepts.
+ */
+#include "ipc/ipc.h"
+
+#include <errno.h>
+#include <string.h>
+
+static const char *const ipc_names[IPC_TYPE_MAX] = {
+	[IPC_HELLO] = "HELLO",
+	[IPC_REQ_MCP] = "REQ_MCP",
+	[IPC_ANS_MCP] = "ANS_MCP",
+	[IPC_REQ_MCP_TOOBIG] = "REQ_MCP_TOOBIG",
+	[IPC_NOTE_MCP] = "NOTE_MCP",
+	[IPC_NOTE_ACCEPTED] = "NOTE_ACCEPTED",
+	[IPC_NOTE_SESSION] = "NOTE_SESSION",
+	[IPC_NOTE_STATE] = "NOTE_STATE",
+	[IPC_REQ_SANDBOX] = "REQ_SANDBOX",
+	[IPC_ANS_SANDBOX] = "ANS_SANDBOX",
+	[IPC_REQ_SHUTDOWN] = "REQ_SHUTDOWN",
+};
+
+/* ipc_type_name - printable name of a message type, for logs */
+const char *ipc_type_name(uint32_t type)
+{
+	if (type > 0 && type < IPC_TYPE_MAX && ipc_names[type])
+		return ipc_names[type];
+	return "UNKNOWN";
+}
+
+/* ---- decoding ---- */
+
+enum field_kind { F_UINT, F_BOOL, F_STR, F_BIN };
+
+struct field {
+	const char *key;
+	enum field_kind kind;
+	void *dst; /* uint64_t*, bool*, struct ipc_bytes* */
+};
+
+/* ipc_fields - match a body map against exactly the fields given, in any order */
+static int ipc_fields(const msgpack_object_map *m, const struct field *f, size_t nf)
+{
+	unsigned seen = 0;
+	if (m->size != nf)
+		return -EPROTO;
+	for (uint32_t i = 0; i < m->size; i++) {
+		const msgpack_object *k = &m->ptr[i].key, *v = &m->ptr[i].val;
+		if (k->type != MSGPACK_OBJECT_STR)
+			return -EPROTO;
+		size_t j;
+		for (j = 0; j < nf; j++)
+			if (strlen(f[j].key) == k->via.str.size &&
+			    memcmp(f[j].key, k->via.str.ptr, k->via.str.size) == 0)
+				break;
+		if (j == nf || (seen & (1u << j)))
+			return -EPROTO; /* unknown or duplicate key */
+		seen |= 1u << j;
+		switch (f[j].kind) {
+		case F_UINT:
+			if (v->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
+				return -EPROTO;
+			*(uint64_t *)f[j].dst = v->via.u64;
+			break;
+		case F_BOOL:
+			if (v->type != MSGPACK_OBJECT_BOOLEAN)
+				return -EPROTO;
+			*(bool *)f[j].dst = v->via.boolean;
+			break;
+		case F_STR:
+			if (v->type != MSGPACK_OBJECT_STR)
+				return -EPROTO;
+			((struct ipc_bytes *)f[j].dst)->ptr = v->via.str.ptr;
+			((struct ipc_bytes *)f[j].dst)->len = v->via.str.size;
+			break;
+		case F_BIN:
+			if (v->type != MSGPACK_OBJECT_BIN)
+				return -EPROTO;
+			((struct ipc_bytes *)f[j].dst)->ptr = v->via.bin.ptr;
+			((struct ipc_bytes *)f[j].dst)->len = v->via.bin.size;
+			break;
+		}
+	}
+	return 0;
+}
+
+#define FIELDS(...) ((const struct field[]){ __VA_ARGS__ })
+#define NFIELDS(...) (sizeof((const struct field[]){ __VA_ARGS__ }) / sizeof(struct field))
+#define DECODE(m, ...) ipc_fields((m), FIELDS(__VA_ARGS__), NFIELDS(__VA_ARGS__))
+
+/* dec_hello - HELLO: the worker says who it is */
+static int dec_hello(const msgpack_object_map *m, struct ipc_msg *o)
+{
+	uint64_t pid = 0;
+	int r = DECODE(m, { "pid", F_UINT, &pid }, { "version", F_STR, &o->u.hello.version });
+	if (r == 0 && (pid == 0 || pid > INT32_MAX))
+		r = -EPROTO;
+	o->u.hello.pid = (uint32_t)pid;
+	return r;
+}
+
+/* dec_req_mcp - REQ_MCP: one client message for the worker */
+static int dec_req_mcp(const msgpack_object_map *m, struct ipc_msg *o)
+{
+	return DECODE(m, { "msg", F_BIN, &o->u.mcp.msg }, { "replay", F_BOOL, &o->u.mcp.replay });
+}
+
+/* dec_ans_mcp - ANS_MCP: the worker's answer to one REQ_MCP */
+static int dec_ans_mcp(const msgpack_object_map *m, struct ipc_msg *o)
+{
+	return DECODE(m, { "msg", F_BIN, &o->u.mcp_ans.msg });
+}
+
+/* dec_req_mcp_toobig - REQ_MCP_TOOBIG: the ends of a line that was too long to pass on */
+static int dec_req_mcp_toobig(const msgpack_object_map *m, struct ipc_msg *o)
+{
+	int r = DECODE(m, { "head", F_BIN, &o->u.toobig.head }, { "tail", F_BIN, &o->u.toobig.tail },
+		       { "size", F_UINT, &o->u.toobig.size });
+	if (r == 0 && (o->u.toobig.head.len > IPC_TOOBIG_KEEP || o->u.toobig.tail.len > IPC_TOOBIG_KEEP))
+		r = -EPROTO;
+	return r;
+}
+
+/* dec_note_mcp - NOTE_MCP: a message the server sends the client unasked */
+static int dec_note_mcp(const msgpack_object_map *m, struct ipc_msg *o)
+{
+	uint64_t rel = 0;
+	int r = DECODE(m, { "msg", F_BIN, &o->u.note_mcp.msg }, { "rel", F_UINT, &rel });
+	if (r == 0 && rel > UINT32_MAX)
+		r = -EPROTO;
+	o->u.note_mcp.rel = (uint32_t)rel;
+	return r;
+}
+
+/* dec_note_accepted - NOTE_ACCEPTED: a request the worker will answer later */
+static int dec_note_accepted(const msgpack_object_map *m, struct ipc_msg *o)
+{
+	int r = DECODE(m, { "id", F_BIN, &o->u.accepted.id });
+	if (r == 0 && (o->u.accepted.id.len == 0 || o->u.accepted.id.len > 1024))
+		r = -EPROTO;
+	return r;
+}
+
+/* dec_note_session - NOTE_SESSION: initialize succeeded; keep it for a replay */
+static int dec_note_session(const msgpack_object_map *m, struct ipc_msg *o)
+{
+	return DECODE(m, { "init", F_BIN, &o->u.session.init },
+		      { "protocol", F_STR, &o->u.session.protocol });
+}
+
+/* dec_note_state - NOTE_STATE: idle or busy */
+static int dec_note_state(const msgpack_object_map *m, struct ipc_msg *o)
+{
+	return DECODE(m, { "state", F_STR, &o->u.state.state });
+}
+
+/* dec_req_sandbox - REQ_SANDBOX: spawn or release the worker's sandbox */
+static int dec_req_sandbox(const msgpack_object_map *m, struct ipc_msg *o)
+{
+	return DECODE(m, { "op", F_STR, &o->u.sandbox_req.op }, { "name", F_STR, &o->u.sandbox_req.name });
+}
+
+/* dec_ans_sandbox - ANS_SANDBOX: where the sandbox's agent listens, or why there is none */
+static int dec_ans_sandbox(const msgpack_object_map *m, struct ipc_msg *o)
+{
+	struct ipc_sandbox_ans *a = &o->u.sandbox_ans;
+	return DECODE(m, { "ok", F_BOOL, &a->ok }, { "error", F_STR, &a->error },
+		      { "socket", F_STR, &a->socket }, { "name", F_STR, &a->name },
+		      { "dir", F_STR, &a->dir });
+}
+
+/* dec_req_shutdown - REQ_SHUTDOWN: end the session */
+static int dec_req_shutdown(const msgpack_object_map *m, struct ipc_msg *o)
+{
+	return DECODE(m, { "reason", F_STR, &o->u.shutdown.reason });
+}
+
+typedef int (*ipc_decoder)(const msgpack_object_map *, struct ipc_msg *);
+
+static const ipc_decoder ipc_decoders[IPC_TYPE_MAX] = {
+	[IPC_HELLO] = dec_hello,
+	[IPC_REQ_MCP] = dec_req_mcp,
+	[IPC_ANS_MCP] = dec_ans_mcp,
+	[IPC_REQ_MCP_TOOBIG] = dec_req_mcp_toobig,
+	[IPC_NOTE_MCP] = dec_note_mcp,
+	[IPC_NOTE_ACCEPTED] = dec_note_accepted,
+	[IPC_NOTE_SESSION] = dec_note_session,
+	[IPC_NOTE_STATE] = dec_note_state,
+	[IPC_REQ_SANDBOX] = dec_req_sandbox,
+	[IPC_ANS_SANDBOX] = dec_ans_sandbox,
+	[IPC_REQ_SHUTDOWN] = dec_req_shutdown,
+};
+
+/* ipc_decode - check the envelope, then hand the body to its type's decoder */
+int ipc_decode(const void *buf, size_t len, struct ipc_msg *out)
+{
+	memset(out, 0, sizeof(*out));
+	msgpack_unpacked_init(&out->unp);
+	if (len > IPC_MAX_MSG)
+		return -EMSGSIZE;
+	size_t off = 0;
+	if (msgpack_unpack_next(&out->unp, buf, len, &off) != MSGPACK_UNPACK_SUCCESS || off != len)
+		goto bad; /* truncated, malformed, or trailing bytes */
+	const msgpack_object *env = &out->unp.data;
+	if (env->type != MSGPACK_OBJECT_ARRAY || env->via.array.size != 4)
+		goto bad;
+	const msgpack_object *e = env->via.array.ptr;
+	for (int i = 0; i < 3; i++)
+		if (e[i].type != MSGPACK_OBJECT_POSITIVE_INTEGER || e[i].via.u64 > UINT32_MAX)
+			goto bad;
+	if (e[0].via.u64 != IPC_VERSION || e[3].type != MSGPACK_OBJECT_MAP)
+		goto bad;
+	out->type = (uint32_t)e[1].via.u64;
+	out->seq = (uint32_t)e[2].via.u64;
+	if (out->type == 0 || out->type >= IPC_TYPE_MAX || ipc_decoders[out->type](&e[3].via.map, out) != 0)
+		goto bad;
+	return 0;
+bad:
+	ipc_msg_free(out);
+	return -EPROTO;
+}
+
+/* ipc_msg_free - release what ipc_decode allocated */
+void ipc_msg_free(struct ipc_msg *m)
+{
+	msgpack_unpacked_destroy(&m->unp);
+	msgpack_unpacked_init(&m->unp);
+}
+
+/* ipc_bytes_str - copy a decoded byte range into a C string, truncating */
+void ipc_bytes_str(struct ipc_bytes b, char *dst, size_t cap)
+{
+	size_t n = b.len < cap - 1 ? b.len : cap - 1;
+	if (n)
+		memcpy(dst, b.ptr, n);
+	dst[n] = '\0';
+}
+
+/* ---- encoding ---- */
+
+/* pack_begin - envelope up to the body map with nkeys entries */
+static msgpack_packer pack_begin(struct ipc_buf *b, uint32_t type, uint32_t seq, uint32_t nkeys)
+{
+	msgpack_packer pk;
+	msgpack_sbuffer_init(&b->sb);
+	msgpack_packer_init(&pk, &b->sb, msgpack_sbuffer_write);
+	msgpack_pack_array(&pk, 4);
+	msgpack_pack_uint32(&pk, IPC_VERSION);
+	msgpack_pack_uint32(&pk, type);
+	msgpack_pack_uint32(&pk, seq);
+	msgpack_pack_map(&pk, nkeys);
+	return pk;
+}
+
+static void pack_key(msgpack_packer *pk, const char *k)
+{
+	msgpack_pack_str_with_body(pk, k, strlen(k));
+}
+
+static void pack_str(msgpack_packer *pk, const char *k, const char *v)
+{
+	pack_key(pk, k);
+	v = v ? v : "";
+	msgpack_pack_str_with_body(pk, v, strlen(v));
+}
+
+static void pack_bin(msgpack_packer *pk, const char *k, const void *v, size_t len)
+{
+	pack_key(pk, k);
+	msgpack_pack_bin_with_body(pk, len ? v : "", len);
+}
+
+static void pack_bool(msgpack_packer *pk, const char *k, bool v)
+{
+	pack_key(pk, k);
+	if (v)
+		msgpack_pack_true(pk);
+	else
+		msgpack_pack_false(pk);
+}
+
+static void pack_uint(msgpack_packer *pk, const char *k, uint64_t v)
+{
+	pack_key(pk, k);
+	msgpack_pack_uint64(pk, v);
+}
+
+/* pack_end - refuse to hand out a message the other side would reject as too large */
+static int pack_end(struct ipc_buf *b)
+{
+	if (b->sb.size > IPC_MAX_MSG) {
+		ipc_buf_free(b);
+		return -EMSGSIZE;
+	}
+	return 0;
+}
+
+void ipc_buf_free(struct ipc_buf *b)
+{
+	msgpack_sbuffer_destroy(&b->sb);
+	memset(&b->sb, 0, sizeof(b->sb));
+}
+
+int ipc_pack_hello(struct ipc_buf *b, uint32_t seq, uint32_t pid, const char *version)
+{
+	msgpack_packer pk = pack_begin(b, IPC_HELLO, seq, 2);
+	pack_uint(&pk, "pid", pid);
+	pack_str(&pk, "version", version);
+	return pack_end(b);
+}
+
+int ipc_pack_req_mcp(struct ipc_buf *b, uint32_t seq, const void *msg, size_t len, bool replay)
+{
+	msgpack_packer pk = pack_begin(b, IPC_REQ_MCP, seq, 2);
+	pack_bin(&pk, "msg", msg, len);
+	pack_bool(&pk, "replay", replay);
+	return pack_end(b);
+}
+
+int ipc_pack_ans_mcp(struct ipc_buf *b, uint32_t seq, const void *msg, size_t len)
+{
+	msgpack_packer pk = pack_begin(b, IPC_ANS_MCP, seq, 1);
+	pack_bin(&pk, "msg", msg, len);
+	return pack_end(b);
+}
+
+int ipc_pack_req_mcp_toobig(struct ipc_buf *b, uint32_t seq, const void *head, size_t hlen,
+			    const void *tail, size_t tlen, uint64_t size)
+{
+	if (hlen > IPC_TOOBIG_KEEP || tlen > IPC_TOOBIG_KEEP)
+		return -EINVAL;
+	msgpack_packer pk = pack_begin(b, IPC_REQ_MCP_TOOBIG, seq, 3);
+	pack_bin(&pk, "head", head, hlen);
+	pack_bin(&pk, "tail", tail, tlen);
+	pack_uint(&pk, "size", size);
+	return pack_end(b);
+}
+
+int ipc_pack_note_mcp(struct ipc_buf *b, uint32_t seq, uint32_t rel, const void *msg, size_t len)
+{
+	msgpack_packer pk = pack_begin(b, IPC_NOTE_MCP, seq, 2);
+	pack_bin(&pk, "msg", msg, len);
+	pack_uint(&pk, "rel", rel);
+	return pack_end(b);
+}
+
+int ipc_pack_note_accepted(struct ipc_buf *b, uint32_t seq, const void *id, size_t len)
+{
+	msgpack_packer pk = pack_begin(b, IPC_NOTE_ACCEPTED, seq, 1);
+	pack_bin(&pk, "id", id, len);
+	return pack_end(b);
+}
+
+int ipc_pack_note_session(struct ipc_buf *b, uint32_t seq, const void *init, size_t len,
+			  const char *protocol)
+{
+	msgpack_packer pk = pack_begin(b, IPC_NOTE_SESSION, seq, 2);
+	pack_bin(&pk, "init", init, len);
+	pack_str(&pk, "protocol", protocol);
+	return pack_end(b);
+}
+
+int ipc_pack_note_state(struct ipc_buf *b, uint32_t seq, const char *state)
+{
+	msgpack_packer pk = pack_begin(b, IPC_NOTE_STATE, seq, 1);
+	pack_str(&pk, "state", state);
+	return pack_end(b);
+}
+
+int ipc_pack_req_sandbox(struct ipc_buf *b, uint32_t seq, const char *op, const char *name)
+{
+	msgpack_packer pk = pack_begin(b, IPC_REQ_SANDBOX, seq, 2);
+	pack_str(&pk, "op", op);
+	pack_str(&pk, "name", name);
+	return pack_end(b);
+}
+
+int ipc_pack_ans_sandbox(struct ipc_buf *b, uint32_t seq, bool ok, const char *error,
+			 const char *socket, const char *name, const char *dir)
+{
+	msgpack_packer pk = pack_begin(b, IPC_ANS_SANDBOX, seq, 5);
+	pack_bool(&pk, "ok", ok);
+	pack_str(&pk, "error", error);
+	pack_str(&pk, "socket", socket);
+	pack_str(&pk, "name", name);
+	pack_str(&pk, "dir", dir);
+	return pack_end(b);
+}
+
+int ipc_pack_req_shutdown(struct ipc_buf *b, uint32_t seq, const char *reason)
+{
+	msgpack_packer pk = pack_begin(b, IPC_REQ_SHUTDOWN, seq, 1);
+	pack_str(&pk, "reason", reason);
+	return pack_end(b);
+}

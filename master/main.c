@@ -1,0 +1,64 @@
+/*
+ * main.c - the kode-gopher binary: one executable, one subcommand per role.
+ *
+ * `serve` is the master; `worker` is what the master fork+execs for each session; `agent` runs
+ * inside each sandbox; `exec` runs one file through the same path; `version` prints the build.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "master/master.h"
+
+static const char usage[] =
+	"usage: kode-gopher <command> [options]\n"
+	"\n"
+	"An MCP server that lets a model run Go code: snippets, programs and multi-file modules are\n"
+	"built with the real Go toolchain in a sandbox and returned as structured results.\n"
+	"\n"
+	"commands:\n"
+	"  serve      serve MCP over stdio (what an MCP client starts)\n"
+	"  exec       run Go files once through the same sandbox path and print the result\n"
+	"  sandboxes  list or remove kept sandboxes\n"
+	"  agent      the program that runs inside every sandbox\n"
+	"  version    print the version\n"
+	"  worker     (internal) one MCP session; started by serve\n"
+	"\n"
+	"Run `kode-gopher <command> --help` for a command's options.\n"
+	"Register with Claude Code:  claude mcp add kode-gopher -- /path/to/kode-gopher serve\n";
+
+struct command {
+	const char *name;
+	int (*run)(int argc, char **argv);
+};
+
+/* version_main - `kode-gopher version` */
+static int version_main(int argc, char **argv)
+{
+	if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+		printf("usage: kode-gopher version\n\nPrints the version of this build.\n");
+		return 0;
+	}
+	printf("kode-gopher %s\n", KG_VERSION);
+	return 0;
+}
+
+static const struct command commands[] = {
+	{ "serve", serve_main },   { "exec", exec_main },       { "worker", worker_main },
+	{ "agent", agent_main },   { "version", version_main }, { "sandboxes", sandboxes_main },
+};
+
+int main(int argc, char **argv)
+{
+	if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+	    strcmp(argv[1], "help") == 0) {
+		fputs(usage, argc < 2 ? stderr : stdout);
+		return argc < 2 ? 2 : 0;
+	}
+	if (strcmp(argv[1], "--version") == 0)
+		return version_main(1, argv + 1);
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+		if (strcmp(argv[1], commands[i].name) == 0)
+			return commands[i].run(argc - 1, argv + 1);
+	fprintf(stderr, "kode-gopher: unknown command \"%s\"\n\n%s", argv[1], usage);
+	return 2;
+}

@@ -1,0 +1,81 @@
+/*
+ * master.h - what the master's files share: the worker slot, the serve settings, and the
+ * entry points of every subcommand (dispatched by master/main.c).
+ */
+#ifndef KG_MASTER_H
+#define KG_MASTER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "ipc/chan.h"
+#include "ipc/log.h"
+
+#define SESSION_ID_HEX 32 /* 128 random bits */
+
+/* Settings of `serve` (and of `exec`, which runs the same path). */
+struct serve_config {
+	enum log_level log_level;
+	const char *seccomp;      /* "kill" (default), "log", "off" */
+	const char *runtime_dir;  /* base Go caches; KG_RUNTIME_DIR */
+	const char *sandbox_root; /* where sandbox directories live */
+	int default_timeout_s;
+	int max_timeout_s;
+	bool persistent;
+	const char *claim;        /* --claim NAME: reattach to a kept sandbox */
+};
+
+/* One worker process and its channel (Postfix's master_proc, nginx's ngx_process_t). */
+struct worker {
+	pid_t pid;
+	bool hello;               /* HELLO received: it is ready for messages */
+	nng_socket sock;
+	int recv_fd;
+	char ipc_path[256];
+	char session[SESSION_ID_HEX + 1];
+	double started;           /* monotonic seconds */
+	/* its sandbox (local backend): the agent process the master started on its request */
+	pid_t sandbox_pid;
+	char sandbox_name[64];
+	char sandbox_dir[512];
+	bool sandbox_keep;
+	int claim_attempts;
+};
+
+/* master/spawn.c */
+int spawn_runtime_dir(char *out, size_t cap);
+void spawn_runtime_dir_remove(const char *dir);
+int spawn_worker(struct worker *w, const struct serve_config *cfg, const char *runtime_dir,
+		 unsigned n, const char *session);
+int spawn_send(struct worker *w, struct ipc_buf *b);
+void spawn_stop(struct worker *w, int grace_ms);
+const char *spawn_describe_status(int status, char *buf, size_t cap);
+double spawn_now(void);
+void spawn_random_hex(char *out, size_t nbytes);
+
+/* master/sandbox_local.c: sandboxes the master starts on a worker's request */
+int sandbox_local_spawn(struct worker *w, const struct serve_config *cfg, const char *name,
+			char *err, size_t errlen);
+void sandbox_local_release(struct worker *w);
+/* sandbox_local_reaped - a child exited: is it some worker's sandbox? then forget it */
+bool sandbox_local_reaped(struct worker *w, pid_t pid, int status);
+void sandbox_local_answer(struct worker *w, uint32_t seq, const struct ipc_sandbox_req *req,
+			  const struct serve_config *cfg);
+
+/* master/sig.c: handlers only set flags and poke a pipe */
+int sig_init(void);
+int sig_fd(void);
+/* sig_take - returns and clears the pending flags */
+unsigned sig_take(void);
+#define SIG_CHLD 1u
+#define SIG_TERM 2u
+
+/* subcommands */
+int serve_main(int argc, char **argv);
+int exec_main(int argc, char **argv);
+int worker_main(int argc, char **argv);
+int agent_main(int argc, char **argv);
+int sandboxes_main(int argc, char **argv);
+
+#endif

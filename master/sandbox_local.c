@@ -1,0 +1,212 @@
+/*
+ * sandbox_local.c - local sandboxes, started by the master on a worker's request.
+ *
+ * A worker is locked down with seccomp and cannot exec, so when it needs a sandbox it sends
+ * REQ_SANDBOX and the master (OpenSSH's monitor, in spirit) starts `kode-gopher agent` in a
+ * directory of its own: <sandbox-root>/<name>/{app,state,agent.sock}. The agent belongs to that
+ * worker: it is killed and its directory removed when the worker ends or asks for a new one,
+ * unless the sandbox is kept (exec --keep, serve --persistent).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "master/master.h"
+
+/* rm_tree_at - remove a directory tree without ever following a symlink out of it */
+static void rm_tree_at(int parent, const char *name)
+{
+	int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0) {
+		unlinkat(parent, name, 0);
+		return;
+	}
+	DIR *d = fdopendir(fd);
+	if (!d) {
+		close(fd);
+		return;
+	}
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL) {
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+			continue;
+		if (e->d_type == DT_DIR || e->d_type == DT_UNKNOWN)
+			rm_tree_at(dirfd(d), e->d_name);
+		else
+			unlinkat(dirfd(d), e->d_name, 0);
+	}
+	closedir(d);
+	unlinkat(parent, name, AT_REMOVEDIR);
+}
+
+/* mkdir_p - create a directory and its parents */
+static int mkdir_p(const char *path, mode_t mode)
+{
+	char tmp[PATH_MAX];
+	snprintf(tmp, sizeof(tmp), "%s", path);
+	for (char *p = tmp + 1; *p; p++)
+		if (*p == '/') {
+			*p = '\0';
+			if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+				return -errno;
+			*p = '/';
+		}
+	if (mkdir(tmp, mode) != 0 && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+/* sandbox_kill - stop the agent's whole process group */
+static void sandbox_kill(struct worker *w)
+{
+	if (w->sandbox_pid > 0) {
+		kill(-w->sandbox_pid, SIGKILL);
+		kill(w->sandbox_pid, SIGKILL);
+		waitpid(w->sandbox_pid, NULL, 0);
+		w->sandbox_pid = 0;
+	}
+}
+
+/* sandbox_local_release - kill the worker's sandbox and remove it unless it is kept */
+void sandbox_local_release(struct worker *w)
+{
+	sandbox_kill(w);
+	if (w->sandbox_dir[0] && !w->sandbox_keep) {
+		rm_tree_at(AT_FDCWD, w->sandbox_dir);
+		log_info("released sandbox %s", w->sandbox_name);
+	}
+	w->sandbox_dir[0] = '\0';
+	w->sandbox_name[0] = '\0';
+}
+
+/* sandbox_local_reaped - the agent died by itself: the worker finds out on its next request */
+bool sandbox_local_reaped(struct worker *w, pid_t pid, int status)
+{
+	if (w->sandbox_pid != pid || pid <= 0)
+		return false;
+	char how[96];
+	log_warn("sandbox %s (agent pid %d) %s", w->sandbox_name, (int)pid,
+		 spawn_describe_status(status, how, sizeof(how)));
+	kill(-pid, SIGKILL); /* whatever it left running */
+	w->sandbox_pid = 0;
+	return true;
+}
+
+/* sandbox_local_spawn - start an agent for worker w in <root>/<name> */
+int sandbox_local_spawn(struct worker *w, const struct serve_config *cfg, const char *name,
+			char *err, size_t errlen)
+{
+	char dir[512], app[600], state[600], sock[600], listen[620];
+	bool reuse = name && *name;
+	char fresh[40];
+	if (!reuse) {
+		char rnd[17];
+		spawn_random_hex(rnd, 6);
+		snprintf(fresh, sizeof(fresh), "kg-%s", rnd);
+		name = fresh;
+	}
+	for (const char *p = name; *p; p++)
+		if (!(*p == '-' || *p == '_' || (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9'))) {
+			snprintf(err, errlen, "invalid sandbox name \"%s\"", name);
+			return -EINVAL;
+		}
+	snprintf(dir, sizeof(dir), "%s/%s", cfg->sandbox_root, name);
+	snprintf(app, sizeof(app), "%s/app", dir);
+	snprintf(state, sizeof(state), "%s/state", dir);
+	snprintf(sock, sizeof(sock), "%s/agent.sock", dir);
+	snprintf(listen, sizeof(listen), "unix:%s", sock);
+	if (strlen(sock) >= 108) {
+		snprintf(err, errlen, "sandbox root %s is too long for a unix socket path", cfg->sandbox_root);
+		return -ENAMETOOLONG;
+	}
+	struct stat st;
+	if (reuse && stat(dir, &st) != 0) {
+		snprintf(err, errlen, "no kept sandbox named \"%s\" (see `kode-gopher sandboxes list`)", name);
+		return -ENOENT;
+	}
+	int r;
+	if ((r = mkdir_p(cfg->sandbox_root, 0700)) || (r = mkdir_p(dir, 0700)) ||
+	    (r = mkdir_p(app, 0755)) || (r = mkdir_p(state, 0700))) {
+		snprintf(err, errlen, "cannot create the sandbox directory %s: %s", dir, strerror(-r));
+		return r;
+	}
+	unlink(sock);
+
+	static const char *const names[] = { "debug", "info", "warn", "error", "off" };
+	pid_t parent = getpid();
+	pid_t pid = fork();
+	if (pid < 0) {
+		r = -errno;
+		snprintf(err, errlen, "cannot start a sandbox: %s", strerror(errno));
+		return r;
+	}
+	if (pid == 0) {
+		setsid(); /* its own process group: killing the sandbox kills all it started */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(1);
+		int devnull = open("/dev/null", O_RDWR);
+		if (devnull >= 0) {
+			dup2(devnull, STDIN_FILENO);
+			dup2(STDERR_FILENO, STDOUT_FILENO);
+			if (devnull > 2)
+				close(devnull);
+		}
+		sigset_t none;
+		sigemptyset(&none);
+		sigprocmask(SIG_SETMASK, &none, NULL);
+		signal(SIGPIPE, SIG_DFL);
+		char *argv[] = { "kode-gopher", "agent", "--listen", listen, "--app-dir", app,
+				 "--state-dir", state, "--runtime-dir", (char *)cfg->runtime_dir,
+				 "--log-level", (char *)names[cfg->log_level], NULL };
+		closefrom(3);
+		execv("/proc/self/exe", argv);
+		_exit(127);
+	}
+	w->sandbox_pid = pid;
+	w->sandbox_keep = cfg->persistent;
+	snprintf(w->sandbox_name, sizeof(w->sandbox_name), "%s", name);
+	snprintf(w->sandbox_dir, sizeof(w->sandbox_dir), "%s", dir);
+	log_info("sandbox %s: agent pid %d in %s", name, (int)pid, dir);
+	return 0;
+}
+
+/* sandbox_local_answer - serve one REQ_SANDBOX from worker w */
+void sandbox_local_answer(struct worker *w, uint32_t seq, const struct ipc_sandbox_req *req,
+			  const struct serve_config *cfg)
+{
+	char op[16], err[256] = "", sock[600] = "";
+	ipc_bytes_str(req->op, op, sizeof(op));
+	bool ok = false;
+	if (strcmp(op, "spawn") == 0) {
+		/* a second spawn replaces a dead or stuck sandbox: the old one goes first */
+		sandbox_local_release(w);
+		/* --claim NAME: the first sandbox is that one, and if it dies it is tried once
+		 * more before the session carries on in a fresh one */
+		const char *want = NULL;
+		if (cfg->claim && w->claim_attempts < 2) {
+			want = cfg->claim;
+			w->claim_attempts++;
+		}
+		ok = sandbox_local_spawn(w, cfg, want, err, sizeof(err)) == 0;
+		if (ok)
+			snprintf(sock, sizeof(sock), "%s/agent.sock", w->sandbox_dir);
+	} else if (strcmp(op, "release") == 0) {
+		sandbox_local_release(w);
+		ok = true;
+	} else {
+		snprintf(err, sizeof(err), "unknown sandbox operation \"%s\"", op);
+	}
+	struct ipc_buf b;
+	if (ipc_pack_ans_sandbox(&b, seq, ok, err, sock, w->sandbox_name, w->sandbox_dir) == 0)
+		spawn_send(w, &b);
+}

@@ -1,0 +1,145 @@
+/*
+ * serve.c - `kode-gopher serve`: settings, then the transport loop.
+ *
+ * Over stdio (the local, single-session mode) the master relays newline-delimited JSON-RPC
+ * between stdin/stdout and one worker (master/stdio.c). The settings here are also what `exec`
+ * uses, since it runs the same path.
+ */
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "master/master.h"
+#include "master/stdio.h"
+
+static const char serve_usage[] =
+	"usage: kode-gopher serve [options]\n"
+	"\n"
+	"Serve MCP over stdio: newline-delimited JSON-RPC on stdin/stdout, logs on stderr.\n"
+	"An MCP client starts this command; each serve process is one MCP session with one sandbox.\n"
+	"\n"
+	"options:\n"
+	"  --log-level LEVEL       debug, info, warn, error or off (default info)\n"
+	"  --runtime-dir DIR       the precompiled Go caches made by `make runtime`\n"
+	"                          (default " KG_RUNTIME_DIR ")\n"
+	"  --sandbox-root DIR      where sandbox directories live (default /var/lib/kode-gopher/sandboxes\n"
+	"                          as root, else ~/.local/state/kode-gopher/sandboxes)\n"
+	"  --timeout SECONDS       default run timeout of execute_go_code (default 60)\n"
+	"  --max-timeout SECONDS   largest timeout_seconds a call may ask for (default 300)\n"
+	"  --persistent            keep the sandbox when the session ends (reattach with --claim)\n"
+	"  --claim NAME            reattach to a kept sandbox, with its /app/persist and caches\n"
+	"  --seccomp MODE          the worker's syscall filter: kill (default), log (debugging:\n"
+	"                          log a denied syscall and fail it instead of killing), off\n"
+	"  -h, --help              this text\n"
+	"\n"
+	"Register with Claude Code:\n"
+	"  claude mcp add kode-gopher -- /path/to/kode-gopher serve\n";
+
+/* serve_default_sandbox_root - a per-user place for sandbox directories */
+static const char *serve_default_sandbox_root(void)
+{
+	static char buf[PATH_MAX];
+	if (getuid() == 0)
+		return "/var/lib/kode-gopher/sandboxes";
+	const char *state = getenv("XDG_STATE_HOME"), *home = getenv("HOME");
+	if (state && *state)
+		snprintf(buf, sizeof(buf), "%s/kode-gopher/sandboxes", state);
+	else
+		snprintf(buf, sizeof(buf), "%s/.local/state/kode-gopher/sandboxes", home ? home : "/tmp");
+	return buf;
+}
+
+/* serve_config_defaults - the defaults every subcommand starts from */
+void serve_config_defaults(struct serve_config *cfg)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->log_level = LOG_LVL_INFO;
+	cfg->seccomp = "kill";
+	cfg->runtime_dir = getenv("KODE_GOPHER_RUNTIME_DIR") ? getenv("KODE_GOPHER_RUNTIME_DIR")
+							       : KG_RUNTIME_DIR;
+	cfg->sandbox_root = getenv("KODE_GOPHER_SANDBOX_ROOT") ? getenv("KODE_GOPHER_SANDBOX_ROOT")
+								 : serve_default_sandbox_root();
+	cfg->default_timeout_s = 60;
+	cfg->max_timeout_s = 300;
+}
+
+/* serve_parse_int - a positive integer option, or a clear complaint */
+int serve_parse_int(const char *opt, const char *val, int min, int max, int *out)
+{
+	char *end;
+	long v = strtol(val, &end, 10);
+	if (*val == '\0' || *end != '\0' || v < min || v > max) {
+		fprintf(stderr, "kode-gopher: %s wants a whole number from %d to %d, not \"%s\"\n", opt,
+			min, max, val);
+		return -1;
+	}
+	*out = (int)v;
+	return 0;
+}
+
+/* serve_config_option - one shared option of serve and exec; 1 handled, 0 not ours, -1 bad */
+int serve_config_option(struct serve_config *cfg, const char *name, const char *val)
+{
+	if (strcmp(name, "log-level") == 0) {
+		if (log_parse_level(val, &cfg->log_level) != 0) {
+			fprintf(stderr, "kode-gopher: --log-level wants debug, info, warn, error or off\n");
+			return -1;
+		}
+	} else if (strcmp(name, "runtime-dir") == 0) {
+		cfg->runtime_dir = val;
+	} else if (strcmp(name, "sandbox-root") == 0) {
+		cfg->sandbox_root = val;
+	} else if (strcmp(name, "timeout") == 0) {
+		return serve_parse_int("--timeout", val, 1, 86400, &cfg->default_timeout_s) ? -1 : 1;
+	} else if (strcmp(name, "max-timeout") == 0) {
+		return serve_parse_int("--max-timeout", val, 1, 86400, &cfg->max_timeout_s) ? -1 : 1;
+	} else if (strcmp(name, "seccomp") == 0) {
+		if (strcmp(val, "kill") && strcmp(val, "log") && strcmp(val, "off")) {
+			fprintf(stderr, "kode-gopher: --seccomp wants kill, log or off\n");
+			return -1;
+		}
+		cfg->seccomp = val;
+	} else if (strcmp(name, "claim") == 0) {
+		cfg->claim = val;
+	} else if (strcmp(name, "persistent") == 0) {
+		cfg->persistent = true;
+	} else {
+		return 0;
+	}
+	return 1;
+}
+
+int serve_main(int argc, char **argv)
+{
+	struct serve_config cfg;
+	serve_config_defaults(&cfg);
+	static const struct option opts[] = {
+		{ "log-level", required_argument, 0, 0 },   { "runtime-dir", required_argument, 0, 0 },
+		{ "sandbox-root", required_argument, 0, 0 }, { "timeout", required_argument, 0, 0 },
+		{ "max-timeout", required_argument, 0, 0 },  { "seccomp", required_argument, 0, 0 },
+		{ "claim", required_argument, 0, 0 },        { "persistent", no_argument, 0, 0 },
+		{ "help", no_argument, 0, 'h' },             { 0, 0, 0, 0 }
+	};
+	int c, idx;
+	while ((c = getopt_long(argc, argv, "h", opts, &idx)) != -1) {
+		if (c == 'h') {
+			fputs(serve_usage, stdout);
+			return 0;
+		}
+		if (c != 0 || serve_config_option(&cfg, opts[idx].name, optarg) <= 0) {
+			fprintf(stderr, "%s", serve_usage);
+			return 2;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "kode-gopher serve: unexpected argument \"%s\"\n\n%s", argv[optind], serve_usage);
+		return 2;
+	}
+	if (cfg.default_timeout_s > cfg.max_timeout_s)
+		cfg.max_timeout_s = cfg.default_timeout_s;
+	log_init("master", cfg.log_level);
+	return stdio_serve(&cfg);
+}

@@ -1,0 +1,212 @@
+/*
+ * spawn.c - birth and death of workers (Postfix's master_spawn.c).
+ *
+ * A worker is started by fork+exec of /proc/self/exe: the master has nng threads by then, and
+ * exec gives the worker a clean address space with nothing of other sessions in it. Its channel
+ * is an nng pair1 socket on an ipc:// path inside the master's 0700 runtime directory, and only
+ * the pid the master forked may connect to it.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <openssl/rand.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "master/master.h"
+
+/* spawn_now - monotonic seconds */
+double spawn_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* spawn_random_hex - nbytes random bytes from libcrypto, as 2*nbytes hex digits */
+void spawn_random_hex(char *out, size_t nbytes)
+{
+	unsigned char b[64];
+	if (nbytes > sizeof(b))
+		nbytes = sizeof(b);
+	if (RAND_bytes(b, (int)nbytes) != 1)
+		abort(); /* no randomness: session ids would be guessable */
+	for (size_t i = 0; i < nbytes; i++)
+		sprintf(out + 2 * i, "%02x", b[i]);
+	out[2 * nbytes] = '\0';
+}
+
+/* spawn_runtime_dir - create the master's private 0700 directory for sockets */
+int spawn_runtime_dir(char *out, size_t cap)
+{
+	const char *xdg = getenv("XDG_RUNTIME_DIR");
+	char base[PATH_MAX];
+	struct stat st;
+	if (xdg && *xdg && stat(xdg, &st) == 0 && S_ISDIR(st.st_mode) && access(xdg, W_OK) == 0)
+		snprintf(base, sizeof(base), "%s", xdg);
+	else {
+		snprintf(base, sizeof(base), "/tmp/kode-gopher-%u", (unsigned)getuid());
+		if (mkdir(base, 0700) != 0 && errno != EEXIST)
+			return -errno;
+		/* someone else's directory at our name would let them see our sockets */
+		if (lstat(base, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != getuid() ||
+		    (st.st_mode & 077) != 0) {
+			log_error("%s is not a private directory of this user; remove it", base);
+			return -EPERM;
+		}
+	}
+	char rnd[17];
+	spawn_random_hex(rnd, 8);
+	if ((size_t)snprintf(out, cap, "%s/kode-gopher.%d.%s", base, (int)getpid(), rnd) >= cap)
+		return -ENAMETOOLONG;
+	if (mkdir(out, 0700) != 0)
+		return -errno;
+	return 0;
+}
+
+/* spawn_runtime_dir_remove - remove the sockets and the directory */
+void spawn_runtime_dir_remove(const char *dir)
+{
+	DIR *d = opendir(dir);
+	if (d) {
+		struct dirent *e;
+		while ((e = readdir(d)) != NULL)
+			if (e->d_name[0] != '.')
+				unlinkat(dirfd(d), e->d_name, 0);
+		closedir(d);
+	}
+	rmdir(dir);
+}
+
+/* spawn_pipe_check - nng calls this before admitting a connection: only our child may talk */
+static void spawn_pipe_check(nng_pipe p, nng_pipe_ev ev, void *arg)
+{
+	struct worker *w = arg;
+	uint64_t pid = 0;
+	(void)ev;
+	if (nng_pipe_get_uint64(p, NNG_OPT_IPC_PEER_PID, &pid) != 0 ||
+	    pid != (uint64_t)__atomic_load_n(&w->pid, __ATOMIC_SEQ_CST)) {
+		log_warn("refusing an ipc connection from pid %d (expected worker %d)", (int)pid, (int)w->pid);
+		nng_pipe_close(p);
+	}
+}
+
+/* spawn_worker - listen on a fresh ipc path, then fork+exec `kode-gopher worker` */
+int spawn_worker(struct worker *w, const struct serve_config *cfg, const char *runtime_dir,
+		 unsigned n, const char *session)
+{
+	char url[300], level[16];
+	memset(w, 0, sizeof(*w));
+	w->recv_fd = -1;
+	snprintf(w->session, sizeof(w->session), "%s", session);
+	if ((size_t)snprintf(w->ipc_path, sizeof(w->ipc_path), "%s/w%u.ipc", runtime_dir, n) >=
+	    sizeof(w->ipc_path))
+		return -ENAMETOOLONG;
+	snprintf(url, sizeof(url), "ipc://%s", w->ipc_path);
+	int r = chan_listen(&w->sock, url);
+	if (r)
+		return r;
+	nng_pipe_notify(w->sock, NNG_PIPE_EV_ADD_PRE, spawn_pipe_check, w);
+	w->recv_fd = chan_recv_fd(w->sock);
+	/* the socket file must not be reachable by anyone else even if the dir were */
+	chmod(w->ipc_path, 0600);
+
+	static const char *const names[] = { "debug", "info", "warn", "error", "off" };
+	snprintf(level, sizeof(level), "%s", names[cfg->log_level]);
+	char tmo[16], maxtmo[16];
+	snprintf(tmo, sizeof(tmo), "%d", cfg->default_timeout_s);
+	snprintf(maxtmo, sizeof(maxtmo), "%d", cfg->max_timeout_s);
+	pid_t parent = getpid();
+	pid_t pid = fork();
+	if (pid < 0) {
+		r = -errno;
+		nng_close(w->sock);
+		return r;
+	}
+	if (pid == 0) {
+		/* child: only async-signal-safe calls until exec */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(1);
+		int devnull = open("/dev/null", O_RDWR);
+		if (devnull >= 0) {
+			dup2(devnull, STDIN_FILENO);
+			dup2(devnull, STDOUT_FILENO); /* stdout is the MCP stream: never the worker's */
+			if (devnull > 2)
+				close(devnull);
+		}
+		sigset_t none;
+		sigemptyset(&none);
+		sigprocmask(SIG_SETMASK, &none, NULL);
+		signal(SIGPIPE, SIG_DFL);
+		char *argv[] = { "kode-gopher", "worker", "--ipc", url, "--session", (char *)session,
+				 "--log-level", level, "--seccomp", (char *)cfg->seccomp,
+				 "--timeout", tmo, "--max-timeout", maxtmo, NULL };
+		closefrom(3);
+		execv("/proc/self/exe", argv);
+		_exit(127);
+	}
+	__atomic_store_n(&w->pid, pid, __ATOMIC_SEQ_CST);
+	w->started = spawn_now();
+	log_info("started worker pid %d for session %.8s…", (int)pid, session);
+	return 0;
+}
+
+/* spawn_send - send to a worker; a failure means the worker is gone */
+int spawn_send(struct worker *w, struct ipc_buf *b)
+{
+	if (w->pid <= 0) {
+		ipc_buf_free(b);
+		return -ESRCH;
+	}
+	return chan_send(w->sock, b);
+}
+
+/* spawn_describe_status - "exited with status 1" / "killed by signal 9 (SIGKILL)" */
+const char *spawn_describe_status(int status, char *buf, size_t cap)
+{
+	if (WIFEXITED(status))
+		snprintf(buf, cap, "exited with status %d", WEXITSTATUS(status));
+	else if (WIFSIGNALED(status))
+		snprintf(buf, cap, "killed by signal %d (SIG%s)%s", WTERMSIG(status),
+			 sigabbrev_np(WTERMSIG(status)) ? sigabbrev_np(WTERMSIG(status)) : "?",
+			 WCOREDUMP(status) ? ", core dumped" : "");
+	else
+		snprintf(buf, cap, "status 0x%x", status);
+	return buf;
+}
+
+/* spawn_stop - ask a worker to leave, wait up to grace_ms, then kill it; reaps it */
+void spawn_stop(struct worker *w, int grace_ms)
+{
+	if (w->pid > 0) {
+		struct ipc_buf b;
+		if (w->hello && ipc_pack_req_shutdown(&b, 0, "the server is shutting down") == 0)
+			chan_send(w->sock, &b);
+		int status;
+		pid_t got = 0;
+		for (int waited = 0; waited < grace_ms; waited += 10) {
+			got = waitpid(w->pid, &status, WNOHANG);
+			if (got != 0)
+				break;
+			usleep(10000);
+		}
+		if (got == 0) {
+			kill(w->pid, SIGKILL);
+			waitpid(w->pid, &status, 0);
+		}
+		w->pid = 0;
+	}
+	sandbox_local_release(w);
+	nng_close(w->sock);
+	w->recv_fd = -1;
+	unlink(w->ipc_path);
+}

@@ -1,0 +1,428 @@
+/*
+ * stdio.c - the stdio transport: one MCP session, one worker (serve's local mode).
+ *
+ * Newline-delimited JSON-RPC from stdin goes to the worker as REQ_MCP, one line a message; the
+ * worker's answers and notifications go to stdout, one line each. The master does not parse
+ * JSON: it frames lines, bounds them, and keeps what supervision needs, which the worker tells
+ * it (NOTE_SESSION: the initialize to replay; NOTE_ACCEPTED: the id of a slow request).
+ *
+ * If the worker crashes, its in-flight calls are answered with a JSON-RPC error, a fresh worker
+ * is started (throttled if it keeps dying at startup), and the client's initialize is replayed
+ * to it so the session goes on. stdin EOF ends everything within a second.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "master/stdio.h"
+
+struct inflight {
+	uint32_t seq;
+	bool replay;
+	char *id; /* JSON text of the request id, once the worker said it accepted it */
+};
+
+struct relay {
+	const struct serve_config *cfg;
+	char rundir[512];
+	char session[SESSION_ID_HEX + 1];
+	struct worker w;
+	unsigned nspawned;
+	uint32_t seq;
+	bool eof, done;
+	/* the line being read; over MCP_MAX_MESSAGE it is dropped, keeping its two ends */
+	char *line;
+	size_t len;
+	bool dropping;
+	uint64_t dropped;
+	char head[IPC_TOOBIG_KEEP], tail[IPC_TOOBIG_KEEP];
+	size_t hlen;
+	/* supervision */
+	char *init;
+	size_t init_len;
+	struct inflight *fl;
+	size_t nfl, capfl;
+	double respawn_at;
+	double backoff;
+	bool served; /* the current worker answered something: it did not die at startup */
+};
+
+/* out_line - one message and a newline to stdout; a closed stdout ends the session */
+static void out_line(struct relay *r, const char *msg, size_t len)
+{
+	struct iovec iov[2] = { { (void *)msg, len }, { "\n", 1 } };
+	size_t total = len + 1;
+	while (total > 0) {
+		ssize_t n = writev(STDOUT_FILENO, iov, 2);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			log_info("stdout closed (%s); ending the session", strerror(errno));
+			r->done = true;
+			return;
+		}
+		total -= (size_t)n;
+		for (int i = 0; i < 2 && n > 0; i++) {
+			size_t take = (size_t)n < iov[i].iov_len ? (size_t)n : iov[i].iov_len;
+			iov[i].iov_base = (char *)iov[i].iov_base + take;
+			iov[i].iov_len -= take;
+			n -= (ssize_t)take;
+		}
+	}
+}
+
+/* fl_add - remember a message sent to the worker until it answers */
+static void fl_add(struct relay *r, uint32_t seq, bool replay)
+{
+	if (r->nfl == r->capfl) {
+		r->capfl = r->capfl ? r->capfl * 2 : 16;
+		r->fl = realloc(r->fl, r->capfl * sizeof(*r->fl));
+		if (!r->fl)
+			abort();
+	}
+	r->fl[r->nfl++] = (struct inflight){ .seq = seq, .replay = replay };
+}
+
+static struct inflight *fl_find(struct relay *r, uint32_t seq)
+{
+	for (size_t i = 0; i < r->nfl; i++)
+		if (r->fl[i].seq == seq)
+			return &r->fl[i];
+	return NULL;
+}
+
+static void fl_remove(struct relay *r, struct inflight *f)
+{
+	free(f->id);
+	*f = r->fl[--r->nfl];
+}
+
+/* relay_send_line - a complete line from stdin goes to the worker */
+static void relay_send_line(struct relay *r, const char *line, size_t len)
+{
+	while (len > 0 && (line[len - 1] == '\r' || line[len - 1] == ' ' || line[len - 1] == '\t'))
+		len--;
+	size_t skip = 0;
+	while (skip < len && (line[skip] == ' ' || line[skip] == '\t'))
+		skip++;
+	if (skip == len)
+		return; /* blank lines are not messages */
+	struct ipc_buf b;
+	uint32_t seq = ++r->seq;
+	if (ipc_pack_req_mcp(&b, seq, line + skip, len - skip, false) != 0)
+		return;
+	fl_add(r, seq, false);
+	if (spawn_send(&r->w, &b) != 0)
+		log_warn("could not pass a message to the worker; it will be answered when it restarts");
+}
+
+/* relay_send_toobig - tell the worker about a line we dropped, so it can answer with an error */
+static void relay_send_toobig(struct relay *r)
+{
+	size_t keep = r->dropped < IPC_TOOBIG_KEEP ? (size_t)r->dropped : IPC_TOOBIG_KEEP;
+	char tail[IPC_TOOBIG_KEEP];
+	/* the tail ring holds the last `keep` bytes ending at position dropped % KEEP */
+	size_t end = (size_t)(r->dropped % IPC_TOOBIG_KEEP);
+	for (size_t i = 0; i < keep; i++)
+		tail[i] = r->tail[(end + IPC_TOOBIG_KEEP - keep + i) % IPC_TOOBIG_KEEP];
+	log_warn("dropped a %llu-byte message: over the %u-byte limit",
+		 (unsigned long long)r->dropped, MCP_MAX_MESSAGE);
+	struct ipc_buf b;
+	uint32_t seq = ++r->seq;
+	if (ipc_pack_req_mcp_toobig(&b, seq, r->head, r->hlen, tail, keep, r->dropped) == 0) {
+		fl_add(r, seq, false);
+		spawn_send(&r->w, &b);
+	}
+}
+
+/* relay_feed - split what stdin gave us into lines, bounding each */
+static void relay_feed(struct relay *r, const char *buf, size_t n)
+{
+	while (n > 0) {
+		const char *nl = memchr(buf, '\n', n);
+		size_t take = nl ? (size_t)(nl - buf) : n;
+		if (!r->dropping && r->len + take > MCP_MAX_MESSAGE) {
+			/* switch to dropping: keep the head, count the rest, remember the tail */
+			r->dropping = true;
+			r->hlen = r->len < IPC_TOOBIG_KEEP ? r->len : IPC_TOOBIG_KEEP;
+			memcpy(r->head, r->line, r->hlen);
+			r->dropped = 0;
+			for (size_t i = 0; i < r->len; i++)
+				r->tail[r->dropped++ % IPC_TOOBIG_KEEP] = r->line[i];
+			r->len = 0;
+			free(r->line);
+			r->line = NULL;
+		}
+		if (r->dropping) {
+			for (size_t i = 0; i < take; i++)
+				r->tail[r->dropped++ % IPC_TOOBIG_KEEP] = buf[i];
+		} else if (take) {
+			if (!r->line && !(r->line = malloc(MCP_MAX_MESSAGE)))
+				abort();
+			memcpy(r->line + r->len, buf, take);
+			r->len += take;
+		}
+		if (!nl)
+			return;
+		if (r->dropping)
+			relay_send_toobig(r);
+		else
+			relay_send_line(r, r->line ? r->line : "", r->len);
+		r->dropping = false;
+		r->len = 0;
+		buf += take + 1;
+		n -= take + 1;
+	}
+}
+
+/* relay_read_stdin - one read; EOF ends the session */
+static void relay_read_stdin(struct relay *r)
+{
+	char buf[65536];
+	ssize_t n = read(STDIN_FILENO, buf, sizeof(buf));
+	if (n < 0 && (errno == EINTR || errno == EAGAIN))
+		return;
+	if (n <= 0) {
+		if (r->len > 0 && !r->dropping)
+			relay_send_line(r, r->line, r->len); /* a last line without a newline */
+		log_info("stdin closed; shutting down");
+		r->eof = true;
+		return;
+	}
+	relay_feed(r, buf, (size_t)n);
+}
+
+/* relay_start_worker - a fresh worker for the session */
+static void relay_start_worker(struct relay *r)
+{
+	int rc = spawn_worker(&r->w, r->cfg, r->rundir, ++r->nspawned, r->session);
+	r->served = false;
+	if (rc != 0) {
+		log_error("cannot start a worker: %s", strerror(-rc));
+		r->respawn_at = spawn_now() + (r->backoff = r->backoff ? r->backoff * 2 : 1);
+	} else {
+		r->respawn_at = 0;
+	}
+}
+
+/* relay_worker_died - answer what it had in flight, then plan its replacement */
+static void relay_worker_died(struct relay *r, int status)
+{
+	char how[96];
+	spawn_describe_status(status, how, sizeof(how));
+	bool crash = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	if (crash && !r->eof)
+		log_error("worker pid %d %s", (int)r->w.pid, how);
+	else
+		log_info("worker pid %d %s", (int)r->w.pid, how);
+	for (size_t i = 0; i < r->nfl; i++) {
+		struct inflight *f = &r->fl[i];
+		if (f->replay || r->eof)
+			continue;
+		if (!f->id) {
+			log_warn("a message in flight had no id yet; it is lost with the worker");
+			continue;
+		}
+		char msg[1400];
+		int n = snprintf(msg, sizeof(msg),
+				 "{\"jsonrpc\":\"2.0\",\"id\":%s,\"error\":{\"code\":-32603,\"message\":"
+				 "\"The sandbox process crashed while handling this request (worker %s). "
+				 "A fresh one has been started; the call can be retried, and files in "
+				 "/app/persist are gone.\",\"data\":{\"reason\":\"worker_crashed\"}}}",
+				 f->id, how);
+		if (n > 0 && (size_t)n < sizeof(msg))
+			out_line(r, msg, (size_t)n);
+	}
+	while (r->nfl)
+		fl_remove(r, &r->fl[0]);
+	r->w.pid = 0;
+	spawn_stop(&r->w, 0);
+	if (r->eof || r->done)
+		return;
+	/* a worker that dies before serving anything is a startup failure: throttle (Postfix) */
+	if (!r->served) {
+		r->backoff = r->backoff ? (r->backoff * 2 > 60 ? 60 : r->backoff * 2) : 0.5;
+		log_warn("worker died at startup; next try in %.1f s", r->backoff);
+		r->respawn_at = spawn_now() + r->backoff;
+	} else {
+		r->backoff = 0;
+		r->respawn_at = spawn_now();
+	}
+}
+
+/* relay_kill_worker - the worker broke the protocol: treat it as compromised */
+static void relay_kill_worker(struct relay *r, const char *why)
+{
+	log_error("worker pid %d %s; killing it", (int)r->w.pid, why);
+	if (r->w.pid > 0)
+		kill(r->w.pid, SIGKILL);
+}
+
+/* relay_from_worker - one message from the worker */
+static void relay_from_worker(struct relay *r, struct ipc_msg *m)
+{
+	struct inflight *f;
+	switch (m->type) {
+	case IPC_HELLO:
+		if (r->w.hello || m->u.hello.pid != (uint32_t)r->w.pid) {
+			relay_kill_worker(r, "sent a bad HELLO");
+			return;
+		}
+		r->w.hello = true;
+		if (r->init) {
+			struct ipc_buf b;
+			uint32_t seq = ++r->seq;
+			if (ipc_pack_req_mcp(&b, seq, r->init, r->init_len, true) == 0) {
+				fl_add(r, seq, true);
+				spawn_send(&r->w, &b);
+				log_info("replayed the session's initialize to the new worker");
+			}
+		}
+		return;
+	case IPC_ANS_MCP:
+		if (!(f = fl_find(r, m->seq))) {
+			relay_kill_worker(r, "answered a message it was never sent");
+			return;
+		}
+		r->served = true;
+		r->backoff = 0;
+		if (!f->replay && m->u.mcp_ans.msg.len > 0)
+			out_line(r, m->u.mcp_ans.msg.ptr, m->u.mcp_ans.msg.len);
+		fl_remove(r, f);
+		return;
+	case IPC_NOTE_MCP:
+		out_line(r, m->u.note_mcp.msg.ptr, m->u.note_mcp.msg.len);
+		return;
+	case IPC_NOTE_ACCEPTED:
+		if ((f = fl_find(r, m->seq)) && !f->id) {
+			f->id = strndup(m->u.accepted.id.ptr, m->u.accepted.id.len);
+		}
+		return;
+	case IPC_NOTE_SESSION:
+		free(r->init);
+		r->init = malloc(m->u.session.init.len ? m->u.session.init.len : 1);
+		if (!r->init)
+			abort();
+		memcpy(r->init, m->u.session.init.ptr, m->u.session.init.len);
+		r->init_len = m->u.session.init.len;
+		return;
+	case IPC_NOTE_STATE: {
+		char st[16];
+		ipc_bytes_str(m->u.state.state, st, sizeof(st));
+		log_debug("worker %d is %s", (int)r->w.pid, st);
+		return;
+	}
+	case IPC_REQ_SANDBOX:
+		sandbox_local_answer(&r->w, m->seq, &m->u.sandbox_req, r->cfg);
+		return;
+	default:
+		relay_kill_worker(r, "sent a message a worker may not send");
+	}
+}
+
+/* relay_drain_worker - everything the worker has sent so far */
+static void relay_drain_worker(struct relay *r)
+{
+	for (;;) {
+		struct ipc_msg m;
+		int rc = chan_recv(r->w.sock, &m, NNG_FLAG_NONBLOCK, NULL);
+		if (rc == -EAGAIN || rc == -ESHUTDOWN)
+			return;
+		if (rc == -EPROTO) {
+			relay_kill_worker(r, "sent an undecodable message");
+			return;
+		}
+		if (rc == 0) {
+			relay_from_worker(r, &m);
+			ipc_msg_free(&m);
+		}
+		if (r->w.pid <= 0)
+			return;
+	}
+}
+
+/* relay_reap - collect every child that ended */
+static void relay_reap(struct relay *r)
+{
+	int status;
+	pid_t pid;
+	while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+		if (pid == r->w.pid) {
+			relay_drain_worker(r); /* what it said before it died still counts */
+			relay_worker_died(r, status);
+		}
+		else if (!sandbox_local_reaped(&r->w, pid, status))
+			log_debug("reaped pid %d", (int)pid);
+	}
+}
+
+/* stdio_serve - the stdio transport's loop */
+int stdio_serve(const struct serve_config *cfg)
+{
+	struct relay *r = calloc(1, sizeof(*r));
+	if (!r)
+		return 1;
+	r->cfg = cfg;
+	int rc = sig_init();
+	if (rc == 0)
+		rc = spawn_runtime_dir(r->rundir, sizeof(r->rundir));
+	if (rc != 0) {
+		log_error("cannot create the runtime directory: %s", strerror(-rc));
+		free(r);
+		return 1;
+	}
+	spawn_random_hex(r->session, SESSION_ID_HEX / 2);
+	log_info("kode-gopher %s serving MCP on stdio (session %.8s…)", KG_VERSION, r->session);
+	relay_start_worker(r);
+
+	while (!r->done) {
+		struct pollfd p[3];
+		int np = 0, ifd = -1, wfd = -1;
+		p[np++] = (struct pollfd){ .fd = sig_fd(), .events = POLLIN };
+		if (r->w.pid > 0 && r->w.recv_fd >= 0) {
+			wfd = np;
+			p[np++] = (struct pollfd){ .fd = r->w.recv_fd, .events = POLLIN };
+		}
+		if (r->w.pid > 0 && r->w.hello && !r->eof) {
+			ifd = np;
+			p[np++] = (struct pollfd){ .fd = STDIN_FILENO, .events = POLLIN };
+		}
+		int timeout = -1;
+		if (r->w.pid <= 0 && !r->eof) {
+			double wait = r->respawn_at - spawn_now();
+			timeout = wait > 0 ? (int)(wait * 1000) + 1 : 0;
+		}
+		if (poll(p, (nfds_t)np, timeout) < 0 && errno != EINTR)
+			break;
+		unsigned sig = sig_take();
+		if (sig & SIG_CHLD)
+			relay_reap(r);
+		if (sig & SIG_TERM) {
+			log_info("signal received; shutting down");
+			break;
+		}
+		if (wfd >= 0 && r->w.pid > 0 && (p[wfd].revents & POLLIN))
+			relay_drain_worker(r);
+		if (ifd >= 0 && r->w.pid > 0 && (p[ifd].revents & (POLLIN | POLLHUP | POLLERR)))
+			relay_read_stdin(r);
+		if (r->eof)
+			break;
+		if (r->w.pid <= 0 && spawn_now() >= r->respawn_at)
+			relay_start_worker(r);
+	}
+	spawn_stop(&r->w, 800);
+	spawn_runtime_dir_remove(r->rundir);
+	while (r->nfl)
+		fl_remove(r, &r->fl[0]);
+	free(r->fl);
+	free(r->line);
+	free(r->init);
+	free(r);
+	return 0;
+}

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# install-deps.sh - install what building and testing kode-gopher needs, only what is missing.
+# Called by `make deps` (and so by make check, make demo). Safe to run again: it does nothing
+# when everything is there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+debs=(build-essential pkg-config libnng-dev libmsgpack-dev libcurl4-openssl-dev libjansson-dev
+      libseccomp-dev libmicrohttpd-dev libssl-dev libcmocka-dev clang libclang-rt-14-dev
+      curl ca-certificates hyperfine)
+missing=()
+for p in "${debs[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+	echo "install-deps: installing ${missing[*]}" >&2
+	sudo=; [ "$(id -u)" = 0 ] || sudo=sudo
+	$sudo apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# npm packages of the end-to-end tests (the official MCP SDK client).
+if [ -f tests/e2e/package.json ]; then
+	if [ ! -d tests/e2e/node_modules ] || [ tests/e2e/package.json -nt tests/e2e/node_modules ]; then
+		echo "install-deps: npm install in tests/e2e" >&2
+		(cd tests/e2e && npm install --no-audit --no-fund --loglevel=error >/dev/null)
+		touch tests/e2e/node_modules
+	fi
+fi

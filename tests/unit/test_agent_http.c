@@ -1,0 +1,1053 @@
+/*
+ * test_agent_http.c - unit tests for the agent's HTTP API (agent/server.c) and the worker's
+ * client for it (worker/agent_client.c), over real unix sockets.
+ *
+ * Each test starts the server in-process on a socket in a temporary directory with a table of
+ * fake handlers (so the HTTP layer is tested without Go), then talks to it with agent_client or,
+ * for requests the client never makes, with plain libcurl. A small hand-written HTTP responder
+ * sends the client broken streams. test_real_pipeline runs the real pipeline behind the server
+ * with a standard-library-only runtime directory; it is skipped when pipeline.c is not linked
+ * in or `go` is not on PATH.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agent/pipeline.h"
+#include "agent/server.h"
+#include "ipc/log.h"
+#include "worker/agent_client.h"
+
+/* Resolved only when agent/pipeline.c is part of the link. */
+#pragma weak pipeline_execute
+#pragma weak pipeline_doc
+
+#define ERRLEN 512
+
+/* ---- fake handlers ---- */
+
+struct fake {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool block;          /* execute waits for release after its progress events */
+	bool started;        /* execute has sent its progress */
+	bool released;
+	int finished;        /* executes that returned */
+	size_t big;          /* bytes of "stdout" in the result */
+	int sleep_ms;        /* execute sleeps this long before returning */
+};
+
+/* fake_execute - three progress events, optionally block or sleep, echo the request */
+static json_t *fake_execute(void *ctx, json_t *req, pipeline_progress_fn progress, void *pctx)
+{
+	struct fake *f = ctx;
+	progress(pctx, "normalize", "normalizing");
+	progress(pctx, "build", "building");
+	progress(pctx, "run", "running");
+	pthread_mutex_lock(&f->mu);
+	f->started = true;
+	pthread_cond_broadcast(&f->cv);
+	if (f->block) {
+		struct timespec dl;
+		clock_gettime(CLOCK_REALTIME, &dl);
+		dl.tv_sec += 20; /* never hang the suite */
+		while (!f->released)
+			if (pthread_cond_timedwait(&f->cv, &f->mu, &dl) != 0)
+				break;
+	}
+	pthread_mutex_unlock(&f->mu);
+	if (f->sleep_ms)
+		usleep((useconds_t)f->sleep_ms * 1000);
+
+	json_t *res = json_pack("{s:s, s:i, s:O}", "phase", "run", "exit_code", 0, "echo", req);
+	if (f->big) {
+		char *s = malloc(f->big + 1);
+		for (size_t i = 0; i < f->big; i++)
+			s[i] = (char)('a' + i % 26);
+		s[f->big] = '\0';
+		json_object_set_new(res, "stdout", json_string(s));
+		free(s);
+	}
+	pthread_mutex_lock(&f->mu);
+	f->finished++;
+	pthread_cond_broadcast(&f->cv);
+	pthread_mutex_unlock(&f->mu);
+	return res;
+}
+
+/* fake_doc - echo the package */
+static json_t *fake_doc(void *ctx, json_t *req)
+{
+	(void)ctx;
+	return json_pack("{s:b, s:s+, s:b}", "ok", 1, "text", "package ",
+			 json_string_value(json_object_get(req, "package")), "truncated", 0);
+}
+
+/* fake_wait_started - until execute has sent its progress */
+static void fake_wait_started(struct fake *f)
+{
+	pthread_mutex_lock(&f->mu);
+	while (!f->started)
+		pthread_cond_wait(&f->cv, &f->mu);
+	pthread_mutex_unlock(&f->mu);
+}
+
+/* fake_release - let a blocked execute return */
+static void fake_release(struct fake *f)
+{
+	pthread_mutex_lock(&f->mu);
+	f->released = true;
+	pthread_cond_broadcast(&f->cv);
+	pthread_mutex_unlock(&f->mu);
+}
+
+/* fake_wait_finished - until n executes have returned */
+static void fake_wait_finished(struct fake *f, int n)
+{
+	pthread_mutex_lock(&f->mu);
+	while (f->finished < n)
+		pthread_cond_wait(&f->cv, &f->mu);
+	pthread_mutex_unlock(&f->mu);
+}
+
+/* ---- fixture: a server on a unix socket in a temp dir ---- */
+
+struct fx {
+	char dir[64];
+	char sock[128];
+	char listen[140];
+	struct agent_server *srv;
+	struct agent_endpoint ep;
+	struct fake fake;
+};
+
+/* fx_start - start (or restart) the server with the fake handlers */
+static void fx_start(struct fx *x, int heartbeat_ms)
+{
+	struct agent_server_options opt = {
+		.listen = x->listen,
+		.handlers = { .execute = fake_execute, .doc = fake_doc, .ctx = &x->fake },
+		.heartbeat_ms = heartbeat_ms,
+	};
+	char err[ERRLEN];
+	int rc = agent_server_start(&opt, &x->srv, err, sizeof(err));
+	if (rc != 0)
+		fail_msg("agent_server_start: %d %s", rc, err);
+}
+
+/* fx_setup - cmocka setup: temp dir, server, endpoint */
+static int fx_setup(void **state)
+{
+	struct fx *x = calloc(1, sizeof(*x));
+	snprintf(x->dir, sizeof(x->dir), "/tmp/kg-ahttp-XXXXXX");
+	if (!mkdtemp(x->dir))
+		return -1;
+	snprintf(x->sock, sizeof(x->sock), "%s/agent.sock", x->dir);
+	snprintf(x->listen, sizeof(x->listen), "unix:%s", x->sock);
+	pthread_mutex_init(&x->fake.mu, NULL);
+	pthread_cond_init(&x->fake.cv, NULL);
+	x->ep.unix_path = x->sock;
+	x->ep.base_url = "http://localhost";
+	fx_start(x, 0);
+	*state = x;
+	return 0;
+}
+
+/* fx_teardown - stop the server, remove the temp dir */
+static int fx_teardown(void **state)
+{
+	struct fx *x = *state;
+	fake_release(&x->fake);
+	agent_server_stop(x->srv);
+	unlink(x->sock);
+	rmdir(x->dir);
+	free(x);
+	return 0;
+}
+
+/* ---- plain libcurl, for requests agent_client never sends ---- */
+
+struct raw {
+	long status;
+	char *body;
+	size_t len;
+	char ctype[128];
+	char allow[64];
+	char te[64];
+	char www[64];
+};
+
+/* raw_body - collect the body */
+static size_t raw_body(char *p, size_t sz, size_t n, void *ud)
+{
+	struct raw *r = ud;
+	r->body = realloc(r->body, r->len + sz * n + 1);
+	memcpy(r->body + r->len, p, sz * n);
+	r->len += sz * n;
+	r->body[r->len] = '\0';
+	return sz * n;
+}
+
+/* raw_header - keep the headers the tests look at */
+static size_t raw_header(char *p, size_t sz, size_t n, void *ud)
+{
+	struct raw *r = ud;
+	size_t len = sz * n;
+	static const struct {
+		const char *name;
+		size_t off;
+	} keep[] = {
+		{ "Content-Type:", offsetof(struct raw, ctype) },
+		{ "Allow:", offsetof(struct raw, allow) },
+		{ "Transfer-Encoding:", offsetof(struct raw, te) },
+		{ "WWW-Authenticate:", offsetof(struct raw, www) },
+	};
+	for (size_t i = 0; i < sizeof(keep) / sizeof(keep[0]); i++) {
+		size_t kl = strlen(keep[i].name);
+		if (len > kl && strncasecmp(p, keep[i].name, kl) == 0) {
+			char *dst = (char *)r + keep[i].off;
+			size_t vl = len - kl;
+			const char *v = p + kl;
+			while (vl && *v == ' ') {
+				v++;
+				vl--;
+			}
+			while (vl && (v[vl - 1] == '\r' || v[vl - 1] == '\n'))
+				vl--;
+			if (vl > 63)
+				vl = 63;
+			memcpy(dst, v, vl);
+			dst[vl] = '\0';
+		}
+	}
+	return len;
+}
+
+/* raw_req - one request over the unix socket; returns the curl code */
+static CURLcode raw_req(const char *sock, const char *method, const char *path,
+			const char *secret, const char *body, size_t len, struct raw *r)
+{
+	memset(r, 0, sizeof(*r));
+	char url[256], auth[400];
+	snprintf(url, sizeof(url), "http://localhost%s", path);
+	CURL *h = curl_easy_init();
+	struct curl_slist *hdr = curl_slist_append(NULL, "Content-Type: application/json");
+	if (secret) {
+		snprintf(auth, sizeof(auth), "Authorization: Bearer %s", secret);
+		hdr = curl_slist_append(hdr, auth);
+	}
+	curl_easy_setopt(h, CURLOPT_URL, url);
+	curl_easy_setopt(h, CURLOPT_UNIX_SOCKET_PATH, sock);
+	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(h, CURLOPT_TIMEOUT, 20L);
+	curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+	curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
+	if (body) {
+		curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+		curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+	}
+	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, raw_body);
+	curl_easy_setopt(h, CURLOPT_WRITEDATA, r);
+	curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, raw_header);
+	curl_easy_setopt(h, CURLOPT_HEADERDATA, r);
+	CURLcode cc = curl_easy_perform(h);
+	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &r->status);
+	curl_slist_free_all(hdr);
+	curl_easy_cleanup(h);
+	return cc;
+}
+
+/* raw_error_has - the body is {"error": sentence} and the sentence contains want */
+static void raw_error_has(const struct raw *r, long status, const char *want)
+{
+	if (r->status != status)
+		fail_msg("status %ld, wanted %ld; body %s", r->status, status,
+			 r->body ? r->body : "(none)");
+	json_t *j = json_loadb(r->body, r->len, 0, NULL);
+	const char *e = json_string_value(json_object_get(j, "error"));
+	if (!e || !strstr(e, want))
+		fail_msg("error body %s does not contain \"%s\"", r->body ? r->body : "(none)",
+			 want);
+	assert_int_equal(json_object_size(j), 1);
+	assert_string_equal(r->ctype, "application/json");
+	json_decref(j);
+}
+
+/* claim - agent_client_claim must succeed */
+static void claim(struct fx *x)
+{
+	char err[ERRLEN];
+	int rc = agent_client_claim(&x->ep, err, sizeof(err));
+	if (rc != 0)
+		fail_msg("claim: %d %s", rc, err);
+	assert_int_equal(strlen(x->ep.secret), 64);
+}
+
+/* ---- progress capture ---- */
+
+struct seen {
+	char phases[8][16];
+	char messages[8][32];
+	int n;
+	volatile int *cancel;   /* set on the first event when non-NULL */
+	pid_t kill_pid;         /* SIGKILL this process on the first event when nonzero */
+};
+
+/* on_progress - the client's progress callback */
+static void on_progress(void *ctx, const char *phase, const char *message)
+{
+	struct seen *s = ctx;
+	if (s->n < 8) {
+		snprintf(s->phases[s->n], sizeof(s->phases[0]), "%s", phase);
+		snprintf(s->messages[s->n], sizeof(s->messages[0]), "%s", message);
+	}
+	s->n++;
+	if (s->cancel)
+		*s->cancel = 1;
+	if (s->kill_pid > 0) {
+		kill(s->kill_pid, SIGKILL);
+		s->kill_pid = 0;
+	}
+}
+
+/* exec_req - a small execute request */
+static json_t *exec_req(void)
+{
+	return json_pack("{s:[{s:s, s:s}], s:i}", "files", "path", "main.go", "content",
+			 "package main\n\nfunc main() {}\n", "timeout_ms", 5000);
+}
+
+/* ---- tests ---- */
+
+/* test_socket_mode - the unix socket is 0600, and gone after stop */
+static void test_socket_mode(void **state)
+{
+	struct fx *x = *state;
+	struct stat st;
+	assert_int_equal(lstat(x->sock, &st), 0);
+	assert_true(S_ISSOCK(st.st_mode));
+	assert_int_equal(st.st_mode & 0777, 0600);
+	assert_int_equal(agent_server_port(x->srv), 0);
+
+	agent_server_stop(x->srv);
+	assert_int_not_equal(lstat(x->sock, &st), 0);
+	/* a stale socket left by a killed agent is replaced; another file is not */
+	int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", x->sock);
+	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	close(fd);
+	fx_start(x, 0);
+	assert_int_equal(lstat(x->sock, &st), 0);
+	assert_int_equal(st.st_mode & 0777, 0600);
+	agent_server_stop(x->srv);
+
+	FILE *f = fopen(x->sock, "w");
+	fclose(f);
+	struct agent_server_options opt = {
+		.listen = x->listen,
+		.handlers = { .execute = fake_execute, .doc = fake_doc, .ctx = &x->fake },
+	};
+	char err[ERRLEN];
+	assert_int_equal(agent_server_start(&opt, &x->srv, err, sizeof(err)), -EEXIST);
+	assert_non_null(strstr(err, "is not a socket"));
+	unlink(x->sock);
+	fx_start(x, 0);
+}
+
+/* test_health - answers before and after the claim, without auth */
+static void test_health(void **state)
+{
+	struct fx *x = *state;
+	char err[ERRLEN];
+	assert_int_equal(agent_client_health(&x->ep, 2000, err, sizeof(err)), 0);
+
+	struct raw r;
+	assert_int_equal(raw_req(x->sock, "GET", "/health", NULL, NULL, 0, &r), CURLE_OK);
+	assert_int_equal(r.status, 200);
+	assert_string_equal(r.body, "{\"ok\":true,\"claimed\":false,\"busy\":false}\n");
+	free(r.body);
+
+	claim(x);
+	assert_int_equal(raw_req(x->sock, "GET", "/health", NULL, NULL, 0, &r), CURLE_OK);
+	assert_string_equal(r.body, "{\"ok\":true,\"claimed\":true,\"busy\":false}\n");
+	free(r.body);
+	assert_int_equal(agent_client_health(&x->ep, 2000, err, sizeof(err)), 0);
+}
+
+/* test_claim_once - one claim per lifetime; bad secrets are 400 */
+static void test_claim_once(void **state)
+{
+	struct fx *x = *state;
+	char err[ERRLEN];
+	struct raw r;
+
+	assert_int_equal(raw_req(x->sock, "POST", "/claim", NULL, "{\"secret\":\"short\"}", 18, &r),
+			 CURLE_OK);
+	raw_error_has(&r, 400, "32 to 256 visible ASCII");
+	free(r.body);
+	const char *spaced = "{\"secret\":\"aaaaaaaaaaaaaaaa aaaaaaaaaaaaaaaaaaaaaaa\"}";
+	assert_int_equal(raw_req(x->sock, "POST", "/claim", NULL, spaced, strlen(spaced), &r),
+			 CURLE_OK);
+	raw_error_has(&r, 400, "visible ASCII");
+	free(r.body);
+
+	claim(x);
+	struct agent_endpoint other = { .unix_path = x->sock };
+	assert_int_equal(agent_client_claim(&other, err, sizeof(err)), -EALREADY);
+	assert_non_null(strstr(err, "already claimed"));
+	assert_string_equal(other.secret, "");
+
+	char body[128];
+	int n = snprintf(body, sizeof(body), "{\"secret\":\"%s\"}", x->ep.secret);
+	assert_int_equal(raw_req(x->sock, "POST", "/claim", NULL, body, (size_t)n, &r), CURLE_OK);
+	raw_error_has(&r, 409, "this sandbox is already claimed");
+	free(r.body);
+
+	/* the first claim still holds */
+	json_t *req = json_pack("{s:s}", "package", "fmt"), *res = NULL;
+	assert_int_equal(agent_client_doc(&x->ep, req, &res, err, sizeof(err)), 0);
+	json_decref(res);
+	json_decref(req);
+}
+
+/* test_auth - execute and doc need the claimed secret */
+static void test_auth(void **state)
+{
+	struct fx *x = *state;
+	char err[ERRLEN];
+	json_t *req = exec_req(), *res = NULL;
+	struct raw r;
+
+	/* before any claim */
+	strcpy(x->ep.secret, "0123456789abcdef0123456789abcdef");
+	assert_int_equal(agent_client_execute(&x->ep, req, NULL, NULL, NULL, &res, err,
+					      sizeof(err)), -EACCES);
+	assert_non_null(strstr(err, "not been claimed"));
+	assert_null(res);
+	x->ep.secret[0] = '\0';
+
+	claim(x);
+	struct agent_endpoint none = { .unix_path = x->sock };
+	assert_int_equal(agent_client_execute(&none, req, NULL, NULL, NULL, &res, err,
+					      sizeof(err)), -EACCES);
+	assert_non_null(strstr(err, "Authorization: Bearer"));
+	struct agent_endpoint wrong = { .unix_path = x->sock };
+	memcpy(wrong.secret, x->ep.secret, sizeof(wrong.secret));
+	wrong.secret[10] = wrong.secret[10] == 'a' ? 'b' : 'a';
+	assert_int_equal(agent_client_execute(&wrong, req, NULL, NULL, NULL, &res, err,
+					      sizeof(err)), -EACCES);
+	assert_non_null(strstr(err, "does not match"));
+	json_t *dreq = json_pack("{s:s}", "package", "fmt");
+	assert_int_equal(agent_client_doc(&wrong, dreq, &res, err, sizeof(err)), -EACCES);
+	json_decref(dreq);
+
+	/* a longer secret is wrong too (digests are compared, not prefixes) */
+	char longer[80];
+	snprintf(longer, sizeof(longer), "%sX", x->ep.secret);
+	char *body = json_dumps(req, JSON_COMPACT);
+	assert_int_equal(raw_req(x->sock, "POST", "/execute", longer, body, strlen(body), &r),
+			 CURLE_OK);
+	raw_error_has(&r, 401, "does not match");
+	assert_string_equal(r.www, "Bearer");
+	free(r.body);
+	assert_int_equal(raw_req(x->sock, "POST", "/execute", NULL, body, strlen(body), &r),
+			 CURLE_OK);
+	raw_error_has(&r, 401, "Authorization");
+	free(r.body);
+	free(body);
+	assert_int_equal(x->fake.finished, 0);
+	json_decref(req);
+}
+
+/* test_execute_stream - progress events in order, then the result */
+static void test_execute_stream(void **state)
+{
+	struct fx *x = *state;
+	char err[ERRLEN];
+	claim(x);
+	json_t *req = exec_req(), *res = NULL;
+	struct seen seen = { 0 };
+	int rc = agent_client_execute(&x->ep, req, on_progress, &seen, NULL, &res, err,
+				      sizeof(err));
+	if (rc != 0)
+		fail_msg("execute: %d %s", rc, err);
+	assert_int_equal(seen.n, 3);
+	assert_string_equal(seen.phases[0], "normalize");
+	assert_string_equal(seen.phases[1], "build");
+	assert_string_equal(seen.messages[1], "building");
+	assert_string_equal(seen.phases[2], "run");
+	assert_string_equal(json_string_value(json_object_get(res, "phase")), "run");
+	assert_true(json_equal(json_object_get(res, "echo"), req));
+	json_decref(res);
+
+	/* the wire format, as documented */
+	char *body = json_dumps(req, JSON_COMPACT);
+	struct raw r;
+	assert_int_equal(raw_req(x->sock, "POST", "/execute", x->ep.secret, body, strlen(body), &r),
+			 CURLE_OK);
+	assert_int_equal(r.status, 200);
+	assert_string_equal(r.ctype, "application/x-ndjson");
+	assert_string_equal(r.te, "chunked");
+	assert_non_null(strstr(r.body, "{\"event\":\"progress\",\"phase\":\"build\","
+				       "\"message\":\"building\"}\n"));
+	const char *last = strstr(r.body, "{\"event\":\"result\",\"result\":{");
+	assert_non_null(last);
+	assert_ptr_equal(strchr(last, '\n'), r.body + r.len - 1);
+	free(r.body);
+	free(body);
+
+	/* sequential calls reuse the slot */
+	assert_int_equal(agent_client_execute(&x->ep, req, NULL, NULL, NULL, &res, err,
+					      sizeof(err)), 0);
+	json_decref(res);
+	json_decref(req);
+}
+
+/* test_execute_large_result - a multi-megabyte result line crosses many reads intact */
+static void test_execute_large_result(void **state)
+{
+	struct fx *x = *state;
+	char err[ERRLEN];
+	claim(x);
+	x->fake.big = 3 * 1024 * 1024 + 17;
+	json_t *req = exec_req(), *res = NULL;
+	int rc = agent_client_execute(&x->ep, req, NULL, NULL, NULL, &res, err, sizeof(err));
+	if (rc != 0)
+		fail_msg("execute: %d %s", rc, err);
+	const char *out = json_string_value(json_object_get(res, "stdout"));
+	assert_non_null(out);
+	assert_int_equal(strlen(out), x->fake.big);
+	assert_int_equal(out[x->fake.big - 1], 'a' + (x->fake.big - 1) % 26);
+	json_decref(res);
+	json_decref(req);
+}
+
+/* test_doc - POST /doc returns the handler's object; bad requests are 400 */
+static void test_doc(void **state)
+{
+	struct fx *x = *state;
+	char err[ERRLEN];
+	claim(x);
+	json_t *req = json_pack("{s:s, s:s}", "package", "cloud.google.com/go/storage", "symbol",
+				"Client"), *res = NULL;
+	assert_int_equal(agent_client_doc(&x->ep, req, &res, err, sizeof(err)), 0);
+	assert_true(json_is_true(json_object_get(res, "ok")));
+	assert_string_equal(json_string_value(json_object_get(res, "text")),
+			    "package cloud.google.com/go/storage");
+	json_decref(res);
+	json_decref(req);
+
+	req = json_pack("{s:i}", "package", 3);
+	assert_int_equal(agent_client_doc(&x->ep, req, &res, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "\"package\": string"));
+	json_decref(req);
+}
+
+/* exec_thread - run one execute on another thread */
+struct exec_call {
+	struct agent_endpoint *ep;
+	struct seen seen;
+	volatile int cancel;
+	bool use_cancel;
+	int rc;
+	char err[ERRLEN];
+	json_t *res;
+};
+
+static void *exec_thread(void *arg)
+{
+	struct exec_call *c = arg;
+	json_t *req = exec_req();
+	c->rc = agent_client_execute(c->ep, req, on_progress, &c->seen,
+				     c->use_cancel ? &c->cancel : NULL, &c->res, c->err,
+				     sizeof(c->err));
+	json_decref(req);
+	return NULL;
+}
+
+/* test_busy - one call at a time: a second execute or doc is 409 */
+static void test_busy(void **state)
+{
+	struct fx *x = *state;
+	char err[ERRLEN];
+	claim(x);
+	x->fake.block = true;
+	struct exec_call c = { .ep = &x->ep };
+	pthread_t t;
+	pthread_create(&t, NULL, exec_thread, &c);
+	fake_wait_started(&x->fake);
+
+	json_t *req = exec_req(), *res = NULL;
+	assert_int_equal(agent_client_execute(&x->ep, req, NULL, NULL, NULL, &res, err,
+					      sizeof(err)), -EBUSY);
+	assert_non_null(strstr(err, "still running another call"));
+	json_t *dreq = json_pack("{s:s}", "package", "fmt");
+	assert_int_equal(agent_client_doc(&x->ep, dreq, &res, err, sizeof(err)), -EBUSY);
+	struct raw r;
+	char *body = json_dumps(req, JSON_COMPACT);
+	assert_int_equal(raw_req(x->sock, "POST", "/execute", x->ep.secret, body, strlen(body), &r),
+			 CURLE_OK);
+	raw_error_has(&r, 409, "busy");
+	free(r.body);
+	free(body);
+	assert_int_equal(raw_req(x->sock, "GET", "/health", NULL, NULL, 0, &r), CURLE_OK);
+	assert_string_equal(r.body, "{\"ok\":true,\"claimed\":true,\"busy\":true}\n");
+	free(r.body);
+
+	fake_release(&x->fake);
+	pthread_join(t, NULL);
+	if (c.rc != 0)
+		fail_msg("the first execute: %d %s", c.rc, c.err);
+	json_decref(c.res);
+	assert_int_equal(agent_client_doc(&x->ep, dreq, &res, err, sizeof(err)), 0);
+	json_decref(res);
+	json_decref(dreq);
+	json_decref(req);
+}
+
+/* test_errors - 404, 405, 400 for bad JSON, 413 for an oversize body */
+static void test_errors(void **state)
+{
+	struct fx *x = *state;
+	struct raw r;
+	claim(x);
+
+	assert_int_equal(raw_req(x->sock, "GET", "/nope", NULL, NULL, 0, &r), CURLE_OK);
+	raw_error_has(&r, 404, "no such endpoint");
+	free(r.body);
+	assert_int_equal(raw_req(x->sock, "POST", "/nope", x->ep.secret, "{}", 2, &r), CURLE_OK);
+	raw_error_has(&r, 404, "no such endpoint");
+	free(r.body);
+	assert_int_equal(raw_req(x->sock, "GET", "/execute", x->ep.secret, NULL, 0, &r), CURLE_OK);
+	raw_error_has(&r, 405, "takes POST");
+	assert_string_equal(r.allow, "POST");
+	free(r.body);
+	assert_int_equal(raw_req(x->sock, "POST", "/health", NULL, "{}", 2, &r), CURLE_OK);
+	raw_error_has(&r, 405, "takes GET");
+	assert_string_equal(r.allow, "GET, HEAD");
+	free(r.body);
+
+	const char *bad = "{\"files\": [";
+	assert_int_equal(raw_req(x->sock, "POST", "/execute", x->ep.secret, bad, strlen(bad), &r),
+			 CURLE_OK);
+	raw_error_has(&r, 400, "not valid JSON");
+	free(r.body);
+	assert_int_equal(raw_req(x->sock, "POST", "/execute", x->ep.secret, "[1]", 3, &r),
+			 CURLE_OK);
+	raw_error_has(&r, 400, "must be a JSON object");
+	free(r.body);
+	assert_int_equal(raw_req(x->sock, "POST", "/execute", x->ep.secret, "{} x", 4, &r),
+			 CURLE_OK);
+	raw_error_has(&r, 400, "not valid JSON");
+	free(r.body);
+	assert_int_equal(raw_req(x->sock, "POST", "/doc", x->ep.secret, "", 0, &r), CURLE_OK);
+	raw_error_has(&r, 400, "empty");
+	free(r.body);
+	const char *dup = "{\"package\":\"a\",\"package\":\"b\"}";
+	assert_int_equal(raw_req(x->sock, "POST", "/doc", x->ep.secret, dup, strlen(dup), &r),
+			 CURLE_OK);
+	raw_error_has(&r, 400, "duplicate");
+	free(r.body);
+
+	size_t big = AGENT_MAX_BODY + 1;
+	char *huge = malloc(big);
+	memset(huge, ' ', big);
+	huge[0] = '{';
+	huge[big - 1] = '}';
+	assert_int_equal(raw_req(x->sock, "POST", "/execute", x->ep.secret, huge, big, &r),
+			 CURLE_OK);
+	raw_error_has(&r, 413, "larger than");
+	free(r.body);
+	/* exactly at the limit is accepted (and is valid JSON) */
+	assert_int_equal(raw_req(x->sock, "POST", "/execute", x->ep.secret, huge, big - 1, &r),
+			 CURLE_OK);
+	assert_int_equal(r.status, 400); /* "{   ...   " without the closing brace */
+	free(r.body);
+	free(huge);
+
+	/* the client refuses to send what the agent would refuse */
+	char *s = malloc(AGENT_CLIENT_MAX_BODY + 1);
+	memset(s, 'x', AGENT_CLIENT_MAX_BODY);
+	s[AGENT_CLIENT_MAX_BODY] = '\0';
+	json_t *req = json_pack("{s:s}", "code", s), *res = NULL;
+	free(s);
+	char err[ERRLEN];
+	assert_int_equal(agent_client_execute(&x->ep, req, NULL, NULL, NULL, &res, err,
+					      sizeof(err)), -EMSGSIZE);
+	json_decref(req);
+	assert_int_equal(x->fake.finished, 0);
+	assert_int_equal(agent_client_health(&x->ep, 2000, err, sizeof(err)), 0);
+}
+
+/* stop_thread - agent_server_stop on another thread (it waits for the handler) */
+static void *stop_thread(void *arg)
+{
+	agent_server_stop(arg);
+	return NULL;
+}
+
+/* test_stop_mid_execute - stopping the server mid-stream is -EPIPE for the client */
+static void test_stop_mid_execute(void **state)
+{
+	struct fx *x = *state;
+	claim(x);
+	x->fake.block = true;
+	struct exec_call c = { .ep = &x->ep };
+	pthread_t t, st;
+	pthread_create(&t, NULL, exec_thread, &c);
+	fake_wait_started(&x->fake);
+	pthread_create(&st, NULL, stop_thread, x->srv);
+	pthread_join(t, NULL); /* the client gives up before the handler returns */
+	assert_int_equal(c.rc, -EPIPE);
+	assert_non_null(strstr(c.err, "the sandbox stopped responding in the middle of the call"));
+	assert_true(agent_client_gone(c.rc));
+	assert_int_equal(c.seen.n, 3);
+	assert_null(c.res);
+	fake_release(&x->fake);
+	pthread_join(st, NULL);
+	assert_int_equal(x->fake.finished, 1);
+	fx_start(x, 0); /* for teardown */
+}
+
+/* test_kill_mid_execute - the agent process dies mid-call: -EPIPE, then -ECONNREFUSED */
+static void test_kill_mid_execute(void **state)
+{
+	struct fx *x = *state;
+	char err[ERRLEN];
+	agent_server_stop(x->srv);
+	x->srv = NULL;
+
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		x->fake.block = true;
+		fx_start(x, 0);
+		for (;;)
+			pause();
+	}
+	for (int i = 0; i < 200 && agent_client_health(&x->ep, 1000, err, sizeof(err)) != 0; i++)
+		usleep(10000);
+	claim(x);
+	json_t *req = exec_req(), *res = NULL;
+	struct seen seen = { .kill_pid = pid };
+	int rc = agent_client_execute(&x->ep, req, on_progress, &seen, NULL, &res, err,
+				      sizeof(err));
+	assert_int_equal(rc, -EPIPE);
+	assert_non_null(strstr(err, "the sandbox stopped responding in the middle of the call"));
+	assert_null(res);
+	int status;
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFSIGNALED(status));
+
+	/* the socket is still there, nobody listens: refused; once removed: no such file */
+	rc = agent_client_execute(&x->ep, req, NULL, NULL, NULL, &res, err, sizeof(err));
+	assert_int_equal(rc, -ECONNREFUSED);
+	assert_true(agent_client_gone(rc));
+	unlink(x->sock);
+	rc = agent_client_health(&x->ep, 1000, err, sizeof(err));
+	assert_int_equal(rc, -ENOENT);
+	assert_non_null(strstr(err, "the sandbox is gone"));
+	assert_true(agent_client_gone(rc));
+	json_decref(req);
+	fx_start(x, 0);
+}
+
+/* test_cancel - a cancelled call returns at once; the agent stays busy until the run ends */
+static void test_cancel(void **state)
+{
+	struct fx *x = *state;
+	char err[ERRLEN];
+	claim(x);
+	x->fake.block = true;
+	struct exec_call c = { .ep = &x->ep, .use_cancel = true };
+	c.seen.cancel = &c.cancel;
+	pthread_t t;
+	pthread_create(&t, NULL, exec_thread, &c);
+	pthread_join(t, NULL);
+	assert_int_equal(c.rc, -ECANCELED);
+	assert_false(agent_client_gone(c.rc));
+
+	json_t *req = exec_req(), *res = NULL;
+	assert_int_equal(agent_client_execute(&x->ep, req, NULL, NULL, NULL, &res, err,
+					      sizeof(err)), -EBUSY);
+	fake_release(&x->fake);
+	fake_wait_finished(&x->fake, 1);
+	int rc = -EBUSY;
+	for (int i = 0; i < 100 && rc == -EBUSY; i++) {
+		rc = agent_client_execute(&x->ep, req, NULL, NULL, NULL, &res, err, sizeof(err));
+		if (rc == -EBUSY)
+			usleep(10000);
+	}
+	if (rc != 0)
+		fail_msg("execute after the abandoned one: %d %s", rc, err);
+	json_decref(res);
+	json_decref(req);
+}
+
+/* test_heartbeat - a quiet run carries heartbeats, which the client skips */
+static void test_heartbeat(void **state)
+{
+	struct fx *x = *state;
+	char err[ERRLEN];
+	agent_server_stop(x->srv);
+	fx_start(x, 50);
+	claim(x);
+	x->fake.sleep_ms = 300;
+	json_t *req = exec_req(), *res = NULL;
+	struct seen seen = { 0 };
+	int rc = agent_client_execute(&x->ep, req, on_progress, &seen, NULL, &res, err,
+				      sizeof(err));
+	if (rc != 0)
+		fail_msg("execute: %d %s", rc, err);
+	assert_int_equal(seen.n, 3);
+	json_decref(res);
+
+	char *body = json_dumps(req, JSON_COMPACT);
+	struct raw r;
+	assert_int_equal(raw_req(x->sock, "POST", "/execute", x->ep.secret, body, strlen(body), &r),
+			 CURLE_OK);
+	assert_non_null(strstr(r.body, "{\"event\":\"heartbeat\"}\n"));
+	free(r.body);
+	free(body);
+	json_decref(req);
+}
+
+/* ---- a hand-written responder that sends the client bad streams ---- */
+
+struct canned {
+	int lfd;
+	const char *answer;
+};
+
+/* canned_serve - accept one connection, read the request head and body, send the answer */
+static void *canned_serve(void *arg)
+{
+	struct canned *c = arg;
+	int fd = accept(c->lfd, NULL, NULL);
+	if (fd < 0)
+		return NULL;
+	char buf[65536];
+	size_t len = 0;
+	for (;;) {
+		ssize_t n = read(fd, buf + len, sizeof(buf) - 1 - len);
+		if (n <= 0)
+			break;
+		len += (size_t)n;
+		buf[len] = '\0';
+		char *end = strstr(buf, "\r\n\r\n");
+		if (!end)
+			continue;
+		const char *cl = strcasestr(buf, "Content-Length:");
+		size_t want = (size_t)(end + 4 - buf) + (cl ? strtoul(cl + 15, NULL, 10) : 0);
+		if (len >= want)
+			break;
+	}
+	ssize_t w = write(fd, c->answer, strlen(c->answer));
+	(void)w;
+	shutdown(fd, SHUT_WR);
+	while (read(fd, buf, sizeof(buf)) > 0) {
+	}
+	close(fd);
+	return NULL;
+}
+
+/* canned_execute - run one execute against a canned answer */
+static int canned_execute(const char *dir, const char *answer, char *err, size_t errlen)
+{
+	char path[128];
+	snprintf(path, sizeof(path), "%s/canned.sock", dir);
+	unlink(path);
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	int lfd = socket(AF_UNIX, SOCK_STREAM, 0);
+	assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(lfd, 1), 0);
+	struct canned c = { .lfd = lfd, .answer = answer };
+	pthread_t t;
+	pthread_create(&t, NULL, canned_serve, &c);
+	struct agent_endpoint ep = { .unix_path = path };
+	strcpy(ep.secret, "0123456789abcdef0123456789abcdef");
+	json_t *req = exec_req(), *res = NULL;
+	struct seen seen = { 0 };
+	int rc = agent_client_execute(&ep, req, on_progress, &seen, NULL, &res, err, errlen);
+	pthread_join(t, NULL);
+	close(lfd);
+	unlink(path);
+	json_decref(req);
+	if (rc == 0)
+		json_decref(res);
+	return rc;
+}
+
+#define NDJSON_HEAD "HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\n" \
+		    "Transfer-Encoding: chunked\r\n\r\n"
+
+/* test_bad_streams - garbage, extra data, a missing result, the wrong type */
+static void test_bad_streams(void **state)
+{
+	struct fx *x = *state;
+	char err[ERRLEN];
+	assert_int_equal(canned_execute(x->dir, NDJSON_HEAD "6\r\nhello\n\r\n0\r\n\r\n", err,
+					sizeof(err)), -EPROTO);
+	assert_non_null(strstr(err, "not a JSON event"));
+	assert_int_equal(canned_execute(x->dir, NDJSON_HEAD "3\r\n[]\n\r\n0\r\n\r\n", err,
+					sizeof(err)), -EPROTO);
+	const char *two = NDJSON_HEAD "28\r\n{\"event\":\"result\",\"result\":{\"a\":1}}\n{}\n\r\n"
+				      "0\r\n\r\n";
+	assert_int_equal(canned_execute(x->dir, two, err, sizeof(err)), -EPROTO);
+	assert_non_null(strstr(err, "after the result"));
+	const char *noresult = NDJSON_HEAD "16\r\n{\"event\":\"heartbeat\"}\n\r\n0\r\n\r\n";
+	assert_int_equal(canned_execute(x->dir, noresult, err, sizeof(err)), -EPIPE);
+	assert_non_null(strstr(err, "ended before the result"));
+	const char *cut = NDJSON_HEAD "100\r\n{\"event\":\"result\",\"res";
+	assert_int_equal(canned_execute(x->dir, cut, err, sizeof(err)), -EPIPE);
+	const char *html = "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 2\r\n"
+			   "\r\nhi";
+	assert_int_equal(canned_execute(x->dir, html, err, sizeof(err)), -EPROTO);
+	assert_non_null(strstr(err, "text/html"));
+	const char *ok = NDJSON_HEAD "1F\r\n{\"event\":\"result\",\"result\":{}}\n\r\n0\r\n\r\n";
+	assert_int_equal(canned_execute(x->dir, ok, err, sizeof(err)), 0);
+	const char *noprog = NDJSON_HEAD "15\r\n{\"event\":\"progress\"}\n\r\n0\r\n\r\n";
+	assert_int_equal(canned_execute(x->dir, noprog, err, sizeof(err)), -EPROTO);
+}
+
+/* ---- the real pipeline ---- */
+
+/* write_file - create path with content */
+static void write_file(const char *path, const char *content)
+{
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fputs(content, f);
+	fclose(f);
+}
+
+/* test_real_pipeline - pipeline_execute and pipeline_doc behind the server, stdlib only */
+static void test_real_pipeline(void **state)
+{
+	struct fx *x = *state;
+	if (!pipeline_execute || !pipeline_doc || system("go version >/dev/null 2>&1") != 0) {
+		skip();
+		return;
+	}
+	char rt[128], path[256], app[128], st[128], mod[128], cache[128];
+	snprintf(rt, sizeof(rt), "%s/runtime", x->dir);
+	snprintf(app, sizeof(app), "%s/app", x->dir);
+	snprintf(st, sizeof(st), "%s/state", x->dir);
+	snprintf(mod, sizeof(mod), "%s/gomodcache", rt);
+	snprintf(cache, sizeof(cache), "%s/gocache", rt);
+	mkdir(rt, 0755);
+	mkdir(app, 0755);
+	mkdir(st, 0700);
+	mkdir(mod, 0755);
+	mkdir(cache, 0755);
+	snprintf(path, sizeof(path), "%s/lock", rt);
+	mkdir(path, 0755);
+	snprintf(path, sizeof(path), "%s/lock/go.mod", rt);
+	write_file(path, "module app\n\ngo 1.26\n");
+	snprintf(path, sizeof(path), "%s/lock/go.sum", rt);
+	write_file(path, "");
+
+	struct pipeline_config pcfg = {
+		.app_dir = app, .state_dir = st, .runtime_dir = rt,
+		.default_timeout_ms = 60000, .max_timeout_ms = 300000,
+		.output_cap = 1024 * 1024, .doc_cap = 64 * 1024,
+	};
+	agent_server_stop(x->srv);
+	struct agent_server_options opt = {
+		.listen = x->listen,
+		.handlers = { .execute = (json_t * (*)(void *, json_t *, pipeline_progress_fn,
+						       void *))pipeline_execute,
+			      .doc = (json_t * (*)(void *, json_t *))pipeline_doc,
+			      .ctx = &pcfg },
+	};
+	char err[ERRLEN];
+	assert_int_equal(agent_server_start(&opt, &x->srv, err, sizeof(err)), 0);
+	claim(x);
+
+	json_t *req = json_pack(
+		"{s:[{s:s, s:s}]}", "files", "path", "main.go", "content",
+		"package snippet\n\nimport \"context\"\n\n"
+		"func run(ctx context.Context) (any, error) {\n"
+		"\treturn map[string]int{\"answer\": 42}, nil\n}\n");
+	json_t *res = NULL;
+	struct seen seen = { 0 };
+	int rc = agent_client_execute(&x->ep, req, on_progress, &seen, NULL, &res, err,
+				      sizeof(err));
+	if (rc != 0)
+		fail_msg("execute: %d %s", rc, err);
+	char *dump = json_dumps(res, JSON_COMPACT);
+	json_t *value = json_object_get(json_object_get(res, "result"), "value");
+	if (json_integer_value(json_object_get(value, "answer")) != 42)
+		fail_msg("unexpected result %s", dump);
+	free(dump);
+	assert_true(seen.n >= 1);
+	json_decref(res);
+	json_decref(req);
+
+	req = json_pack("{s:s, s:s}", "package", "strings", "symbol", "Cut");
+	rc = agent_client_doc(&x->ep, req, &res, err, sizeof(err));
+	if (rc != 0)
+		fail_msg("doc: %d %s", rc, err);
+	const char *text = json_string_value(json_object_get(res, "text"));
+	if (!text || !strstr(text, "func Cut("))
+		fail_msg("unexpected doc answer %s", json_dumps(res, JSON_COMPACT));
+	json_decref(res);
+	json_decref(req);
+
+	agent_server_stop(x->srv);
+	char cmd[300];
+	snprintf(cmd, sizeof(cmd), "chmod -R u+w %s/runtime %s/app %s/state 2>/dev/null; "
+		 "rm -rf %s/runtime %s/app %s/state", x->dir, x->dir, x->dir, x->dir, x->dir,
+		 x->dir);
+	assert_int_equal(system(cmd), 0);
+	fx_start(x, 0);
+}
+
+int main(void)
+{
+	/* a hang is a failure, not a stuck build */
+	alarm(300);
+	signal(SIGPIPE, SIG_IGN);
+	log_init("test", LOG_LVL_ERROR);
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_socket_mode, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_health, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_claim_once, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_auth, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_execute_stream, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_execute_large_result, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_doc, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_busy, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_errors, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_stop_mid_execute, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_kill_mid_execute, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_cancel, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_heartbeat, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_bad_streams, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_real_pipeline, fx_setup, fx_teardown),
+	};
+	int failed = cmocka_run_group_tests(tests, NULL, NULL);
+	curl_global_cleanup();
+	return failed;
+}

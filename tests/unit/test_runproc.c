@@ -1,0 +1,326 @@
+/*
+ * test_runproc.c - unit tests for agent/runproc.c: exit codes, signals, deadlines that kill the
+ * whole process group, capped capture (head + marker + tail) with bounded memory, stdin from
+ * /dev/null, a clean environment and no leaked descriptors.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "agent/runproc.h"
+
+static const char *const test_env[] = { "PATH=/usr/local/bin:/usr/bin:/bin", "KG_TEST=1", NULL };
+
+/* run_sh - run one shell command line with the given options filled in */
+static int run_sh(const char *script, struct runproc_opts *o, struct runproc_result *r)
+{
+	const char *argv[] = { "sh", "-c", script, NULL };
+	o->argv = argv;
+	if (!o->envp)
+		o->envp = test_env;
+	return runproc_run(o, r);
+}
+
+static void test_echo(void **state)
+{
+	(void)state;
+	struct runproc_opts o = { 0 };
+	struct runproc_result r;
+	const char *argv[] = { "echo", "hello", NULL };
+	o.argv = argv;
+	o.envp = test_env;
+	assert_int_equal(runproc_run(&o, &r), 0);
+	assert_int_equal(r.exit_code, 0);
+	assert_int_equal(r.signal, 0);
+	assert_false(r.timed_out);
+	assert_string_equal(r.out.data, "hello\n");
+	assert_int_equal(r.out.len, 6);
+	assert_false(r.out.truncated);
+	assert_string_equal(r.err.data, "");
+	runproc_result_free(&r);
+}
+
+static void test_exit_code_and_stderr(void **state)
+{
+	(void)state;
+	struct runproc_opts o = { 0 };
+	struct runproc_result r;
+	assert_int_equal(run_sh("echo oops >&2; exit 3", &o, &r), 0);
+	assert_int_equal(r.exit_code, 3);
+	assert_int_equal(r.signal, 0);
+	assert_string_equal(r.err.data, "oops\n");
+	assert_string_equal(r.out.data, "");
+	runproc_result_free(&r);
+}
+
+static void test_merge_stderr(void **state)
+{
+	(void)state;
+	struct runproc_opts o = { .merge_stderr = true };
+	struct runproc_result r;
+	assert_int_equal(run_sh("echo a; echo b >&2; echo c", &o, &r), 0);
+	assert_string_equal(r.out.data, "a\nb\nc\n");
+	assert_string_equal(r.err.data, "");
+	runproc_result_free(&r);
+}
+
+static void test_signal(void **state)
+{
+	(void)state;
+	struct runproc_opts o = { 0 };
+	struct runproc_result r;
+	assert_int_equal(run_sh("kill -SEGV $$", &o, &r), 0);
+	assert_int_equal(r.exit_code, -1);
+	assert_int_equal(r.signal, SIGSEGV);
+	assert_string_equal(runproc_signame(r.signal), "SIGSEGV");
+	assert_string_equal(runproc_signame(SIGKILL), "SIGKILL");
+	runproc_result_free(&r);
+}
+
+/* proc_gone - the pid no longer runs (absent, or a zombie waiting for its new parent) */
+static int proc_gone(pid_t pid)
+{
+	char path[64], buf[512];
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return 1;
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	char *rp = strrchr(buf, ')');
+	return rp && (rp[2] == 'Z' || rp[2] == 'X');
+}
+
+static void test_timeout_kills_group(void **state)
+{
+	(void)state;
+	char pidfile[] = "/tmp/kg-runproc-XXXXXX";
+	int fd = mkstemp(pidfile);
+	assert_true(fd >= 0);
+	close(fd);
+	char script[256];
+	snprintf(script, sizeof(script), "sleep 100 & echo $! > %s; sleep 100", pidfile);
+	struct runproc_opts o = { .timeout_ms = 300, .term_signal = SIGTERM, .grace_ms = 200 };
+	struct runproc_result r;
+	assert_int_equal(run_sh(script, &o, &r), 0);
+	assert_true(r.timed_out);
+	assert_true(r.signal == SIGTERM || r.signal == SIGKILL);
+	assert_true(r.wall_ms >= 300);
+	assert_true(r.wall_ms < 5000);
+	runproc_result_free(&r);
+
+	FILE *f = fopen(pidfile, "r");
+	assert_non_null(f);
+	int bg = 0;
+	assert_int_equal(fscanf(f, "%d", &bg), 1);
+	fclose(f);
+	unlink(pidfile);
+	assert_true(bg > 0);
+	for (int i = 0; i < 50 && !proc_gone(bg); i++)
+		usleep(20000);
+	assert_true(proc_gone(bg));
+}
+
+static void test_timeout_ignoring_term(void **state)
+{
+	(void)state;
+	/* a child that ignores SIGTERM still dies with SIGKILL after the grace */
+	struct runproc_opts o = { .timeout_ms = 200, .term_signal = SIGTERM, .grace_ms = 300 };
+	struct runproc_result r;
+	assert_int_equal(run_sh("trap '' TERM; sleep 100 & wait; sleep 100", &o, &r), 0);
+	assert_true(r.timed_out);
+	assert_int_equal(r.signal, SIGKILL);
+	assert_true(r.wall_ms >= 500);
+	runproc_result_free(&r);
+}
+
+static void test_no_term_signal_waits_grace(void **state)
+{
+	(void)state;
+	/* snippet mode: nothing at the deadline, the child may finish within the grace */
+	struct runproc_opts o = { .timeout_ms = 200, .grace_ms = 2000 };
+	struct runproc_result r;
+	assert_int_equal(run_sh("sleep 0.5; echo finished", &o, &r), 0);
+	assert_true(r.timed_out);
+	assert_int_equal(r.exit_code, 0);
+	assert_string_equal(r.out.data, "finished\n");
+	runproc_result_free(&r);
+}
+
+static void test_leftover_background_killed(void **state)
+{
+	(void)state;
+	/* the main child exits; its background job holds stdout open and must not stall us */
+	struct runproc_opts o = { .timeout_ms = 10000 };
+	struct runproc_result r;
+	assert_int_equal(run_sh("sleep 100 & echo hi", &o, &r), 0);
+	assert_false(r.timed_out);
+	assert_int_equal(r.exit_code, 0);
+	assert_string_equal(r.out.data, "hi\n");
+	assert_true(r.wall_ms < 3000);
+	runproc_result_free(&r);
+}
+
+static void test_cap_head_and_tail(void **state)
+{
+	(void)state;
+	struct runproc_opts o = { .out_cap = 1000, .keep_tail = true };
+	struct runproc_result r;
+	assert_int_equal(run_sh("head -c 3000 /dev/zero | tr '\\0' a; "
+				"head -c 3000 /dev/zero | tr '\\0' b",
+				&o, &r),
+			 0);
+	assert_true(r.out.truncated);
+	assert_int_equal(r.out.total, 6000);
+	const char *marker = "\n\xe2\x80\xa6 [5000 bytes omitted] \xe2\x80\xa6\n";
+	size_t ml = strlen(marker);
+	assert_int_equal(r.out.len, 1000 + ml);
+	for (size_t i = 0; i < 500; i++)
+		assert_int_equal(r.out.data[i], 'a');
+	assert_memory_equal(r.out.data + 500, marker, ml);
+	for (size_t i = 500 + ml; i < r.out.len; i++)
+		assert_int_equal(r.out.data[i], 'b');
+	runproc_result_free(&r);
+}
+
+static void test_cap_exact_fit_not_truncated(void **state)
+{
+	(void)state;
+	struct runproc_opts o = { .out_cap = 1000, .keep_tail = true };
+	struct runproc_result r;
+	assert_int_equal(run_sh("head -c 700 /dev/zero | tr '\\0' a; "
+				"head -c 300 /dev/zero | tr '\\0' b",
+				&o, &r),
+			 0);
+	assert_false(r.out.truncated);
+	assert_int_equal(r.out.len, 1000);
+	assert_int_equal(r.out.data[699], 'a');
+	assert_int_equal(r.out.data[700], 'b');
+	assert_int_equal(r.out.data[999], 'b');
+	runproc_result_free(&r);
+}
+
+static void test_cap_head_only(void **state)
+{
+	(void)state;
+	struct runproc_opts o = { .out_cap = 100 };
+	struct runproc_result r;
+	assert_int_equal(run_sh("head -c 5000 /dev/zero | tr '\\0' x", &o, &r), 0);
+	assert_true(r.out.truncated);
+	assert_int_equal(r.out.len, 100);
+	assert_int_equal(r.out.total, 5000);
+	runproc_result_free(&r);
+}
+
+static void test_large_output_bounded(void **state)
+{
+	(void)state;
+	struct rusage before, after;
+	getrusage(RUSAGE_SELF, &before);
+	struct runproc_opts o = { .out_cap = 1024 * 1024, .err_cap = 1024 * 1024, .keep_tail = true };
+	struct runproc_result r;
+	/* 10 MiB on stdout and 100 MiB on stderr, both read concurrently */
+	assert_int_equal(run_sh("head -c 10485760 /dev/zero; head -c 104857600 /dev/zero >&2", &o,
+				&r),
+			 0);
+	getrusage(RUSAGE_SELF, &after);
+	assert_int_equal(r.exit_code, 0);
+	assert_int_equal(r.out.total, 10485760);
+	assert_int_equal(r.err.total, 104857600);
+	assert_true(r.out.truncated && r.err.truncated);
+	assert_true(r.out.len <= 1024 * 1024 + 64);
+	assert_true(r.err.len <= 1024 * 1024 + 64);
+	/* two 1 MiB captures plus buffers; 110 MiB went through */
+	assert_true(after.ru_maxrss - before.ru_maxrss < 16 * 1024);
+	runproc_result_free(&r);
+}
+
+static void test_stdin_devnull(void **state)
+{
+	(void)state;
+	struct runproc_opts o = { .timeout_ms = 5000 };
+	struct runproc_result r;
+	assert_int_equal(run_sh("cat; readlink /proc/self/fd/0", &o, &r), 0);
+	assert_false(r.timed_out);
+	assert_string_equal(r.out.data, "/dev/null\n");
+	runproc_result_free(&r);
+}
+
+static void test_env_cwd_and_fds(void **state)
+{
+	(void)state;
+	int leak = open("/dev/null", O_RDONLY); /* no O_CLOEXEC: must still not leak */
+	assert_true(leak >= 0);
+	struct runproc_opts o = { .cwd = "/tmp" };
+	struct runproc_result r;
+	assert_int_equal(run_sh("pwd; env | sort | grep -v '^PWD=' | grep -v '^SHLVL=' "
+				"| grep -v '^_='; ls /proc/$$/fd | tr '\\n' ' '",
+				&o, &r),
+			 0);
+	close(leak);
+	assert_string_equal(r.out.data,
+			    "/tmp\nKG_TEST=1\nPATH=/usr/local/bin:/usr/bin:/bin\n0 1 2 ");
+	runproc_result_free(&r);
+}
+
+static void test_exec_failure(void **state)
+{
+	(void)state;
+	struct runproc_opts o = { 0 };
+	struct runproc_result r;
+	const char *argv[] = { "/nonexistent/kg-binary", NULL };
+	o.argv = argv;
+	assert_int_equal(runproc_run(&o, &r), -ENOENT);
+	const char *argv2[] = { "kg-no-such-command", NULL };
+	o.argv = argv2;
+	o.envp = test_env;
+	assert_int_equal(runproc_run(&o, &r), -ENOENT);
+	o.argv = (const char *[]){ "true", NULL };
+	o.cwd = "/nonexistent-dir";
+	assert_int_equal(runproc_run(&o, &r), -ENOENT);
+}
+
+static void test_rusage(void **state)
+{
+	(void)state;
+	struct runproc_opts o = { 0 };
+	struct runproc_result r;
+	assert_int_equal(run_sh("i=0; while [ $i -lt 100000 ]; do i=$((i+1)); done", &o, &r), 0);
+	assert_true(r.user_ms + r.sys_ms > 0);
+	assert_true(r.maxrss_kb > 0);
+	runproc_result_free(&r);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_echo),
+		cmocka_unit_test(test_exit_code_and_stderr),
+		cmocka_unit_test(test_merge_stderr),
+		cmocka_unit_test(test_signal),
+		cmocka_unit_test(test_timeout_kills_group),
+		cmocka_unit_test(test_timeout_ignoring_term),
+		cmocka_unit_test(test_no_term_signal_waits_grace),
+		cmocka_unit_test(test_leftover_background_killed),
+		cmocka_unit_test(test_cap_head_and_tail),
+		cmocka_unit_test(test_cap_exact_fit_not_truncated),
+		cmocka_unit_test(test_cap_head_only),
+		cmocka_unit_test(test_large_output_bounded),
+		cmocka_unit_test(test_stdin_devnull),
+		cmocka_unit_test(test_env_cwd_and_fds),
+		cmocka_unit_test(test_exec_failure),
+		cmocka_unit_test(test_rusage),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

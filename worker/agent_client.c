@@ -1,0 +1,578 @@
+/*
+ * agent_client.c - the worker's side of the agent's HTTP API: claim, health, execute, doc.
+ *
+ * Called by the worker's sandbox backends; the server is agent/server.c and the protocol is in
+ * docs/agent-api.md. One libcurl easy handle per call: calls are seconds long and one at a
+ * time, so connection reuse would buy nothing and would make "the sandbox died" harder to see.
+ *
+ * The /execute answer is an NDJSON stream parsed as it arrives, so progress reaches the model
+ * while the build runs. Everything the agent sends is untrusted (the user's code runs next to
+ * it): line sizes are bounded, every line must be a JSON object, nothing may follow the result.
+ */
+#include "worker/agent_client.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "ipc/log.h"
+
+#define AC_CONNECT_TIMEOUT_MS 10000L
+#define AC_CLAIM_TIMEOUT_MS   15000L
+#define AC_DOC_TIMEOUT_MS     120000L
+#define AC_DOC_MAX_ANSWER     (8u * 1024 * 1024)
+
+static const char ac_died[] = "the sandbox stopped responding in the middle of the call";
+
+enum ac_kind { AC_CLAIM, AC_HEALTH, AC_EXECUTE, AC_DOC };
+
+/* One transfer's state, shared with the curl callbacks. */
+struct ac_xfer {
+	CURL *h;
+	enum ac_kind kind;
+	long status;            /* HTTP status, known from the first body byte */
+	int rc;                 /* set when a callback aborts the transfer */
+	char *err;
+	size_t errlen;
+	/* whole answers (everything but a 200 /execute) */
+	char *buf;
+	size_t len, cap, max;
+	/* the /execute stream */
+	char *line;
+	size_t llen, lcap;
+	json_t *result;
+	agent_progress_fn progress;
+	void *ctx;
+	volatile int *cancel;
+};
+
+/* ac_fail - record a verdict from inside a callback (the first one wins) */
+static void ac_fail(struct ac_xfer *x, int rc, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void ac_fail(struct ac_xfer *x, int rc, const char *fmt, ...)
+{
+	if (x->rc)
+		return;
+	x->rc = rc;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(x->err, x->errlen, fmt, ap);
+	va_end(ap);
+}
+
+/* ac_grow - make room for n more bytes in *buf, never past max */
+static int ac_grow(char **buf, size_t *cap, size_t len, size_t n, size_t max)
+{
+	if (len + n <= *cap)
+		return 0;
+	if (len + n > max)
+		return -EMSGSIZE;
+	size_t c = *cap ? *cap : 4096;
+	while (c < len + n)
+		c *= 2;
+	if (c > max)
+		c = max;
+	char *b = realloc(*buf, c);
+	if (!b)
+		return -ENOMEM;
+	*buf = b;
+	*cap = c;
+	return 0;
+}
+
+/* ac_line - act on one complete NDJSON line of the /execute stream */
+static int ac_line(struct ac_xfer *x, const char *s, size_t n)
+{
+	if (n && s[n - 1] == '\r')
+		n--;
+	if (n == 0)
+		return 0;
+	if (x->result) {
+		ac_fail(x, -EPROTO, "the sandbox sent more data after the result of the call");
+		return -1;
+	}
+	json_error_t jerr;
+	json_t *ev = json_loadb(s, n, JSON_REJECT_DUPLICATES, &jerr);
+	const char *name = json_string_value(json_object_get(ev, "event"));
+	if (!json_is_object(ev) || !name) {
+		json_decref(ev);
+		ac_fail(x, -EPROTO, "the sandbox sent a stream line that is not a JSON event "
+			"object%s%s", ev ? "" : ": ", ev ? "" : jerr.text);
+		return -1;
+	}
+	int rc = 0;
+	if (strcmp(name, "progress") == 0) {
+		const char *phase = json_string_value(json_object_get(ev, "phase"));
+		const char *msg = json_string_value(json_object_get(ev, "message"));
+		if (n > AGENT_CLIENT_MAX_LINE || !phase || !msg) {
+			ac_fail(x, -EPROTO, "the sandbox sent a malformed progress event");
+			rc = -1;
+		} else if (x->progress) {
+			x->progress(x->ctx, phase, msg);
+		}
+	} else if (strcmp(name, "result") == 0) {
+		json_t *res = json_object_get(ev, "result");
+		if (!json_is_object(res)) {
+			ac_fail(x, -EPROTO, "the sandbox sent a result event without a result object");
+			rc = -1;
+		} else {
+			x->result = json_incref(res);
+		}
+	} else if (n > AGENT_CLIENT_MAX_LINE) {
+		ac_fail(x, -EPROTO, "the sandbox sent an oversized \"%.32s\" event", name);
+		rc = -1;
+	}
+	/* "heartbeat" and events added by newer agents carry nothing for us */
+	json_decref(ev);
+	return rc;
+}
+
+/* ac_feed - split stream bytes into lines, bounded by AGENT_CLIENT_MAX_RESULT */
+static int ac_feed(struct ac_xfer *x, const char *p, size_t n)
+{
+	while (n) {
+		const char *nl = memchr(p, '\n', n);
+		size_t take = nl ? (size_t)(nl - p) : n;
+		if (nl && x->llen == 0) {
+			/* the whole line is in this piece: no copy */
+			if (ac_line(x, p, take) < 0)
+				return -1;
+		} else {
+			int g = ac_grow(&x->line, &x->lcap, x->llen, take, AGENT_CLIENT_MAX_RESULT);
+			if (g < 0) {
+				ac_fail(x, g == -ENOMEM ? -ENOMEM : -EPROTO,
+					g == -ENOMEM ? "out of memory reading the sandbox's answer"
+						     : "the sandbox sent a line longer than %u bytes",
+					AGENT_CLIENT_MAX_RESULT);
+				return -1;
+			}
+			memcpy(x->line + x->llen, p, take);
+			x->llen += take;
+			if (nl) {
+				int r = ac_line(x, x->line, x->llen);
+				x->llen = 0;
+				if (r < 0)
+					return -1;
+			}
+		}
+		if (!nl)
+			break;
+		p += take + 1;
+		n -= take + 1;
+	}
+	return 0;
+}
+
+/* ac_write - curl write callback: stream for a 200 /execute, collect otherwise */
+static size_t ac_write(char *p, size_t size, size_t nmemb, void *ud)
+{
+	struct ac_xfer *x = ud;
+	size_t n = size * nmemb;
+	if (!x->status) {
+		curl_easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &x->status);
+		if (x->kind == AC_EXECUTE && x->status == 200) {
+			char *ct = NULL;
+			curl_easy_getinfo(x->h, CURLINFO_CONTENT_TYPE, &ct);
+			if (!ct || strncasecmp(ct, "application/x-ndjson", 20) != 0) {
+				ac_fail(x, -EPROTO, "the sandbox answered /execute with %s instead "
+					"of an NDJSON stream", ct ? ct : "no content type");
+				return 0;
+			}
+		}
+	}
+	if (x->kind == AC_EXECUTE && x->status == 200)
+		return ac_feed(x, p, n) == 0 ? n : 0;
+
+	size_t max = x->status == 200 ? x->max : AGENT_CLIENT_MAX_LINE;
+	if (x->len + n > max) {
+		if (x->status != 200)
+			return n; /* an error sentence: its head is enough */
+		ac_fail(x, -EPROTO, "the sandbox's answer is larger than %zu bytes", max);
+		return 0;
+	}
+	if (ac_grow(&x->buf, &x->cap, x->len, n, max) < 0) {
+		ac_fail(x, -ENOMEM, "out of memory reading the sandbox's answer");
+		return 0;
+	}
+	memcpy(x->buf + x->len, p, n);
+	x->len += n;
+	return n;
+}
+
+/* ac_xferinfo - curl progress callback: the only place a cancel can interrupt a transfer */
+static int ac_xferinfo(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+		       curl_off_t ulnow)
+{
+	struct ac_xfer *x = ud;
+	(void)dltotal;
+	(void)dlnow;
+	(void)ultotal;
+	(void)ulnow;
+	return x->cancel && *x->cancel ? 1 : 0;
+}
+
+/* ac_where - the endpoint, for sentences */
+static const char *ac_where(const struct agent_endpoint *ep)
+{
+	return ep->unix_path ? ep->unix_path : ep->base_url ? ep->base_url : "(no address)";
+}
+
+/* ac_transport_error - a curl failure as a negative errno and a sentence */
+static int ac_transport_error(const struct agent_endpoint *ep, struct ac_xfer *x, CURLcode cc,
+			      const char *detail, long timeout_ms, char *err, size_t errlen)
+{
+	const char *what = detail[0] ? detail : curl_easy_strerror(cc);
+	long oserr = 0;
+	switch (cc) {
+	case CURLE_COULDNT_CONNECT:
+		curl_easy_getinfo(x->h, CURLINFO_OS_ERRNO, &oserr);
+		if (oserr == ENOENT) {
+			snprintf(err, errlen, "no sandbox agent is listening at %s (the socket does "
+				 "not exist): the sandbox is gone", ac_where(ep));
+			return -ENOENT;
+		}
+		if (oserr == EHOSTUNREACH || oserr == ENETUNREACH) {
+			snprintf(err, errlen, "the sandbox at %s is unreachable: %s", ac_where(ep),
+				 what);
+			return -EHOSTUNREACH;
+		}
+		snprintf(err, errlen, "the sandbox's agent at %s refused the connection: %s",
+			 ac_where(ep), what);
+		return -ECONNREFUSED;
+	case CURLE_COULDNT_RESOLVE_HOST:
+		snprintf(err, errlen, "cannot resolve the sandbox address %s: %s", ac_where(ep),
+			 what);
+		return -EHOSTUNREACH;
+	case CURLE_OPERATION_TIMEDOUT:
+		if (x->kind == AC_EXECUTE && x->status) {
+			snprintf(err, errlen, "%s: nothing arrived for %d seconds", ac_died,
+				 AGENT_CLIENT_STALL_S);
+			return -EPIPE;
+		}
+		snprintf(err, errlen, "the sandbox at %s did not answer within %ld ms",
+			 ac_where(ep), timeout_ms ? timeout_ms : AC_CONNECT_TIMEOUT_MS);
+		return -ETIMEDOUT;
+	case CURLE_SEND_ERROR:
+	case CURLE_RECV_ERROR:
+	case CURLE_GOT_NOTHING:
+	case CURLE_PARTIAL_FILE:
+		snprintf(err, errlen, "%s (%s)", ac_died, what);
+		return -EPIPE;
+	case CURLE_OUT_OF_MEMORY:
+		snprintf(err, errlen, "out of memory talking to the sandbox");
+		return -ENOMEM;
+	default:
+		snprintf(err, errlen, "talking to the sandbox at %s failed: %s", ac_where(ep),
+			 what);
+		return -EIO;
+	}
+}
+
+/* ac_status_error - a non-200 answer as a negative errno and a sentence */
+static int ac_status_error(struct ac_xfer *x, char *err, size_t errlen)
+{
+	json_t *j = x->buf ? json_loadb(x->buf, x->len, 0, NULL) : NULL;
+	const char *why = json_string_value(json_object_get(j, "error"));
+	if (!why)
+		why = "no explanation given";
+	int rc;
+	switch (x->status) {
+	case 400:
+		snprintf(err, errlen, "the sandbox rejected the request: %s", why);
+		rc = -EINVAL;
+		break;
+	case 401:
+		snprintf(err, errlen, "the sandbox refused this session's credentials: %s", why);
+		rc = -EACCES;
+		break;
+	case 409:
+		if (x->kind == AC_CLAIM) {
+			snprintf(err, errlen, "this sandbox was already claimed by someone else");
+			rc = -EALREADY;
+		} else {
+			snprintf(err, errlen, "the sandbox is still running another call");
+			rc = -EBUSY;
+		}
+		break;
+	case 413:
+		snprintf(err, errlen, "the request is larger than the sandbox accepts: %s", why);
+		rc = -EMSGSIZE;
+		break;
+	case 503:
+		snprintf(err, errlen, "the sandbox is shutting down: %s", why);
+		rc = -ECONNRESET;
+		break;
+	default:
+		snprintf(err, errlen, "the sandbox answered HTTP %ld, which this client does not "
+			 "expect: %s", x->status, why);
+		rc = x->status >= 500 ? -EIO : -EPROTO;
+		break;
+	}
+	json_decref(j);
+	return rc;
+}
+
+/*
+ * ac_call - one request; on 0, a whole answer is in x->buf (x->len) or, for /execute, the
+ * result in x->result. The caller frees x->buf, x->line and x->result.
+ */
+static int ac_call(const struct agent_endpoint *ep, const char *path, const char *body,
+		   size_t bodylen, long timeout_ms, struct ac_xfer *x, char *err, size_t errlen)
+{
+	char url[512], auth[128], cerr[CURL_ERROR_SIZE] = "";
+	const char *base = ep->base_url ? ep->base_url : "http://localhost";
+	if ((size_t)snprintf(url, sizeof(url), "%s%s", base, path) >= sizeof(url)) {
+		snprintf(err, errlen, "the sandbox address %s is too long", base);
+		return -EINVAL;
+	}
+	x->h = curl_easy_init();
+	if (!x->h) {
+		snprintf(err, errlen, "libcurl could not create a handle");
+		return -ENOMEM;
+	}
+	x->err = err;
+	x->errlen = errlen;
+
+	struct curl_slist *hdr = NULL, *h2;
+	int rc = 0;
+	if (body)
+		hdr = curl_slist_append(hdr, "Content-Type: application/json");
+	if (ep->secret[0]) {
+		snprintf(auth, sizeof(auth), "Authorization: Bearer %s", ep->secret);
+		h2 = curl_slist_append(hdr, auth);
+		hdr = h2 ? h2 : hdr;
+		OPENSSL_cleanse(auth, sizeof(auth));
+	}
+	if (body && !hdr) {
+		rc = -ENOMEM;
+		snprintf(err, errlen, "out of memory building the request");
+		goto out;
+	}
+
+	CURL *h = x->h;
+	curl_easy_setopt(h, CURLOPT_URL, url);
+	if (ep->unix_path)
+		curl_easy_setopt(h, CURLOPT_UNIX_SOCKET_PATH, ep->unix_path);
+	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(h, CURLOPT_PROXY, ""); /* never send a sandbox secret through a proxy */
+	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, cerr);
+	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,
+			 timeout_ms && timeout_ms < AC_CONNECT_TIMEOUT_MS ? timeout_ms
+									  : AC_CONNECT_TIMEOUT_MS);
+	if (timeout_ms)
+		curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms);
+	if (x->kind == AC_EXECUTE) {
+		/* no overall deadline (the agent bounds the run); a silent stream is a dead one */
+		curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+		curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, (long)AGENT_CLIENT_STALL_S);
+	}
+	if (!ep->unix_path) {
+		curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
+		curl_easy_setopt(h, CURLOPT_TCP_KEEPIDLE, 30L);
+		curl_easy_setopt(h, CURLOPT_TCP_KEEPINTVL, 10L);
+	}
+	if (hdr)
+		curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
+	if (body) {
+		curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+		curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)bodylen);
+	}
+	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, ac_write);
+	curl_easy_setopt(h, CURLOPT_WRITEDATA, x);
+	if (x->cancel) {
+		curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, ac_xferinfo);
+		curl_easy_setopt(h, CURLOPT_XFERINFODATA, x);
+		curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+	}
+
+	CURLcode cc = curl_easy_perform(h);
+	if (x->rc) {
+		rc = x->rc;
+	} else if (cc == CURLE_ABORTED_BY_CALLBACK && x->cancel && *x->cancel) {
+		snprintf(err, errlen, "the call was cancelled");
+		rc = -ECANCELED;
+	} else if (cc != CURLE_OK) {
+		rc = ac_transport_error(ep, x, cc, cerr, timeout_ms, err, errlen);
+	} else {
+		if (!x->status)
+			curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &x->status);
+		if (x->status != 200) {
+			rc = ac_status_error(x, err, errlen);
+		} else if (x->kind == AC_EXECUTE && !x->result) {
+			/* a clean end of the stream without the result is still a dead call */
+			snprintf(err, errlen, "%s (the stream ended before the result)", ac_died);
+			rc = -EPIPE;
+		}
+	}
+	if (rc < 0 && rc != -EBUSY && rc != -EALREADY)
+		log_debug("%s %s: %s", path, ac_where(ep), err);
+out:
+	curl_slist_free_all(hdr);
+	curl_easy_cleanup(x->h);
+	x->h = NULL;
+	return rc;
+}
+
+/* ac_xfer_free - release what a transfer collected */
+static void ac_xfer_free(struct ac_xfer *x)
+{
+	free(x->buf);
+	free(x->line);
+	json_decref(x->result);
+}
+
+/* ac_answer - the collected 200 answer as a JSON object, or -EPROTO */
+static int ac_answer(struct ac_xfer *x, json_t **out, char *err, size_t errlen)
+{
+	json_error_t jerr;
+	json_t *j = x->len ? json_loadb(x->buf, x->len, JSON_REJECT_DUPLICATES, &jerr) : NULL;
+	if (!json_is_object(j)) {
+		json_decref(j);
+		snprintf(err, errlen, "the sandbox's answer is not a JSON object");
+		return -EPROTO;
+	}
+	*out = j;
+	return 0;
+}
+
+/* agent_client_claim - make a fresh secret and hand it to the agent once */
+int agent_client_claim(struct agent_endpoint *ep, char *err, size_t errlen)
+{
+	unsigned char raw[32];
+	if (RAND_bytes(raw, sizeof(raw)) != 1) {
+		snprintf(err, errlen, "the system could not supply random bytes for a secret");
+		return -EIO;
+	}
+	static const char hex[] = "0123456789abcdef";
+	for (size_t i = 0; i < sizeof(raw); i++) {
+		ep->secret[2 * i] = hex[raw[i] >> 4];
+		ep->secret[2 * i + 1] = hex[raw[i] & 15];
+	}
+	ep->secret[64] = '\0';
+	OPENSSL_cleanse(raw, sizeof(raw));
+
+	char body[96];
+	int n = snprintf(body, sizeof(body), "{\"secret\":\"%s\"}", ep->secret);
+	/* /claim carries no Authorization header: send it from a copy without the secret */
+	struct agent_endpoint anon = { .unix_path = ep->unix_path, .base_url = ep->base_url };
+	struct ac_xfer x = { .kind = AC_CLAIM, .max = AGENT_CLIENT_MAX_LINE };
+	int rc = ac_call(&anon, "/claim", body, (size_t)n, AC_CLAIM_TIMEOUT_MS, &x, err, errlen);
+	OPENSSL_cleanse(body, sizeof(body));
+	json_t *ans = NULL;
+	if (rc == 0)
+		rc = ac_answer(&x, &ans, err, errlen);
+	if (rc == 0 && !json_is_true(json_object_get(ans, "ok"))) {
+		snprintf(err, errlen, "the sandbox did not confirm the claim");
+		rc = -EPROTO;
+	}
+	json_decref(ans);
+	ac_xfer_free(&x);
+	if (rc < 0)
+		OPENSSL_cleanse(ep->secret, sizeof(ep->secret));
+	return rc;
+}
+
+/* agent_client_health - is the agent up and answering */
+int agent_client_health(const struct agent_endpoint *ep, int timeout_ms, char *err,
+			size_t errlen)
+{
+	struct ac_xfer x = { .kind = AC_HEALTH, .max = AGENT_CLIENT_MAX_LINE };
+	int rc = ac_call(ep, "/health", NULL, 0, timeout_ms > 0 ? timeout_ms : 5000, &x, err,
+			 errlen);
+	json_t *ans = NULL;
+	if (rc == 0)
+		rc = ac_answer(&x, &ans, err, errlen);
+	if (rc == 0 && !json_is_true(json_object_get(ans, "ok"))) {
+		snprintf(err, errlen, "the sandbox's agent reports that it is not healthy");
+		rc = -EPROTO;
+	}
+	json_decref(ans);
+	ac_xfer_free(&x);
+	return rc;
+}
+
+/* ac_body - a request object as compact JSON within the agent's limit */
+static char *ac_body(json_t *req, size_t *len, int *rc, char *err, size_t errlen)
+{
+	char *body = json_is_object(req) ? json_dumps(req, JSON_COMPACT) : NULL;
+	if (!body) {
+		snprintf(err, errlen, "the request for the sandbox is not a JSON object");
+		*rc = -EINVAL;
+		return NULL;
+	}
+	*len = strlen(body);
+	if (*len > AGENT_CLIENT_MAX_BODY) {
+		snprintf(err, errlen, "the request is %zu bytes, more than the %u the sandbox "
+			 "accepts; send fewer or smaller files", *len, AGENT_CLIENT_MAX_BODY);
+		free(body);
+		*rc = -EMSGSIZE;
+		return NULL;
+	}
+	return body;
+}
+
+/* agent_client_execute - POST /execute, report progress, return the result */
+int agent_client_execute(const struct agent_endpoint *ep, json_t *req, agent_progress_fn progress,
+			 void *ctx, volatile int *cancel, json_t **result, char *err,
+			 size_t errlen)
+{
+	*result = NULL;
+	size_t len;
+	int rc;
+	char *body = ac_body(req, &len, &rc, err, errlen);
+	if (!body)
+		return rc;
+	struct ac_xfer x = { .kind = AC_EXECUTE, .progress = progress, .ctx = ctx,
+			     .cancel = cancel };
+	rc = ac_call(ep, "/execute", body, len, 0, &x, err, errlen);
+	free(body);
+	if (rc == 0) {
+		*result = x.result;
+		x.result = NULL;
+	}
+	ac_xfer_free(&x);
+	return rc;
+}
+
+/* agent_client_doc - POST /doc */
+int agent_client_doc(const struct agent_endpoint *ep, json_t *req, json_t **result, char *err,
+		     size_t errlen)
+{
+	*result = NULL;
+	size_t len;
+	int rc;
+	char *body = ac_body(req, &len, &rc, err, errlen);
+	if (!body)
+		return rc;
+	struct ac_xfer x = { .kind = AC_DOC, .max = AC_DOC_MAX_ANSWER };
+	rc = ac_call(ep, "/doc", body, len, AC_DOC_TIMEOUT_MS, &x, err, errlen);
+	free(body);
+	if (rc == 0)
+		rc = ac_answer(&x, result, err, errlen);
+	ac_xfer_free(&x);
+	return rc;
+}
+
+/* agent_client_gone - the errors after which the caller claims a fresh sandbox */
+bool agent_client_gone(int rc)
+{
+	switch (-rc) {
+	case ENOENT:
+	case ECONNREFUSED:
+	case ECONNRESET:
+	case EPIPE:
+	case EHOSTUNREACH:
+	case ENETUNREACH:
+	case ETIMEDOUT:
+		return true;
+	default:
+		return false;
+	}
+}

@@ -1,0 +1,80 @@
+/*
+ * agent_client.h - the worker's client for the agent's HTTP API (libcurl).
+ *
+ * Called by the worker's sandbox backends (local jail: unix socket; Kubernetes: pod IP) to
+ * claim a sandbox, check its health, and make execute and doc calls. The protocol is in
+ * docs/agent-api.md; the server is agent/server.c.
+ *
+ * The process must call curl_global_init(CURL_GLOBAL_DEFAULT) once before the first call (the
+ * worker's main does, before it starts any thread). Each call uses its own easy handle, never
+ * installs signal handlers (CURLOPT_NOSIGNAL), and may run on any thread.
+ *
+ * Errors are negative errno values with a sentence in err:
+ *   -ENOENT, -ECONNREFUSED, -EHOSTUNREACH   nobody listens there: the sandbox is gone
+ *   -EPIPE        the sandbox stopped responding in the middle of the call (reset, EOF before
+ *                 the answer was complete, no byte for AGENT_CLIENT_STALL_S seconds)
+ *   -ETIMEDOUT    no answer within the call's deadline (connect, health, claim, doc)
+ *   -ECANCELED    *cancel became nonzero
+ *   -EBUSY        409: another call is still running in the sandbox
+ *   -EALREADY     409 on claim: someone else claimed this sandbox
+ *   -EACCES       401: the secret is missing or wrong
+ *   -EMSGSIZE     the request is over the agent's 8 MiB limit (checked here, or 413)
+ *   -EINVAL       400: the agent rejected the request; err carries its sentence
+ *   -EPROTO       an answer that does not follow the protocol
+ *   -EIO, -ENOMEM anything else
+ * agent_client_gone() says which of these mean "claim a fresh sandbox and retry once".
+ */
+#ifndef KG_AGENT_CLIENT_H
+#define KG_AGENT_CLIENT_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+/* An /execute stream that carries no byte for this long is a dead sandbox (the agent sends a
+ * heartbeat every 10 s while a call runs). */
+#define AGENT_CLIENT_STALL_S 60
+/* Answer size limits: the result line of /execute, and any other answer or event line. */
+#define AGENT_CLIENT_MAX_RESULT (32u * 1024 * 1024)
+#define AGENT_CLIENT_MAX_LINE   (64u * 1024)
+/* The request body limit the agent enforces (AGENT_MAX_BODY in agent/server.h). */
+#define AGENT_CLIENT_MAX_BODY   (8u * 1024 * 1024)
+
+struct agent_endpoint {
+	const char *unix_path;  /* non-NULL: connect to this unix socket */
+	const char *base_url;   /* "http://localhost" with unix_path (NULL means that), or
+				 * "http://10.0.0.5:8888"; no trailing slash */
+	char secret[65];        /* hex, set by agent_client_claim; "" sends no Authorization */
+};
+
+/* agent_client_claim - generate a 256-bit secret (RAND_bytes, hex) into ep->secret and
+ * POST /claim it. */
+int agent_client_claim(struct agent_endpoint *ep, char *err, size_t errlen);
+
+/* agent_client_health - GET /health within timeout_ms; 0 if the agent answers {"ok":true} */
+int agent_client_health(const struct agent_endpoint *ep, int timeout_ms, char *err,
+			size_t errlen);
+
+typedef void (*agent_progress_fn)(void *ctx, const char *phase, const char *message);
+
+/*
+ * agent_client_execute - POST /execute and follow its NDJSON stream.
+ *   req:      the pipeline_execute request ({"files":[...], "timeout_ms"?, "env"?})
+ *   progress: called on this thread for each progress event (may be NULL)
+ *   cancel:   polled about once a second; nonzero ends the call with -ECANCELED (the agent
+ *             finishes the run anyway and stays busy until then). May be NULL.
+ * Returns 0 and *result (a new reference to the result object), or a negative errno above.
+ */
+int agent_client_execute(const struct agent_endpoint *ep, json_t *req, agent_progress_fn progress,
+			 void *ctx, volatile int *cancel, json_t **result, char *err,
+			 size_t errlen);
+
+/* agent_client_doc - POST /doc {"package","symbol"?}; 0 and *result = the agent's answer
+ * ({"ok":true,"text",...} or {"ok":false,"error"}) */
+int agent_client_doc(const struct agent_endpoint *ep, json_t *req, json_t **result, char *err,
+		     size_t errlen);
+
+/* agent_client_gone - true for the errors that mean the sandbox is gone or unreachable */
+bool agent_client_gone(int rc);
+
+#endif

@@ -1,0 +1,228 @@
+/*
+ * call.c - the call thread: runs the session's tool calls one at a time, in order.
+ *
+ * mcp.c queues a checked tools/call here; this thread takes it to the sandbox's agent, turns
+ * progress into notifications/progress when the client asked for it, retries once in a fresh
+ * sandbox if the sandbox died mid-call, and answers the request.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "worker/agent_client.h"
+#include "worker/worker.h"
+
+static pthread_t call_tid;
+
+void job_free(struct job *j)
+{
+	if (!j)
+		return;
+	json_decref(j->id);
+	json_decref(j->args);
+	json_decref(j->progress_token);
+	free(j);
+}
+
+/* call_enqueue - main thread: a checked call joins the queue */
+void call_enqueue(struct session *s, struct job *j)
+{
+	pthread_mutex_lock(&s->mu);
+	if (s->queue_tail)
+		s->queue_tail->next = j;
+	else
+		s->queue = j;
+	s->queue_tail = j;
+	pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+/* call_cancel - notifications/cancelled: stop the running call or drop a queued one */
+void call_cancel(struct session *s, json_t *request_id)
+{
+	struct job *dropped = NULL;
+	pthread_mutex_lock(&s->mu);
+	if (s->running && json_equal(s->running->id, request_id)) {
+		s->running->cancel = 1;
+		log_info("cancelling the running call");
+	} else {
+		for (struct job **pp = &s->queue; *pp; pp = &(*pp)->next)
+			if (json_equal((*pp)->id, request_id)) {
+				dropped = *pp;
+				*pp = dropped->next;
+				if (s->queue_tail == dropped) {
+					s->queue_tail = NULL;
+					for (struct job *q = s->queue; q; q = q->next)
+						s->queue_tail = q;
+				}
+				break;
+			}
+	}
+	pthread_mutex_unlock(&s->mu);
+	if (dropped) {
+		mcp_reply(s, dropped->seq, NULL); /* a cancelled request gets no response */
+		job_free(dropped);
+	}
+}
+
+/* call_progress - agent progress becomes notifications/progress */
+static void call_progress(void *ctx, const char *phase, const char *message)
+{
+	void **c = ctx;
+	struct session *s = c[0];
+	struct job *j = c[1];
+	if (!j->progress_token)
+		return;
+	char text[300];
+	snprintf(text, sizeof(text), "%s: %s", phase, message ? message : "");
+	mcp_notify(s, j->seq, "notifications/progress",
+		   json_pack("{s:O, s:i, s:s}", "progressToken", j->progress_token, "progress",
+			     ++j->progress, "message", text));
+}
+
+/* tool_result - wrap structured content as an MCP CallToolResult (steals sc) */
+static json_t *tool_result(json_t *sc, bool is_error)
+{
+	char *text = json_dumps(sc, JSON_COMPACT | JSON_ENSURE_ASCII);
+	json_t *r = json_pack("{s:[{s:s, s:s}], s:o, s:b}", "content", "type", "text", "text",
+			      text ? text : "{}", "structuredContent", sc, "isError", is_error);
+	free(text);
+	return r;
+}
+
+/* tool_error - a tool result that only carries a sentence */
+static json_t *tool_error(const char *message)
+{
+	return json_pack("{s:[{s:s, s:s}], s:b}", "content", "type", "text", "text", message, "isError", 1);
+}
+
+/* result_is_error - the model has something to fix unless the run went fine */
+static bool result_is_error(json_t *res)
+{
+	const char *phase = json_string_value(json_object_get(res, "phase"));
+	const char *kind = json_string_value(json_object_get(json_object_get(res, "result"), "kind"));
+	return !phase || strcmp(phase, "run") != 0 || !kind || strcmp(kind, "ok") != 0;
+}
+
+/* call_agent - one tool call against the sandbox, retried once in a fresh one if it died */
+static json_t *call_agent(struct session *s, struct job *j, json_t *req, bool doc)
+{
+	struct agent_endpoint *ep;
+	char err[512] = "";
+	json_t *res = NULL;
+	void *ctx[2] = { s, j };
+	bool retried = false;
+	int r = sandbox_get(s, &ep, err, sizeof(err));
+	for (int attempt = 0; r == 0; attempt++) {
+		r = doc ? agent_client_doc(ep, req, &res, err, sizeof(err))
+			: agent_client_execute(ep, req, call_progress, ctx, &j->cancel, &res, err, sizeof(err));
+		if (r == 0 || !agent_client_gone(r) || attempt == 1 || j->cancel)
+			break;
+		log_warn("sandbox %s died mid-call (%s); retrying once in a fresh sandbox", sandbox_name(s), err);
+		mcp_log(s, "warning", "the sandbox died mid-call; retrying once in a fresh one");
+		retried = true;
+		r = sandbox_replace(s, &ep, err, sizeof(err));
+	}
+	if (r == -ECANCELED || j->cancel)
+		return NULL;
+	if (r != 0) {
+		char msg[700];
+		snprintf(msg, sizeof(msg), "%s%s", err[0] ? err : "the sandbox failed",
+			 retried ? " (after one retry in a fresh sandbox)" : "");
+		return tool_error(msg);
+	}
+	if (doc) {
+		if (!json_is_true(json_object_get(res, "ok"))) {
+			const char *e = json_string_value(json_object_get(res, "error"));
+			json_t *out = tool_error(e ? e : "go doc failed");
+			json_decref(res);
+			return out;
+		}
+		json_t *sc = json_pack("{s:O, s:s, s:O, s:b}", "package", json_object_get(req, "package"),
+				       "symbol", json_string_value(json_object_get(req, "symbol")) ?: "",
+				       "text", json_object_get(res, "text"), "truncated",
+				       json_is_true(json_object_get(res, "truncated")));
+		const char *text = json_string_value(json_object_get(res, "text"));
+		json_t *out = json_pack("{s:[{s:s, s:s}], s:o, s:b}", "content", "type", "text", "text",
+					text ? text : "", "structuredContent", sc, "isError", 0);
+		json_decref(res);
+		return out;
+	}
+	json_object_set_new(res, "retried", json_boolean(retried));
+	json_object_set_new(res, "sandbox", json_string(sandbox_name(s)));
+	return tool_result(res, result_is_error(res));
+}
+
+/* call_run - turn a tool call's arguments into the agent's request */
+static json_t *call_run(struct session *s, struct job *j)
+{
+	if (strcmp(j->tool, "lookup_package_docs") == 0) {
+		json_t *req = json_pack("{s:O}", "package", json_object_get(j->args, "package"));
+		if (json_object_get(j->args, "symbol"))
+			json_object_set(req, "symbol", json_object_get(j->args, "symbol"));
+		json_t *out = call_agent(s, j, req, true);
+		json_decref(req);
+		return out;
+	}
+	json_t *files = json_object_get(j->args, "files");
+	json_t *code = json_object_get(j->args, "code");
+	json_t *tmo = json_object_get(j->args, "timeout_seconds");
+	long long secs = tmo ? json_integer_value(tmo) : s->default_timeout_s;
+	json_t *req = json_pack("{s:O, s:I}", "files",
+				files ? files : json_pack("[{s:s, s:O}]", "path", "main.go", "content", code),
+				"timeout_ms", secs * 1000);
+	if (!files)
+		json_decref(json_object_get(req, "files")); /* the pack above took its own reference */
+	json_t *out = call_agent(s, j, req, false);
+	json_decref(req);
+	return out;
+}
+
+/* call_thread - take jobs in order, one at a time */
+static void *call_thread(void *arg)
+{
+	struct session *s = arg;
+	for (;;) {
+		pthread_mutex_lock(&s->mu);
+		while (!s->queue && s->state != WS_CLOSING)
+			pthread_cond_wait(&s->cv, &s->mu);
+		if (s->state == WS_CLOSING) {
+			pthread_mutex_unlock(&s->mu);
+			return NULL;
+		}
+		struct job *j = s->queue;
+		s->queue = j->next;
+		if (!s->queue)
+			s->queue_tail = NULL;
+		s->running = j;
+		session_set_state(s, WS_BUSY);
+		pthread_mutex_unlock(&s->mu);
+
+		json_t *resp = call_run(s, j);
+
+		pthread_mutex_lock(&s->mu);
+		s->running = NULL;
+		if (!s->queue && s->state == WS_BUSY)
+			session_set_state(s, WS_READY);
+		pthread_mutex_unlock(&s->mu);
+		if (resp && !j->cancel)
+			mcp_reply(s, j->seq, json_pack("{s:s, s:O, s:o}", "jsonrpc", "2.0", "id", j->id,
+						       "result", resp));
+		else {
+			json_decref(resp);
+			mcp_reply(s, j->seq, NULL);
+		}
+		job_free(j);
+	}
+}
+
+/* call_start - the call thread, started before the seccomp filter goes on */
+int call_start(struct session *s)
+{
+	int r = pthread_create(&call_tid, NULL, call_thread, s);
+	if (r != 0)
+		return -r;
+	pthread_detach(call_tid);
+	return 0;
+}

@@ -1,0 +1,213 @@
+/*
+ * main.c - `kode-gopher worker`: one MCP session, started by the master with fork+exec.
+ *
+ * Start-up order matters: dial the master, say HELLO, ask for a sandbox (so it is warming while
+ * the client initializes), then lock down with seccomp and serve. From then on the worker can
+ * neither exec nor open new kinds of sockets; what it needs beyond that it asks the master for.
+ *
+ * The dispatch table says which IPC message each state permits (OpenSSH's monitor tables): any
+ * other message means the master side is confused or hostile, and the worker exits.
+ * Exit status: 0 normal end, 1 handled fatal error, anything else a crash.
+ */
+#include <curl/curl.h>
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "policy/seccomp.h"
+#include "worker/worker.h"
+
+static const char worker_usage[] =
+	"usage: kode-gopher worker --ipc URL --session ID [options]\n"
+	"\n"
+	"Internal: one MCP session, started by `kode-gopher serve`. Not for direct use.\n"
+	"\n"
+	"options:\n"
+	"  --ipc URL              the master's ipc:// channel\n"
+	"  --session ID           the session this worker serves\n"
+	"  --log-level LEVEL      debug, info, warn, error or off\n"
+	"  --seccomp MODE         kill (default), log or off\n"
+	"  --timeout S            default execute timeout in seconds (60)\n"
+	"  --max-timeout S        largest timeout a call may ask for (300)\n";
+
+static const char *const state_names[WS_COUNT] = { "new", "idle", "busy", "closing" };
+
+/* session_send - send a message to the master; thread-safe (nng sockets are) */
+int session_send(struct session *s, struct ipc_buf *b)
+{
+	int r = chan_send(s->sock, b);
+	if (r != 0)
+		log_warn("cannot reach the master: %s", strerror(-r));
+	return r;
+}
+
+uint32_t session_next_seq(struct session *s)
+{
+	return __atomic_add_fetch(&s->out_seq, 1, __ATOMIC_SEQ_CST);
+}
+
+/* session_set_state - state change, process title and a note to the master (call under mu) */
+void session_set_state(struct session *s, enum worker_state st)
+{
+	if (s->state == st)
+		return;
+	s->state = st;
+	proctitle_set("kode-gopher: worker s=%.8s %s", s->id, st == WS_BEFORE_INIT ? "idle" : state_names[st]);
+	if (st == WS_READY || st == WS_BUSY) {
+		struct ipc_buf b;
+		if (ipc_pack_note_state(&b, session_next_seq(s), st == WS_BUSY ? "busy" : "idle") == 0)
+			session_send(s, &b);
+	}
+}
+
+/* ---- the dispatch table ---- */
+
+typedef void (*dispatch_fn)(struct session *s, struct ipc_msg *m);
+
+/* on_req_mcp - a client message */
+static void on_req_mcp(struct session *s, struct ipc_msg *m)
+{
+	mcp_handle(s, m->seq, m->u.mcp.msg.ptr, m->u.mcp.msg.len, m->u.mcp.replay);
+}
+
+/* on_toobig - a client message the master had to drop */
+static void on_toobig(struct session *s, struct ipc_msg *m)
+{
+	mcp_handle_toobig(s, m->seq, &m->u.toobig);
+}
+
+/* on_ans_sandbox - the master answered our REQ_SANDBOX */
+static void on_ans_sandbox(struct session *s, struct ipc_msg *m)
+{
+	sandbox_answer(s, m);
+}
+
+/* on_shutdown - end the session */
+static void on_shutdown(struct session *s, struct ipc_msg *m)
+{
+	char why[128];
+	ipc_bytes_str(m->u.shutdown.reason, why, sizeof(why));
+	log_info("shutting down: %s", why);
+	pthread_mutex_lock(&s->mu);
+	session_set_state(s, WS_CLOSING);
+	pthread_mutex_unlock(&s->mu);
+}
+
+#define ST(x) (1u << (x))
+#define LIVE (ST(WS_BEFORE_INIT) | ST(WS_READY) | ST(WS_BUSY))
+
+static const struct {
+	uint32_t type;
+	unsigned states;
+	dispatch_fn fn;
+} dispatch[] = {
+	{ IPC_REQ_MCP, LIVE, on_req_mcp },
+	{ IPC_REQ_MCP_TOOBIG, LIVE, on_toobig },
+	{ IPC_ANS_SANDBOX, LIVE, on_ans_sandbox }, /* and only when one was asked for */
+	{ IPC_REQ_SHUTDOWN, LIVE, on_shutdown },
+};
+
+/* worker_dispatch - run the handler the state permits, or die */
+static void worker_dispatch(struct session *s, struct ipc_msg *m)
+{
+	pthread_mutex_lock(&s->mu);
+	enum worker_state st = s->state;
+	bool unasked = m->type == IPC_ANS_SANDBOX && (!s->sandbox_pending || m->seq != s->sandbox_seq);
+	pthread_mutex_unlock(&s->mu);
+	for (size_t i = 0; i < sizeof(dispatch) / sizeof(dispatch[0]); i++)
+		if (dispatch[i].type == m->type && (dispatch[i].states & ST(st)) && !unasked) {
+			dispatch[i].fn(s, m);
+			return;
+		}
+	log_error("message %s (seq %u) is not permitted in state %s; exiting",
+		  ipc_type_name(m->type), m->seq, state_names[st]);
+	_exit(1);
+}
+
+int worker_main(int argc, char **argv)
+{
+	static struct session sess;
+	struct session *s = &sess;
+	const char *url = NULL, *seccomp_mode = "kill";
+	enum log_level lvl = LOG_LVL_INFO;
+	s->default_timeout_s = 60;
+	s->max_timeout_s = 300;
+	proctitle_init(argc, argv); /* first: it moves argv, and getopt must see the copies */
+	static const struct option opts[] = {
+		{ "ipc", required_argument, 0, 'i' },     { "session", required_argument, 0, 's' },
+		{ "log-level", required_argument, 0, 'l' }, { "seccomp", required_argument, 0, 'c' },
+		{ "timeout", required_argument, 0, 't' }, { "max-timeout", required_argument, 0, 'm' },
+		{ "help", no_argument, 0, 'h' },          { 0, 0, 0, 0 }
+	};
+	int c;
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'i': url = optarg; break;
+		case 's': snprintf(s->id, sizeof(s->id), "%s", optarg); break;
+		case 'l':
+			if (log_parse_level(optarg, &lvl) != 0)
+				lvl = LOG_LVL_INFO;
+			break;
+		case 'c': seccomp_mode = optarg; break;
+		case 't': s->default_timeout_s = atoi(optarg) > 0 ? atoi(optarg) : 60; break;
+		case 'm': s->max_timeout_s = atoi(optarg) > 0 ? atoi(optarg) : 300; break;
+		case 'h': fputs(worker_usage, stdout); return 0;
+		default: fputs(worker_usage, stderr); return 2;
+		}
+	}
+	if (!url || !s->id[0]) {
+		fputs(worker_usage, stderr);
+		return 2;
+	}
+	log_init("worker", lvl);
+	signal(SIGPIPE, SIG_IGN);
+	pthread_mutex_init(&s->mu, NULL);
+	pthread_cond_init(&s->cv, NULL);
+	s->mcp_log_level = 6; /* "warning" until the client says otherwise */
+	if (curl_global_init(CURL_GLOBAL_DEFAULT) != 0 || chan_dial(&s->sock, url) != 0)
+		return 1;
+
+	struct ipc_buf b;
+	if (ipc_pack_hello(&b, session_next_seq(s), (uint32_t)getpid(), KG_VERSION) != 0 ||
+	    session_send(s, &b) != 0)
+		return 1;
+	s->state = WS_CLOSING; /* forces the title and note below */
+	pthread_mutex_lock(&s->mu);
+	s->state = WS_BEFORE_INIT;
+	proctitle_set("kode-gopher: worker s=%.8s idle", s->id);
+	pthread_mutex_unlock(&s->mu);
+	sandbox_request(s, "spawn"); /* warm: the sandbox starts while the client initializes */
+	if (call_start(s) != 0)
+		return 1;
+	if (seccomp_worker_lockdown(seccomp_mode) != 0) {
+		log_error("cannot install the seccomp filter; refusing to serve unconfined");
+		return 1;
+	}
+	log_debug("serving session %.8s…", s->id);
+
+	for (;;) {
+		struct ipc_msg m;
+		int r = chan_recv(s->sock, &m, 0, NULL);
+		if (r == -ESHUTDOWN)
+			break;
+		if (r == -EPROTO) {
+			log_error("undecodable message from the master; exiting");
+			_exit(1);
+		}
+		if (r != 0)
+			continue;
+		worker_dispatch(s, &m);
+		ipc_msg_free(&m);
+		pthread_mutex_lock(&s->mu);
+		bool closing = s->state == WS_CLOSING;
+		pthread_mutex_unlock(&s->mu);
+		if (closing)
+			break;
+	}
+	/* the master releases the sandbox when we are gone; in-flight calls end with us */
+	_exit(0);
+}

@@ -1,0 +1,433 @@
+/*
+ * mcp.c - JSON-RPC 2.0 and the MCP lifecycle, on untrusted bytes from the client.
+ *
+ * Called by worker/main.c for each REQ_MCP. Parsing happens here, in the worker, so that a
+ * parser bug costs one session and not the server. Quick requests are answered at once; tool
+ * calls are checked here and queued for the call thread (worker/call.c).
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "worker/worker.h"
+
+static const char *const mcp_versions[] = { "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05" };
+
+/* RFC 5424 severities, as MCP's logging/setLevel names them, most severe first */
+static const char *const mcp_log_levels[] = { "emergency", "alert", "critical", "error",
+					      "warning", "notice", "info", "debug" };
+
+#define RPC_PARSE_ERROR -32700
+#define RPC_INVALID_REQUEST -32600
+#define RPC_METHOD_NOT_FOUND -32601
+#define RPC_INVALID_PARAMS -32602
+#define RPC_INTERNAL_ERROR -32603
+
+static const char mcp_instructions[] =
+	"kode-gopher runs Go code in a sandbox with the Google Cloud Go libraries precompiled. "
+	"Use execute_go_code to run a snippet (any package but main declaring "
+	"func run(ctx context.Context) (any, error); the value it returns comes back as JSON) or "
+	"a full package main program. Files written to /app/persist survive across calls in this "
+	"session. Use lookup_package_docs to read `go doc` output for a package or symbol before "
+	"guessing an API.";
+
+/* mcp_reply - answer REQ_MCP seq (every REQ_MCP gets exactly one ANS_MCP, maybe empty) */
+void mcp_reply(struct session *s, uint32_t seq, json_t *response)
+{
+	char *text = NULL;
+	size_t len = 0;
+	if (response) {
+		text = json_dumps(response, JSON_COMPACT);
+		len = text ? strlen(text) : 0;
+		json_decref(response);
+	}
+	struct ipc_buf b;
+	int r = ipc_pack_ans_mcp(&b, seq, text ? text : "", len);
+	if (r == -EMSGSIZE) {
+		log_error("a response of %zu bytes is over the IPC limit", len);
+		r = ipc_pack_ans_mcp(&b, seq, "", 0);
+	}
+	if (r == 0)
+		session_send(s, &b);
+	free(text);
+}
+
+/* mcp_error - a JSON-RPC error response */
+json_t *mcp_error(json_t *id, int code, const char *message)
+{
+	return json_pack("{s:s, s:O, s:{s:i, s:s}}", "jsonrpc", "2.0", "id", id ? id : json_null(),
+			 "error", "code", code, "message", message);
+}
+
+/* mcp_result - a JSON-RPC success response (steals result) */
+static json_t *mcp_result(json_t *id, json_t *result)
+{
+	return json_pack("{s:s, s:O, s:o}", "jsonrpc", "2.0", "id", id, "result", result);
+}
+
+/* mcp_notify - a server notification, tied to request seq rel (0: none) for the transport */
+void mcp_notify(struct session *s, uint32_t rel, const char *method, json_t *params)
+{
+	json_t *n = json_pack("{s:s, s:s, s:o}", "jsonrpc", "2.0", "method", method, "params", params);
+	char *text = n ? json_dumps(n, JSON_COMPACT) : NULL;
+	json_decref(n);
+	struct ipc_buf b;
+	if (text && ipc_pack_note_mcp(&b, session_next_seq(s), rel, text, strlen(text)) == 0)
+		session_send(s, &b);
+	free(text);
+}
+
+/* mcp_log - notifications/message, if the client's level lets it through */
+void mcp_log(struct session *s, const char *level, const char *fmt, ...)
+{
+	int lv = 0;
+	for (int i = 0; i < 8; i++)
+		if (strcmp(mcp_log_levels[i], level) == 0)
+			lv = i;
+	pthread_mutex_lock(&s->mu);
+	bool pass = lv <= s->mcp_log_level && s->state != WS_BEFORE_INIT;
+	pthread_mutex_unlock(&s->mu);
+	if (!pass)
+		return;
+	char msg[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	mcp_notify(s, 0, "notifications/message",
+		   json_pack("{s:s, s:s, s:s}", "level", level, "logger", "kode-gopher", "data", msg));
+}
+
+/* valid_id - JSON-RPC ids are strings or integers here (null is not an id for a request) */
+static bool valid_id(json_t *id)
+{
+	return json_is_string(id) || json_is_integer(id);
+}
+
+/* on_initialize - version negotiation and capabilities */
+static json_t *on_initialize(struct session *s, json_t *id, json_t *params, const char *raw,
+			     size_t rawlen, bool replay)
+{
+	pthread_mutex_lock(&s->mu);
+	bool again = s->state != WS_BEFORE_INIT;
+	pthread_mutex_unlock(&s->mu);
+	if (again)
+		return mcp_error(id, RPC_INVALID_REQUEST, "the session is already initialized");
+	const char *asked = NULL, *client = NULL;
+	if (!json_is_object(params) ||
+	    json_unpack(params, "{s:s, s?{s?s}}", "protocolVersion", &asked, "clientInfo", "name", &client) != 0)
+		return mcp_error(id, RPC_INVALID_PARAMS,
+				 "initialize needs params.protocolVersion (a string) and params.clientInfo");
+	const char *version = mcp_versions[0];
+	for (size_t i = 0; i < sizeof(mcp_versions) / sizeof(mcp_versions[0]); i++)
+		if (strcmp(asked, mcp_versions[i]) == 0)
+			version = mcp_versions[i];
+	pthread_mutex_lock(&s->mu);
+	snprintf(s->protocol, sizeof(s->protocol), "%s", version);
+	snprintf(s->client_name, sizeof(s->client_name), "%s", client ? client : "?");
+	session_set_state(s, WS_READY);
+	pthread_mutex_unlock(&s->mu);
+	log_info("session %.8s… initialized: client \"%s\", protocol %s%s", s->id,
+		 client ? client : "?", version, replay ? " (replayed after a restart)" : "");
+	if (!replay) {
+		struct ipc_buf b;
+		if (ipc_pack_note_session(&b, session_next_seq(s), raw, rawlen, version) == 0)
+			session_send(s, &b);
+	}
+	return mcp_result(id, json_pack("{s:s, s:{s:{s:b}, s:{}}, s:{s:s, s:s, s:s}, s:s}",
+					"protocolVersion", version,
+					"capabilities", "tools", "listChanged", 0, "logging",
+					"serverInfo", "name", "kode-gopher", "title", "kode-gopher: run Go code",
+					"version", KG_VERSION,
+					"instructions", mcp_instructions));
+}
+
+/* on_set_level - logging/setLevel */
+static json_t *on_set_level(struct session *s, json_t *id, json_t *params)
+{
+	const char *level = NULL;
+	json_unpack(params, "{s:s}", "level", &level);
+	for (int i = 0; level && i < 8; i++)
+		if (strcmp(level, mcp_log_levels[i]) == 0) {
+			pthread_mutex_lock(&s->mu);
+			s->mcp_log_level = i;
+			pthread_mutex_unlock(&s->mu);
+			return mcp_result(id, json_object());
+		}
+	return mcp_error(id, RPC_INVALID_PARAMS,
+			 "logging/setLevel needs params.level: one of debug, info, notice, warning, "
+			 "error, critical, alert, emergency");
+}
+
+/* tool_error_result - a tool result the model can read and act on */
+static json_t *tool_error_result(const char *message)
+{
+	return json_pack("{s:[{s:s, s:s}], s:b}", "content", "type", "text", "text", message, "isError", 1);
+}
+
+/* on_tools_call - check, then queue for the call thread; the answer comes from there */
+static json_t *on_tools_call(struct session *s, uint32_t seq, json_t *id, json_t *params)
+{
+	const char *name = NULL;
+	json_t *args = NULL, *meta = NULL;
+	if (!json_is_object(params) || json_unpack(params, "{s:s, s?o, s?o}", "name", &name, "arguments",
+						   &args, "_meta", &meta) != 0)
+		return mcp_error(id, RPC_INVALID_PARAMS, "tools/call needs params.name (a string)");
+	if (!tools_known(name)) {
+		char msg[200];
+		snprintf(msg, sizeof(msg), "Unknown tool: %.80s (this server has execute_go_code and "
+			 "lookup_package_docs)", name);
+		return mcp_error(id, RPC_INVALID_PARAMS, msg);
+	}
+	char why[512];
+	const char *bad = tools_check_args(name, args, s->max_timeout_s, why, sizeof(why));
+	if (bad)
+		return mcp_result(id, tool_error_result(bad));
+	struct job *j = calloc(1, sizeof(*j));
+	if (!j)
+		return mcp_error(id, RPC_INTERNAL_ERROR, "out of memory");
+	j->seq = seq;
+	j->id = json_incref(id);
+	snprintf(j->tool, sizeof(j->tool), "%s", name);
+	j->args = args ? json_incref(args) : json_object();
+	json_t *tok = json_is_object(meta) ? json_object_get(meta, "progressToken") : NULL;
+	if (json_is_string(tok) || json_is_integer(tok))
+		j->progress_token = json_incref(tok);
+	/* tell the master the id now, so a crash mid-call can still be answered */
+	char *idtext = json_dumps(id, JSON_ENCODE_ANY | JSON_COMPACT);
+	struct ipc_buf b;
+	if (idtext && ipc_pack_note_accepted(&b, seq, idtext, strlen(idtext)) == 0)
+		session_send(s, &b);
+	free(idtext);
+	call_enqueue(s, j);
+	return NULL;
+}
+
+/* mcp_dispatch_request - a request with a valid id; NULL means "answered later" */
+static json_t *mcp_dispatch_request(struct session *s, uint32_t seq, json_t *id, const char *method,
+				    json_t *params, const char *raw, size_t rawlen, bool replay)
+{
+	if (strcmp(method, "initialize") == 0)
+		return on_initialize(s, id, params, raw, rawlen, replay);
+	if (strcmp(method, "ping") == 0)
+		return mcp_result(id, json_object());
+	pthread_mutex_lock(&s->mu);
+	bool before = s->state == WS_BEFORE_INIT;
+	pthread_mutex_unlock(&s->mu);
+	if (before)
+		return mcp_error(id, RPC_INVALID_REQUEST,
+				 "the session is not initialized: send initialize first");
+	if (strcmp(method, "tools/list") == 0)
+		return mcp_result(id, json_pack("{s:o}", "tools", tools_list()));
+	if (strcmp(method, "tools/call") == 0)
+		return on_tools_call(s, seq, id, params);
+	if (strcmp(method, "logging/setLevel") == 0)
+		return on_set_level(s, id, params);
+	char msg[160];
+	snprintf(msg, sizeof(msg), "Method not found: %.100s", method);
+	return mcp_error(id, RPC_METHOD_NOT_FOUND, msg);
+}
+
+/* mcp_notification - a client notification: never answered */
+static void mcp_notification(struct session *s, const char *method, json_t *params)
+{
+	if (strcmp(method, "notifications/cancelled") == 0) {
+		json_t *rid = json_is_object(params) ? json_object_get(params, "requestId") : NULL;
+		if (rid)
+			call_cancel(s, rid);
+	} else if (strcmp(method, "notifications/initialized") == 0) {
+		log_debug("client confirmed initialization");
+	} else {
+		log_debug("ignoring notification %.80s", method);
+	}
+}
+
+/* mcp_handle - one client message, start to finish */
+void mcp_handle(struct session *s, uint32_t seq, const char *msg, size_t len, bool replay)
+{
+	json_error_t jerr;
+	json_t *root = json_loadb(msg, len, JSON_REJECT_DUPLICATES, &jerr);
+	if (!root) {
+		char m[300];
+		snprintf(m, sizeof(m), "Parse error: the message is not valid JSON (%s at line %d, column %d)",
+			 jerr.text, jerr.line, jerr.column);
+		mcp_reply(s, seq, mcp_error(NULL, RPC_PARSE_ERROR, m));
+		return;
+	}
+	if (json_is_array(root)) {
+		json_decref(root);
+		mcp_reply(s, seq, mcp_error(NULL, RPC_INVALID_REQUEST,
+					    "Invalid Request: JSON-RPC batches are not supported; send one message per line"));
+		return;
+	}
+	json_t *id = json_is_object(root) ? json_object_get(root, "id") : NULL;
+	json_t *jv = json_is_object(root) ? json_object_get(root, "jsonrpc") : NULL;
+	json_t *jm = json_is_object(root) ? json_object_get(root, "method") : NULL;
+	json_t *params = json_is_object(root) ? json_object_get(root, "params") : NULL;
+	json_t *reply = NULL;
+	bool valid = json_is_object(root) && json_is_string(jv) && strcmp(json_string_value(jv), "2.0") == 0;
+	if (valid && !jm && id && (json_object_get(root, "result") || json_object_get(root, "error"))) {
+		/* a response from the client: we never send requests, so there is nothing to match */
+		log_debug("ignoring a response from the client");
+	} else if (!valid || !json_is_string(jm) || (id && !valid_id(id)) ||
+		   (params && !json_is_object(params) && !json_is_array(params))) {
+		reply = mcp_error(id && valid_id(id) ? id : NULL, RPC_INVALID_REQUEST,
+				  "Invalid Request: expected a JSON-RPC 2.0 object with \"jsonrpc\": \"2.0\", a "
+				  "string \"method\", an optional object \"params\", and a string or integer "
+				  "\"id\" for requests");
+	} else if (!id) {
+		mcp_notification(s, json_string_value(jm), params);
+	} else {
+		reply = mcp_dispatch_request(s, seq, id, json_string_value(jm), params, msg, len, replay);
+		if (!reply && strcmp(json_string_value(jm), "tools/call") == 0) {
+			json_decref(root);
+			return; /* the call thread answers */
+		}
+	}
+	mcp_reply(s, seq, reply);
+	json_decref(root);
+}
+
+/* ---- the ends of a message that was too large ---- */
+
+static size_t skip_ws(const char *p, size_t i, size_t n)
+{
+	while (i < n && (p[i] == ' ' || p[i] == '\t' || p[i] == '\r' || p[i] == '\n'))
+		i++;
+	return i;
+}
+
+/* skip_string - index past the closing quote of the string opening at i; n if unterminated */
+static size_t skip_string(const char *p, size_t i, size_t n)
+{
+	for (i++; i < n; i++) {
+		if (p[i] == '\\')
+			i++;
+		else if (p[i] == '"')
+			return i + 1;
+	}
+	return n;
+}
+
+/* skip_value - index past the JSON value at i; n if it runs past what we have */
+static size_t skip_value(const char *p, size_t i, size_t n)
+{
+	if (i >= n)
+		return n;
+	if (p[i] == '"')
+		return skip_string(p, i, n);
+	if (p[i] == '{' || p[i] == '[') {
+		int depth = 0;
+		for (; i < n; i++) {
+			if (p[i] == '"') {
+				i = skip_string(p, i, n) - 1;
+				continue;
+			}
+			if (p[i] == '{' || p[i] == '[')
+				depth++;
+			else if ((p[i] == '}' || p[i] == ']') && --depth == 0)
+				return i + 1;
+		}
+		return n;
+	}
+	while (i < n && p[i] != ',' && p[i] != '}' && p[i] != ']' && p[i] != ' ' && p[i] != '\n')
+		i++;
+	return i;
+}
+
+/* id_token - parse a scalar id (integer or short string) exactly */
+static json_t *id_token(const char *p, size_t len)
+{
+	if (len == 0 || len > 200)
+		return NULL;
+	json_t *v = json_loadb(p, len, JSON_DECODE_ANY, NULL);
+	if (v && !valid_id(v)) {
+		json_decref(v);
+		v = NULL;
+	}
+	return v;
+}
+
+/* mcp_scan_id - look for "id" among the top-level members in the head, then as the last
+ * member in the tail (the TypeScript SDK writes it last). Never trusted beyond an error reply. */
+json_t *mcp_scan_id(const char *h, size_t hn, const char *t, size_t tn)
+{
+	size_t i = skip_ws(h, 0, hn);
+	if (i < hn && h[i] == '{') {
+		i++;
+		while (i < hn) {
+			i = skip_ws(h, i, hn);
+			if (i >= hn || h[i] != '"')
+				break;
+			size_t ks = i, ke = skip_string(h, i, hn);
+			i = skip_ws(h, ke, hn);
+			if (i >= hn || h[i] != ':')
+				break;
+			i = skip_ws(h, i + 1, hn);
+			size_t vs = i, ve = skip_value(h, i, hn);
+			if (ve >= hn)
+				break;
+			if (ke - ks == 4 && memcmp(h + ks, "\"id\"", 4) == 0)
+				return id_token(h + vs, ve - vs);
+			i = skip_ws(h, ve, hn);
+			if (i >= hn || h[i] != ',')
+				break;
+			i++;
+		}
+	}
+	/* backwards from the end: ... "id" : value } */
+	size_t e = tn;
+	while (e > 0 && isspace((unsigned char)t[e - 1]))
+		e--;
+	if (e == 0 || t[e - 1] != '}')
+		return NULL;
+	e--;
+	while (e > 0 && isspace((unsigned char)t[e - 1]))
+		e--;
+	size_t ve = e, vs;
+	if (e > 0 && t[e - 1] == '"') {
+		vs = e - 1;
+		while (vs > 0 && !(t[vs - 1] == '"' && (vs < 2 || t[vs - 2] != '\\')))
+			vs--;
+		if (vs == 0)
+			return NULL;
+		vs--;
+	} else {
+		vs = e;
+		while (vs > 0 && (isdigit((unsigned char)t[vs - 1]) || t[vs - 1] == '-'))
+			vs--;
+	}
+	size_t k = vs;
+	while (k > 0 && isspace((unsigned char)t[k - 1]))
+		k--;
+	if (k == 0 || t[k - 1] != ':')
+		return NULL;
+	k--;
+	while (k > 0 && isspace((unsigned char)t[k - 1]))
+		k--;
+	if (k < 4 || memcmp(t + k - 4, "\"id\"", 4) != 0)
+		return NULL;
+	k -= 4;
+	while (k > 0 && isspace((unsigned char)t[k - 1]))
+		k--;
+	if (k == 0 || (t[k - 1] != ',' && t[k - 1] != '{'))
+		return NULL;
+	return id_token(t + vs, ve - vs);
+}
+
+/* mcp_handle_toobig - answer a dropped message with an error that says what to do */
+void mcp_handle_toobig(struct session *s, uint32_t seq, const struct ipc_mcp_toobig *t)
+{
+	json_t *id = mcp_scan_id(t->head.ptr, t->head.len, t->tail.ptr, t->tail.len);
+	char msg[300];
+	snprintf(msg, sizeof(msg),
+		 "Invalid Request: the message is %llu bytes; the limit is %u bytes (%u MiB). Send "
+		 "smaller files, or fewer of them per call.",
+		 (unsigned long long)t->size, MCP_MAX_MESSAGE, MCP_MAX_MESSAGE >> 20);
+	json_t *err = mcp_error(id, RPC_INVALID_REQUEST, msg);
+	json_decref(id);
+	mcp_reply(s, seq, err);
+}

@@ -1,0 +1,248 @@
+/*
+ * tools.c - what the model is told about the two tools, and the checks on what it sends.
+ *
+ * The descriptions are the model's manual: they state the snippet contract, how to send several
+ * files and import a helper package, and what comes back. Keep them in step with
+ * docs/snippets-and-results.md and agent/normalize.h.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "agent/normalize.h"
+#include "worker/worker.h"
+
+static const char execute_description[] =
+	"Build and run Go code in this session's sandbox with the real Go toolchain (Go 1.26) and "
+	"return a structured result.\n"
+	"\n"
+	"Send either `code` (one Go file) or `files` (several), not both.\n"
+	"\n"
+	"Snippet (preferred): any package name except main, declaring\n"
+	"    func run(ctx context.Context) (any, error)\n"
+	"kode-gopher adds a main that calls run with a context cancelled at the timeout and returns "
+	"the value as JSON in result.value; a returned error comes back as result.kind \"error\", a "
+	"panic (in any goroutine) as \"panic\" with its stack. Example:\n"
+	"    package snippet\n"
+	"    import (\"context\"; \"cloud.google.com/go/storage\")\n"
+	"    func run(ctx context.Context) (any, error) {\n"
+	"        c, err := storage.NewClient(ctx)\n"
+	"        if err != nil { return nil, err }\n"
+	"        defer c.Close()\n"
+	"        return map[string]any{\"ok\": true}, nil\n"
+	"    }\n"
+	"\n"
+	"Program: `package main` with `func main()` runs as it is; its exit code, stdout and stderr "
+	"come back.\n"
+	"\n"
+	"Several files: files: [{path, content}]. Files in the top directory form the main package "
+	"(the snippet or program); a subdirectory is a helper package, imported through the module "
+	"path \"" NORM_MODULE_PATH "\", e.g. files at \"util/util.go\" (package util) are imported as "
+	"\"" NORM_MODULE_PATH "/util\". Do not send go.mod: it is written from a lockfile.\n"
+	"\n"
+	"Precompiled and fast: the standard library, cloud.google.com/go/{storage, bigquery, "
+	"pubsub/v2, firestore, container/apiv1, compute/apiv1, logging, secretmanager, "
+	"resourcemanager, iam}, google.golang.org/api, golang.org/x/oauth2, golang.org/x/sync. Any "
+	"other pure-Go module works too after an automatic `go mod tidy` (slower the first time; "
+	"result.tidied is true). Google credentials are found by the client libraries on their own.\n"
+	"\n"
+	"Sandbox: /app is the working directory and is wiped before every call, except "
+	"/app/persist, which keeps files across calls in this session (cache intermediate data "
+	"there). Default timeout 60 s (timeout_seconds to change); stdout and stderr are capped "
+	"at 1 MiB each, keeping the head and the tail.\n"
+	"\n"
+	"Result: phase (normalize, build or run), mode (wrapped or program), exit_code, build_ms, "
+	"duration_ms, tidied, result {kind: ok | error | panic | unencodable | exit | timeout | "
+	"killed | build_error | normalize_error, value | message | stack}, diagnostics "
+	"[{file, line, column, message}] for build errors, stdout, stderr. isError is true when "
+	"there is something to fix: for phase build, fix the code rather than retrying.";
+
+static const char doc_description[] =
+	"Show Go documentation (`go doc`) for a package, or for one symbol in it, as the sandbox's "
+	"module sees it: the standard library, the precompiled Google Cloud modules, and anything "
+	"an earlier execute_go_code call in this session tidied in. Use it to check an API before "
+	"writing code. Examples: {package: \"cloud.google.com/go/storage\", symbol: \"Client\"}, "
+	"{package: \"fmt\", symbol: \"Println\"}, {package: \"cloud.google.com/go/bigquery\"}. "
+	"Symbols may be Type.Method. Nothing in /app is changed.";
+
+/* execute_output_schema - the shape of structuredContent for execute_go_code */
+static json_t *execute_output_schema(void)
+{
+	return json_pack(
+		"{s:s, s:{"
+		"s:{s:s, s:[s,s,s,s]}, s:{s:[s,s]}, s:{s:[s,s]}, s:{s:[s,s]}, s:{s:s}, s:{s:s},"
+		"s:{s:s}, s:{s:s}, s:{s:s, s:{s:{s:s}, s:{}, s:{s:s}, s:{s:s}, s:{s:s}}, s:[s]},"
+		"s:{s:s, s:{s:s, s:{s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}}}},"
+		"s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}},"
+		"s:[s,s]}",
+		"type", "object", "properties",
+		"phase", "type", "string", "enum", "normalize", "build", "run", "internal",
+		"mode", "type", "string", "null",
+		"exit_code", "type", "integer", "null",
+		"signal", "type", "string", "null",
+		"build_ms", "type", "integer",
+		"duration_ms", "type", "integer",
+		"tidied", "type", "boolean",
+		"cached_build", "type", "boolean",
+		"result", "type", "object", "properties", "kind", "type", "string", "value",
+		"message", "type", "string", "stack", "type", "string", "type", "type", "string",
+		"required", "kind",
+		"diagnostics", "type", "array", "items", "type", "object", "properties", "file", "type",
+		"string", "line", "type", "integer", "column", "type", "integer", "message", "type", "string",
+		"build_output", "type", "string",
+		"stdout", "type", "string",
+		"stderr", "type", "string",
+		"stdout_truncated", "type", "boolean",
+		"stderr_truncated", "type", "boolean",
+		"timings", "type", "object",
+		"retried", "type", "boolean",
+		"sandbox", "type", "string",
+		"tidy_output", "type", "string",
+		"required", "phase", "result");
+}
+
+/* tools_list - the tools/list result's array */
+json_t *tools_list(void)
+{
+	json_t *exec_in = json_pack(
+		"{s:s, s:{s:{s:s, s:s}, s:{s:s, s:s, s:i, s:{s:s, s:{s:{s:s, s:s}, s:{s:s, s:s}}, "
+		"s:[s,s], s:b}}, s:{s:s, s:s, s:i, s:i}}, s:b}",
+		"type", "object", "properties",
+		"code", "type", "string", "description",
+		"One Go source file: a snippet (package other than main with func run(ctx "
+		"context.Context) (any, error)) or a package main program.",
+		"files", "type", "array", "description",
+		"Several files instead of code; subdirectories are helper packages imported as "
+		"\"" NORM_MODULE_PATH "/<dir>\".",
+		"maxItems", NORM_MAX_FILES, "items", "type", "object", "properties", "path", "type", "string",
+		"description", "Relative path, e.g. main.go or util/util.go", "content", "type", "string",
+		"description", "The file's contents", "required", "path", "content",
+		"additionalProperties", 0,
+		"timeout_seconds", "type", "integer", "description",
+		"Run timeout in seconds (default 60).", "minimum", 1, "maximum", 3600,
+		"additionalProperties", 0);
+	json_t *doc_in = json_pack(
+		"{s:s, s:{s:{s:s, s:s}, s:{s:s, s:s}}, s:[s], s:b}", "type", "object", "properties",
+		"package", "type", "string", "description",
+		"Import path, e.g. cloud.google.com/go/storage or net/http", "symbol", "type", "string",
+		"description", "Optional symbol: Func, Type, Type.Method or Type.Field", "required",
+		"package", "additionalProperties", 0);
+	json_t *doc_out = json_pack(
+		"{s:s, s:{s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}}, s:[s,s]}", "type", "object", "properties",
+		"package", "type", "string", "symbol", "type", "string", "text", "type", "string",
+		"truncated", "type", "boolean", "required", "package", "text");
+	return json_pack(
+		"[{s:s, s:s, s:s, s:o, s:o, s:{s:s, s:b, s:b, s:b, s:b}},"
+		" {s:s, s:s, s:s, s:o, s:o, s:{s:s, s:b, s:b, s:b, s:b}}]",
+		"name", "execute_go_code", "title", "Run Go code", "description", execute_description,
+		"inputSchema", exec_in, "outputSchema", execute_output_schema(), "annotations", "title",
+		"Run Go code", "readOnlyHint", 0, "destructiveHint", 1, "idempotentHint", 0,
+		"openWorldHint", 1,
+		"name", "lookup_package_docs", "title", "Look up Go package docs", "description",
+		doc_description, "inputSchema", doc_in, "outputSchema", doc_out, "annotations", "title",
+		"Look up Go package docs", "readOnlyHint", 1, "destructiveHint", 0, "idempotentHint", 1,
+		"openWorldHint", 0);
+}
+
+bool tools_known(const char *name)
+{
+	return strcmp(name, "execute_go_code") == 0 || strcmp(name, "lookup_package_docs") == 0;
+}
+
+/* only_keys - every key of obj is one of the allowed ones */
+static const char *only_keys(json_t *obj, const char *const *allowed, const char *what, char *buf,
+			     size_t cap)
+{
+	const char *k;
+	json_t *v;
+	json_object_foreach(obj, k, v) {
+		bool ok = false;
+		for (const char *const *a = allowed; *a; a++)
+			ok |= strcmp(k, *a) == 0;
+		if (!ok) {
+			snprintf(buf, cap, "%s: unknown argument \"%.60s\"", what, k);
+			return buf;
+		}
+	}
+	return NULL;
+}
+
+/* check_execute - execute_go_code's arguments against its input schema */
+static const char *check_execute(json_t *args, int max_timeout_s, char *buf, size_t cap)
+{
+	static const char *const keys[] = { "code", "files", "timeout_seconds", NULL };
+	const char *bad = only_keys(args, keys, "execute_go_code", buf, cap);
+	if (bad)
+		return bad;
+	json_t *code = json_object_get(args, "code"), *files = json_object_get(args, "files");
+	json_t *tmo = json_object_get(args, "timeout_seconds");
+	if ((code != NULL) == (files != NULL))
+		return "execute_go_code: send exactly one of \"code\" (a string with one Go file) and "
+		       "\"files\" (an array of {path, content})";
+	if (code && !json_is_string(code))
+		return "execute_go_code: \"code\" must be a string holding Go source";
+	if (code && json_string_length(code) == 0)
+		return "execute_go_code: \"code\" is empty";
+	if (files) {
+		if (!json_is_array(files) || json_array_size(files) == 0)
+			return "execute_go_code: \"files\" must be a non-empty array of {path, content}";
+		if (json_array_size(files) > NORM_MAX_FILES) {
+			snprintf(buf, cap, "execute_go_code: %zu files is too many; the limit is %d",
+				 json_array_size(files), NORM_MAX_FILES);
+			return buf;
+		}
+		size_t i;
+		json_t *f;
+		json_array_foreach(files, i, f) {
+			static const char *const fkeys[] = { "path", "content", NULL };
+			json_t *p = json_object_get(f, "path"), *c = json_object_get(f, "content");
+			if (!json_is_object(f) || !json_is_string(p) || !json_is_string(c)) {
+				snprintf(buf, cap, "execute_go_code: files[%zu] must be an object with string "
+					 "\"path\" and \"content\"", i);
+				return buf;
+			}
+			char what[64];
+			snprintf(what, sizeof(what), "execute_go_code: files[%zu]", i);
+			if ((bad = only_keys(f, fkeys, what, buf, cap)))
+				return bad;
+		}
+	}
+	if (tmo) {
+		if (!json_is_integer(tmo) || json_integer_value(tmo) < 1 ||
+		    json_integer_value(tmo) > max_timeout_s) {
+			snprintf(buf, cap, "execute_go_code: \"timeout_seconds\" must be a whole number "
+				 "from 1 to %d", max_timeout_s);
+			return buf;
+		}
+	}
+	return NULL;
+}
+
+/* check_doc - lookup_package_docs's arguments */
+static const char *check_doc(json_t *args, char *buf, size_t cap)
+{
+	static const char *const keys[] = { "package", "symbol", NULL };
+	const char *bad = only_keys(args, keys, "lookup_package_docs", buf, cap);
+	if (bad)
+		return bad;
+	json_t *p = json_object_get(args, "package"), *sym = json_object_get(args, "symbol");
+	if (!json_is_string(p) || json_string_length(p) == 0)
+		return "lookup_package_docs: \"package\" must be a non-empty string, e.g. "
+		       "\"cloud.google.com/go/storage\"";
+	if (sym && !json_is_string(sym))
+		return "lookup_package_docs: \"symbol\" must be a string, e.g. \"Client\" or \"Client.Bucket\"";
+	return NULL;
+}
+
+/* tools_check_args - the input schema, checked by hand so the error names the problem */
+const char *tools_check_args(const char *name, json_t *args, int max_timeout_s, char *buf, size_t cap)
+{
+	if (args && !json_is_object(args))
+		return "the tool's arguments must be a JSON object";
+	json_t *empty = NULL;
+	if (!args)
+		args = empty = json_object();
+	const char *r = strcmp(name, "execute_go_code") == 0 ? check_execute(args, max_timeout_s, buf, cap)
+							   : check_doc(args, buf, cap);
+	json_decref(empty);
+	return r;
+}

@@ -1,0 +1,102 @@
+/*
+ * worker.h - one MCP session in its own process: what the worker's files share.
+ *
+ * Threads: the main thread reads IPC messages and answers everything that is quick (initialize,
+ * ping, tools/list, cancellations); tool calls queue up and run one at a time on the call
+ * thread, which talks to the sandbox's agent. The two meet only under session.mu.
+ */
+#ifndef KG_WORKER_H
+#define KG_WORKER_H
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ipc/chan.h"
+#include "ipc/log.h"
+
+enum worker_state { WS_BEFORE_INIT, WS_READY, WS_BUSY, WS_CLOSING, WS_COUNT };
+
+struct job {
+	uint32_t seq;        /* the REQ_MCP it came in */
+	json_t *id;          /* JSON-RPC id */
+	char tool[40];
+	json_t *args;
+	json_t *progress_token; /* NULL: the client did not ask for progress */
+	int progress;
+	volatile int cancel;
+	struct job *next;
+};
+
+struct session {
+	nng_socket sock;
+	char id[40];
+	int default_timeout_s, max_timeout_s;
+
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	enum worker_state state;   /* under mu */
+	char protocol[16];
+	char client_name[64];
+	int mcp_log_level;         /* index into mcp_log_levels; logging/setLevel */
+
+	struct job *queue, *queue_tail, *running; /* under mu */
+
+	/* the one outstanding REQ_SANDBOX (at most one at a time), answered on the main thread */
+	bool sandbox_pending;      /* under mu */
+	bool sandbox_answered;
+	bool sandbox_ok;
+	char sandbox_error[256];
+	char sandbox_socket[600];
+	char sandbox_name[64];
+	uint32_t sandbox_seq;
+
+	uint32_t out_seq;          /* seq of worker-originated messages; atomic */
+};
+
+/* worker/main.c */
+int session_send(struct session *s, struct ipc_buf *b);
+uint32_t session_next_seq(struct session *s);
+void session_set_state(struct session *s, enum worker_state st);
+
+/* worker/mcp.c: the JSON-RPC / MCP layer */
+void mcp_handle(struct session *s, uint32_t seq, const char *msg, size_t len, bool replay);
+void mcp_handle_toobig(struct session *s, uint32_t seq, const struct ipc_mcp_toobig *t);
+/* mcp_reply - answer REQ_MCP seq with a response (steals the reference; NULL = no response) */
+void mcp_reply(struct session *s, uint32_t seq, json_t *response);
+json_t *mcp_error(json_t *id, int code, const char *message);
+void mcp_notify(struct session *s, uint32_t rel, const char *method, json_t *params);
+/* mcp_log - a notifications/message to the client when its logging level lets it through */
+void mcp_log(struct session *s, const char *level, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* mcp_scan_id - best-effort recovery of a top-level "id" from the two ends of a dropped line */
+json_t *mcp_scan_id(const char *head, size_t hlen, const char *tail, size_t tlen);
+
+/* worker/tools.c: the tools' descriptions and argument checks */
+json_t *tools_list(void);
+bool tools_known(const char *name);
+/* tools_check_args - NULL if fine, else a sentence naming the problem (static storage) */
+const char *tools_check_args(const char *name, json_t *args, int max_timeout_s, char *buf, size_t cap);
+
+/* worker/call.c: the call thread */
+int call_start(struct session *s);
+void call_enqueue(struct session *s, struct job *j);
+void call_cancel(struct session *s, json_t *request_id);
+void job_free(struct job *j);
+
+/* worker/sandbox.c: the session's sandbox, obtained from the master */
+void sandbox_request(struct session *s, const char *op);
+void sandbox_answer(struct session *s, const struct ipc_msg *m);
+/* sandbox_get - wait for the sandbox and claim it; 0 or negative errno with err set */
+struct agent_endpoint;
+int sandbox_get(struct session *s, struct agent_endpoint **ep, char *err, size_t errlen);
+/* sandbox_replace - the sandbox died: ask for a fresh one (its /app/persist starts empty) */
+int sandbox_replace(struct session *s, struct agent_endpoint **ep, char *err, size_t errlen);
+const char *sandbox_name(struct session *s);
+
+/* worker/proctitle.c */
+void proctitle_init(int argc, char **argv);
+void proctitle_set(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#endif
