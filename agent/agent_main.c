@@ -169,7 +169,7 @@ int agent_main(int argc, char **argv)
 			fputs(am_usage, stdout);
 			return 0;
 		default:
-			if (optopt)
+			if (optopt > ' ' && optopt < 127)
 				fprintf(stderr, "kode-gopher agent: option -%c is unknown or needs a "
 					"value; see `kode-gopher agent --help`\n", optopt);
 			else

@@ -67,6 +67,8 @@ char *diag_clean_output(const char *out, size_t len, const char *app_dir, size_t
 			/* keep the tabs of continuation lines, drop a "./" right after them */
 			while (i < len && out[i] == '\t')
 				dst[o++] = out[i++];
+			if (i >= len)
+				break;
 			if (i + 1 < len && out[i] == '.' && out[i + 1] == '/') {
 				i += 2;
 				bol = false;
@@ -113,21 +115,24 @@ static bool split_position(const char *l, size_t n, size_t *flen, int *line, int
 	for (const char *c = l; c < end; c++) {
 		if (*c == ' ' || *c == '\t')
 			return false;
-		if (*c != ':' || c == l)
+		if (*c != ':')
 			continue;
+		/* the first colon ends the file name: names with colons are not ours */
+		if (c == l)
+			return false;
 		const char *p = c + 1;
 		int ln = parse_num(&p, end);
 		if (ln < 0)
-			continue;
+			return false;
 		int cl = 0;
 		if (p < end && *p == ':' && p + 1 < end && p[1] >= '0' && p[1] <= '9') {
 			p++;
 			cl = parse_num(&p, end);
 			if (cl < 0)
-				continue;
+				return false;
 		}
 		if (p + 1 >= end || p[0] != ':' || p[1] != ' ')
-			continue;
+			return false;
 		*flen = (size_t)(c - l);
 		*line = ln;
 		*col = cl;

@@ -29,7 +29,6 @@
 extern const char embed_main_go_tmpl[];
 extern const uint64_t embed_main_go_tmpl_size;
 
-#define NORM_MAIN_FILE "kode_gopher_main.go"
 #define NORM_RUN_SIG   "func run(ctx context.Context) (any, error)"
 #define NORM_MAX_SEGMENT 255 /* NAME_MAX: longer segments cannot be created */
 #define NORM_QUOTE_MAX 80    /* bytes of user text quoted in an error */
@@ -224,7 +223,7 @@ static int norm_check_path(const char *path, char *err, size_t errlen)
 			 "lockfile and resolves other imports itself; send your files without it", q);
 		return -EINVAL;
 	}
-	if (!strcmp(base, NORM_MAIN_FILE)) {
+	if (!strcmp(base, NORM_GEN_MAIN_FILE)) {
 		norm_err(err, errlen, "\"%s\" is reserved for the main that kode-gopher generates; rename "
 			 "the file", q);
 		return -EINVAL;
@@ -680,7 +679,7 @@ static int norm_build_output(const struct src_file *in, size_t n, const struct n
 	}
 	if (mode == NORM_SNIPPET) {
 		struct src_file gen = {
-			.path = (char *)NORM_MAIN_FILE,
+			.path = (char *)NORM_GEN_MAIN_FILE,
 			.content = (char *)embed_main_go_tmpl,
 			.len = (size_t)embed_main_go_tmpl_size,
 		};

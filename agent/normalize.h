@@ -18,6 +18,10 @@
 #define NORM_MAX_TOTAL_BYTES (4 * 1024 * 1024)  /* all files together */
 #define NORM_MAX_PATH       256
 
+/* The generated main normalize adds to a snippet (runtime/main.go.tmpl); a user file may not
+ * have this name. */
+#define NORM_GEN_MAIN_FILE "kode_gopher_main.go"
+
 struct src_file {
 	char *path;     /* relative, slash-separated, as the model sent it (after validation) */
 	char *content;  /* NUL-terminated; len excludes the NUL */
@@ -42,8 +46,8 @@ struct norm_result {
  * Returns 0 or -EINVAL (input the model must fix) or -ENOMEM.
  *
  * Rules: paths relative, no "..", no absolute, no empty segment, no backslash, no duplicates,
- * only *.go, go.mod/go.sum are rejected (the lockfile provides them), other files (data, .txt,
- * .json) allowed; files in the root directory form the main package. A root package named other
+ * only *.go files are parsed, go.mod/go.sum/go.work are rejected (the lockfile provides them),
+ * other files (data, .txt, .json) allowed; files in the root directory form the main package. A root package named other
  * than main that declares `func run(ctx context.Context) (any, error)` (any spelling of the
  * context parameter name; interface{} accepted for any) is a snippet: its package clauses
  * become `package main` and the generated main (runtime/main.go.tmpl) is added as

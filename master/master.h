@@ -58,6 +58,7 @@ void spawn_random_hex(char *out, size_t nbytes);
 int sandbox_local_spawn(struct worker *w, const struct serve_config *cfg, const char *name,
 			char *err, size_t errlen);
 void sandbox_local_release(struct worker *w);
+int sandbox_local_rm_tree(int parent, const char *name);
 /* sandbox_local_reaped - a child exited: is it some worker's sandbox? then forget it */
 bool sandbox_local_reaped(struct worker *w, pid_t pid, int status);
 void sandbox_local_answer(struct worker *w, uint32_t seq, const struct ipc_sandbox_req *req,

@@ -22,30 +22,28 @@
 
 #include "master/master.h"
 
-/* rm_tree_at - remove a directory tree without ever following a symlink out of it */
-static void rm_tree_at(int parent, const char *name)
+/* sandbox_local_rm_tree - remove a directory tree without ever following a symlink out of it */
+int sandbox_local_rm_tree(int parent, const char *name)
 {
 	int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0) {
-		unlinkat(parent, name, 0);
-		return;
-	}
+	if (fd < 0)
+		return unlinkat(parent, name, 0) == 0 ? 0 : -errno;
 	DIR *d = fdopendir(fd);
 	if (!d) {
 		close(fd);
-		return;
+		return -errno;
 	}
 	struct dirent *e;
 	while ((e = readdir(d)) != NULL) {
 		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
 			continue;
 		if (e->d_type == DT_DIR || e->d_type == DT_UNKNOWN)
-			rm_tree_at(dirfd(d), e->d_name);
+			sandbox_local_rm_tree(dirfd(d), e->d_name);
 		else
 			unlinkat(dirfd(d), e->d_name, 0);
 	}
 	closedir(d);
-	unlinkat(parent, name, AT_REMOVEDIR);
+	return unlinkat(parent, name, AT_REMOVEDIR) == 0 ? 0 : -errno;
 }
 
 /* mkdir_p - create a directory and its parents */
@@ -81,7 +79,7 @@ void sandbox_local_release(struct worker *w)
 {
 	sandbox_kill(w);
 	if (w->sandbox_dir[0] && !w->sandbox_keep) {
-		rm_tree_at(AT_FDCWD, w->sandbox_dir);
+		sandbox_local_rm_tree(AT_FDCWD, w->sandbox_dir);
 		log_info("released sandbox %s", w->sandbox_name);
 	}
 	w->sandbox_dir[0] = '\0';

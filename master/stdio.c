@@ -20,6 +20,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "ipc/frame.h"
 #include "master/stdio.h"
 
 struct inflight {
@@ -36,13 +37,7 @@ struct relay {
 	unsigned nspawned;
 	uint32_t seq;
 	bool eof, done;
-	/* the line being read; over MCP_MAX_MESSAGE it is dropped, keeping its two ends */
-	char *line;
-	size_t len;
-	bool dropping;
-	uint64_t dropped;
-	char head[IPC_TOOBIG_KEEP], tail[IPC_TOOBIG_KEEP];
-	size_t hlen;
+	struct frame in; /* stdin's lines, bounded by MCP_MAX_MESSAGE */
 	/* supervision */
 	char *init;
 	size_t init_len;
@@ -104,80 +99,30 @@ static void fl_remove(struct relay *r, struct inflight *f)
 }
 
 /* relay_send_line - a complete line from stdin goes to the worker */
-static void relay_send_line(struct relay *r, const char *line, size_t len)
+static void relay_send_line(void *ctx, const char *line, size_t len)
 {
-	while (len > 0 && (line[len - 1] == '\r' || line[len - 1] == ' ' || line[len - 1] == '\t'))
-		len--;
-	size_t skip = 0;
-	while (skip < len && (line[skip] == ' ' || line[skip] == '\t'))
-		skip++;
-	if (skip == len)
-		return; /* blank lines are not messages */
+	struct relay *r = ctx;
 	struct ipc_buf b;
 	uint32_t seq = ++r->seq;
-	if (ipc_pack_req_mcp(&b, seq, line + skip, len - skip, false) != 0)
+	if (ipc_pack_req_mcp(&b, seq, line, len, false) != 0)
 		return;
 	fl_add(r, seq, false);
 	if (spawn_send(&r->w, &b) != 0)
 		log_warn("could not pass a message to the worker; it will be answered when it restarts");
 }
 
-/* relay_send_toobig - tell the worker about a line we dropped, so it can answer with an error */
-static void relay_send_toobig(struct relay *r)
+/* relay_send_toobig - a line we dropped: the worker answers it with an error */
+static void relay_send_toobig(void *ctx, const char *head, size_t hlen, const char *tail,
+			      size_t tlen, uint64_t size)
 {
-	size_t keep = r->dropped < IPC_TOOBIG_KEEP ? (size_t)r->dropped : IPC_TOOBIG_KEEP;
-	char tail[IPC_TOOBIG_KEEP];
-	/* the tail ring holds the last `keep` bytes ending at position dropped % KEEP */
-	size_t end = (size_t)(r->dropped % IPC_TOOBIG_KEEP);
-	for (size_t i = 0; i < keep; i++)
-		tail[i] = r->tail[(end + IPC_TOOBIG_KEEP - keep + i) % IPC_TOOBIG_KEEP];
-	log_warn("dropped a %llu-byte message: over the %u-byte limit",
-		 (unsigned long long)r->dropped, MCP_MAX_MESSAGE);
+	struct relay *r = ctx;
+	log_warn("dropped a %llu-byte message: over the %u-byte limit", (unsigned long long)size,
+		 MCP_MAX_MESSAGE);
 	struct ipc_buf b;
 	uint32_t seq = ++r->seq;
-	if (ipc_pack_req_mcp_toobig(&b, seq, r->head, r->hlen, tail, keep, r->dropped) == 0) {
+	if (ipc_pack_req_mcp_toobig(&b, seq, head, hlen, tail, tlen, size) == 0) {
 		fl_add(r, seq, false);
 		spawn_send(&r->w, &b);
-	}
-}
-
-/* relay_feed - split what stdin gave us into lines, bounding each */
-static void relay_feed(struct relay *r, const char *buf, size_t n)
-{
-	while (n > 0) {
-		const char *nl = memchr(buf, '\n', n);
-		size_t take = nl ? (size_t)(nl - buf) : n;
-		if (!r->dropping && r->len + take > MCP_MAX_MESSAGE) {
-			/* switch to dropping: keep the head, count the rest, remember the tail */
-			r->dropping = true;
-			r->hlen = r->len < IPC_TOOBIG_KEEP ? r->len : IPC_TOOBIG_KEEP;
-			memcpy(r->head, r->line, r->hlen);
-			r->dropped = 0;
-			for (size_t i = 0; i < r->len; i++)
-				r->tail[r->dropped++ % IPC_TOOBIG_KEEP] = r->line[i];
-			r->len = 0;
-			free(r->line);
-			r->line = NULL;
-		}
-		if (r->dropping) {
-			for (size_t i = 0; i < take; i++)
-				r->tail[r->dropped++ % IPC_TOOBIG_KEEP] = buf[i];
-		} else if (take) {
-			if (!r->line && !(r->line = malloc(MCP_MAX_MESSAGE)))
-				abort();
-			memcpy(r->line + r->len, buf, take);
-			r->len += take;
-		}
-		if (!nl)
-			return;
-		if (r->dropping)
-			relay_send_toobig(r);
-		else
-			relay_send_line(r, r->line ? r->line : "", r->len);
-		r->dropping = false;
-		r->len = 0;
-		buf += take + 1;
-		n -= take + 1;
 	}
 }
 
@@ -188,14 +133,14 @@ static void relay_read_stdin(struct relay *r)
 	ssize_t n = read(STDIN_FILENO, buf, sizeof(buf));
 	if (n < 0 && (errno == EINTR || errno == EAGAIN))
 		return;
+	const struct frame_ops ops = { r, relay_send_line, relay_send_toobig };
 	if (n <= 0) {
-		if (r->len > 0 && !r->dropping)
-			relay_send_line(r, r->line, r->len); /* a last line without a newline */
+		frame_finish(&r->in, &ops); /* a last line without a newline */
 		log_info("stdin closed; shutting down");
 		r->eof = true;
 		return;
 	}
-	relay_feed(r, buf, (size_t)n);
+	frame_feed(&r->in, buf, (size_t)n, &ops);
 }
 
 /* relay_start_worker - a fresh worker for the session */
@@ -369,6 +314,7 @@ int stdio_serve(const struct serve_config *cfg)
 	if (!r)
 		return 1;
 	r->cfg = cfg;
+	frame_init(&r->in, MCP_MAX_MESSAGE);
 	int rc = sig_init();
 	if (rc == 0)
 		rc = spawn_runtime_dir(r->rundir, sizeof(r->rundir));
@@ -421,7 +367,7 @@ int stdio_serve(const struct serve_config *cfg)
 	while (r->nfl)
 		fl_remove(r, &r->fl[0]);
 	free(r->fl);
-	free(r->line);
+	frame_free(&r->in);
 	free(r->init);
 	free(r);
 	return 0;

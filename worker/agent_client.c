@@ -20,6 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "ipc/log.h"
 
@@ -496,6 +498,46 @@ int agent_client_health(const struct agent_endpoint *ep, int timeout_ms, char *e
 	json_decref(ans);
 	ac_xfer_free(&x);
 	return rc;
+}
+
+/* ac_monotonic_ms - a clock for deadlines */
+static long long ac_monotonic_ms(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/* agent_client_wait_idle - until /health says busy:false */
+int agent_client_wait_idle(const struct agent_endpoint *ep, int timeout_ms, char *err,
+			   size_t errlen)
+{
+	long long deadline = ac_monotonic_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+	for (;;) {
+		long long left = deadline - ac_monotonic_ms();
+		struct ac_xfer x = { .kind = AC_HEALTH, .max = AGENT_CLIENT_MAX_LINE };
+		int rc = ac_call(ep, "/health", NULL, 0, left > 5000 ? 5000 : left > 100 ? left : 100,
+				 &x, err, errlen);
+		json_t *ans = NULL;
+		if (rc == 0)
+			rc = ac_answer(&x, &ans, err, errlen);
+		json_t *busy = json_object_get(ans, "busy");
+		if (rc == 0 && !json_is_boolean(busy)) {
+			snprintf(err, errlen, "the sandbox's health answer lacks \"busy\"");
+			rc = -EPROTO;
+		}
+		bool idle = rc == 0 && json_is_false(busy);
+		json_decref(ans);
+		ac_xfer_free(&x);
+		if (rc < 0 || idle)
+			return rc;
+		if (ac_monotonic_ms() + 50 > deadline) {
+			snprintf(err, errlen, "the sandbox is still busy with an earlier call after "
+				 "%d ms", timeout_ms);
+			return -ETIMEDOUT;
+		}
+		usleep(50000);
+	}
 }
 
 /* ac_body - a request object as compact JSON within the agent's limit */

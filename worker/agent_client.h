@@ -55,6 +55,11 @@ int agent_client_claim(struct agent_endpoint *ep, char *err, size_t errlen);
 int agent_client_health(const struct agent_endpoint *ep, int timeout_ms, char *err,
 			size_t errlen);
 
+/* agent_client_wait_idle - poll /health until the agent is not busy (after a cancelled call the
+ * run goes on in the sandbox); 0, -ETIMEDOUT after timeout_ms, or a health error */
+int agent_client_wait_idle(const struct agent_endpoint *ep, int timeout_ms, char *err,
+			   size_t errlen);
+
 typedef void (*agent_progress_fn)(void *ctx, const char *phase, const char *message);
 
 /*

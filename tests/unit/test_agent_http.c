@@ -119,21 +119,12 @@ static void fake_release(struct fake *f)
 	pthread_mutex_unlock(&f->mu);
 }
 
-/* fake_wait_finished - until n executes have returned */
-static void fake_wait_finished(struct fake *f, int n)
-{
-	pthread_mutex_lock(&f->mu);
-	while (f->finished < n)
-		pthread_cond_wait(&f->cv, &f->mu);
-	pthread_mutex_unlock(&f->mu);
-}
-
 /* ---- fixture: a server on a unix socket in a temp dir ---- */
 
 struct fx {
 	char dir[64];
-	char sock[128];
-	char listen[140];
+	char sock[100];
+	char listen[112];
 	struct agent_server *srv;
 	struct agent_endpoint ep;
 	struct fake fake;
@@ -319,7 +310,7 @@ static void on_progress(void *ctx, const char *phase, const char *message)
 		snprintf(s->phases[s->n], sizeof(s->phases[0]), "%s", phase);
 		snprintf(s->messages[s->n], sizeof(s->messages[0]), "%s", message);
 	}
-	s->n++;
+	__atomic_add_fetch(&s->n, 1, __ATOMIC_RELEASE);
 	if (s->cancel)
 		*s->cancel = 1;
 	if (s->kill_pid > 0) {
@@ -715,7 +706,12 @@ static void test_stop_mid_execute(void **state)
 	pthread_t t, st;
 	pthread_create(&t, NULL, exec_thread, &c);
 	fake_wait_started(&x->fake);
-	pthread_create(&st, NULL, stop_thread, x->srv);
+	/* wait until the client has read the progress, so the cut comes after it */
+	for (int i = 0; i < 2000 && __atomic_load_n(&c.seen.n, __ATOMIC_ACQUIRE) < 3; i++)
+		usleep(1000);
+	struct agent_server *srv = x->srv;
+	x->srv = NULL;
+	pthread_create(&st, NULL, stop_thread, srv);
 	pthread_join(t, NULL); /* the client gives up before the handler returns */
 	assert_int_equal(c.rc, -EPIPE);
 	assert_non_null(strstr(c.err, "the sandbox stopped responding in the middle of the call"));
@@ -789,14 +785,12 @@ static void test_cancel(void **state)
 	json_t *req = exec_req(), *res = NULL;
 	assert_int_equal(agent_client_execute(&x->ep, req, NULL, NULL, NULL, &res, err,
 					      sizeof(err)), -EBUSY);
+	assert_int_equal(agent_client_wait_idle(&x->ep, 200, err, sizeof(err)), -ETIMEDOUT);
+	assert_non_null(strstr(err, "still busy"));
 	fake_release(&x->fake);
-	fake_wait_finished(&x->fake, 1);
-	int rc = -EBUSY;
-	for (int i = 0; i < 100 && rc == -EBUSY; i++) {
-		rc = agent_client_execute(&x->ep, req, NULL, NULL, NULL, &res, err, sizeof(err));
-		if (rc == -EBUSY)
-			usleep(10000);
-	}
+	assert_int_equal(agent_client_wait_idle(&x->ep, 5000, err, sizeof(err)), 0);
+	assert_int_equal(x->fake.finished, 1);
+	int rc = agent_client_execute(&x->ep, req, NULL, NULL, NULL, &res, err, sizeof(err));
 	if (rc != 0)
 		fail_msg("execute after the abandoned one: %d %s", rc, err);
 	json_decref(res);
@@ -829,6 +823,37 @@ static void test_heartbeat(void **state)
 	free(r.body);
 	free(body);
 	json_decref(req);
+}
+
+/* test_tcp - the same API over TCP, as in a pod (tcp:HOST:0 picks a free port) */
+static void test_tcp(void **state)
+{
+	struct fx *x = *state;
+	struct agent_server_options opt = {
+		.listen = "tcp:127.0.0.1:0",
+		.handlers = { .execute = fake_execute, .doc = fake_doc, .ctx = &x->fake },
+	};
+	struct agent_server *srv = NULL;
+	char err[ERRLEN], url[64];
+	assert_int_equal(agent_server_start(&opt, &srv, err, sizeof(err)), 0);
+	int port = agent_server_port(srv);
+	assert_true(port > 0);
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d", port);
+	struct agent_endpoint ep = { .base_url = url };
+	assert_int_equal(agent_client_health(&ep, 2000, err, sizeof(err)), 0);
+	assert_int_equal(agent_client_claim(&ep, err, sizeof(err)), 0);
+	json_t *req = exec_req(), *res = NULL;
+	struct seen seen = { 0 };
+	int rc = agent_client_execute(&ep, req, on_progress, &seen, NULL, &res, err, sizeof(err));
+	if (rc != 0)
+		fail_msg("execute over tcp: %d %s", rc, err);
+	assert_int_equal(seen.n, 3);
+	json_decref(res);
+	json_decref(req);
+	agent_server_stop(srv);
+	rc = agent_client_health(&ep, 2000, err, sizeof(err));
+	assert_int_equal(rc, -ECONNREFUSED);
+	assert_true(agent_client_gone(rc));
 }
 
 /* ---- a hand-written responder that sends the client bad streams ---- */
@@ -873,8 +898,8 @@ static void *canned_serve(void *arg)
 /* canned_execute - run one execute against a canned answer */
 static int canned_execute(const char *dir, const char *answer, char *err, size_t errlen)
 {
-	char path[128];
-	snprintf(path, sizeof(path), "%s/canned.sock", dir);
+	char path[100];
+	snprintf(path, sizeof(path), "%.70s/canned.sock", dir);
 	unlink(path);
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
@@ -911,7 +936,7 @@ static void test_bad_streams(void **state)
 	assert_non_null(strstr(err, "not a JSON event"));
 	assert_int_equal(canned_execute(x->dir, NDJSON_HEAD "3\r\n[]\n\r\n0\r\n\r\n", err,
 					sizeof(err)), -EPROTO);
-	const char *two = NDJSON_HEAD "28\r\n{\"event\":\"result\",\"result\":{\"a\":1}}\n{}\n\r\n"
+	const char *two = NDJSON_HEAD "27\r\n{\"event\":\"result\",\"result\":{\"a\":1}}\n{}\n\r\n"
 				      "0\r\n\r\n";
 	assert_int_equal(canned_execute(x->dir, two, err, sizeof(err)), -EPROTO);
 	assert_non_null(strstr(err, "after the result"));
@@ -949,7 +974,7 @@ static void test_real_pipeline(void **state)
 		skip();
 		return;
 	}
-	char rt[128], path[256], app[128], st[128], mod[128], cache[128];
+	char rt[256], path[512], app[256], st[256], mod[512], cache[512];
 	snprintf(rt, sizeof(rt), "%s/runtime", x->dir);
 	snprintf(app, sizeof(app), "%s/app", x->dir);
 	snprintf(st, sizeof(st), "%s/state", x->dir);
@@ -1015,7 +1040,7 @@ static void test_real_pipeline(void **state)
 	json_decref(req);
 
 	agent_server_stop(x->srv);
-	char cmd[300];
+	char cmd[1024];
 	snprintf(cmd, sizeof(cmd), "chmod -R u+w %s/runtime %s/app %s/state 2>/dev/null; "
 		 "rm -rf %s/runtime %s/app %s/state", x->dir, x->dir, x->dir, x->dir, x->dir,
 		 x->dir);
@@ -1044,6 +1069,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_kill_mid_execute, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_cancel, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_heartbeat, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_tcp, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_bad_streams, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_real_pipeline, fx_setup, fx_teardown),
 	};

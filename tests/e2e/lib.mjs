@@ -1,0 +1,497 @@
+/*
+ * lib.mjs - shared helpers of the end-to-end and security tests: start the real
+ * `kode-gopher serve` over stdio, talk to it with the official MCP TypeScript SDK client (or raw
+ * bytes), find its processes in /proc, and make sure nothing is left running after a test.
+ *
+ * Imported by tests/e2e/*.test.mjs and tests/security/*.test.mjs (as '../e2e/lib.mjs': the SDK
+ * lives in tests/e2e/node_modules, so other suites get it through the re-exports here).
+ * Importing this module installs the leftover-process guard (afterEach/after hooks of node:test).
+ *
+ * Environment: KODE_GOPHER_BIN (the binary; default <repo>/build/kode-gopher),
+ * KODE_GOPHER_RUNTIME_DIR (the Go caches; passed through to serve).
+ */
+import { spawn, spawnSync } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { after, afterEach } from 'node:test';
+import { fileURLToPath } from 'node:url';
+
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import {
+	CallToolResultSchema,
+	ErrorCode,
+	LATEST_PROTOCOL_VERSION,
+	McpError,
+} from '@modelcontextprotocol/sdk/types.js';
+
+export { CallToolResultSchema, Client, ErrorCode, LATEST_PROTOCOL_VERSION, McpError, StdioClientTransport };
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+export const REPO = path.resolve(here, '..', '..');
+
+/* BIN - the binary under test: KODE_GOPHER_BIN, else <repo>/build/kode-gopher */
+export const BIN = process.env.KODE_GOPHER_BIN || path.join(REPO, 'build', 'kode-gopher');
+
+/* Builds of the Google Cloud libraries can take minutes on 2 cores when the cache is cold. */
+export const CALL_TIMEOUT_MS = 180_000;
+
+export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/* waitFor - poll fn until it returns something truthy; returns it, or throws after timeoutMs */
+export async function waitFor(fn, { timeout = 10_000, interval = 50, what = 'condition' } = {}) {
+	const until = Date.now() + timeout;
+	for (;;) {
+		const v = await fn();
+		if (v)
+			return v;
+		if (Date.now() >= until)
+			throw new Error(`timed out after ${timeout} ms waiting for ${what}`);
+		await sleep(interval);
+	}
+}
+
+/* ---- /proc ---- */
+
+/* cmdline - a process's command line with NULs as spaces, trimmed; null if it is gone */
+export function cmdline(pid) {
+	try {
+		return fs.readFileSync(`/proc/${pid}/cmdline`).toString('latin1').replace(/\0+/g, ' ').trim();
+	} catch {
+		return null;
+	}
+}
+
+/* procStat - {pid, comm, state, ppid} from /proc/PID/stat; null if it is gone */
+export function procStat(pid) {
+	let s;
+	try {
+		s = fs.readFileSync(`/proc/${pid}/stat`, 'latin1');
+	} catch {
+		return null;
+	}
+	const close = s.lastIndexOf(')');
+	const rest = s.slice(close + 2).split(' ');
+	return { pid: Number(pid), comm: s.slice(s.indexOf('(') + 1, close), state: rest[0], ppid: Number(rest[1]) };
+}
+
+/* procStatus - /proc/PID/status as an object of strings (VmRSS: "1234 kB", ...); null if gone */
+export function procStatus(pid) {
+	try {
+		const o = {};
+		for (const line of fs.readFileSync(`/proc/${pid}/status`, 'latin1').split('\n')) {
+			const i = line.indexOf(':');
+			if (i > 0)
+				o[line.slice(0, i)] = line.slice(i + 1).trim();
+		}
+		return o;
+	} catch {
+		return null;
+	}
+}
+
+/* memKiB - a /proc/PID/status memory field (VmHWM, VmRSS, ...) in KiB; null if unknown */
+export function memKiB(pid, field = 'VmHWM') {
+	const st = procStatus(pid);
+	const m = st && st[field] && /^(\d+)\s*kB/.exec(st[field]);
+	return m ? Number(m[1]) : null;
+}
+
+/* isAlive - the process exists and is not a zombie */
+export function isAlive(pid) {
+	const st = procStat(pid);
+	return !!st && st.state !== 'Z' && st.state !== 'X';
+}
+
+/* allProcs - every process on the machine as procStat entries */
+export function allProcs() {
+	const out = [];
+	for (const name of fs.readdirSync('/proc')) {
+		if (!/^\d+$/.test(name))
+			continue;
+		const st = procStat(name);
+		if (st)
+			out.push(st);
+	}
+	return out;
+}
+
+/* children - direct children of pid */
+export function children(pid) {
+	return allProcs().filter((p) => p.ppid === pid).map((p) => p.pid);
+}
+
+/* descendants - every process below pid (not pid itself) */
+export function descendants(pid) {
+	const procs = allProcs();
+	const out = [];
+	const todo = [pid];
+	while (todo.length) {
+		const p = todo.pop();
+		for (const c of procs)
+			if (c.ppid === p && !out.includes(c.pid)) {
+				out.push(c.pid);
+				todo.push(c.pid);
+			}
+	}
+	return out;
+}
+
+/* isWorkerCmdline - the worker as started ("... worker ...") or after its title rewrite */
+function isWorkerCmdline(cl) {
+	return !!cl && (cl.startsWith('kode-gopher: worker') || ` ${cl} `.includes(' worker '));
+}
+
+/* workerPid - the worker child of a serve process, or null */
+export function workerPid(servePid) {
+	for (const c of children(servePid))
+		if (isWorkerCmdline(cmdline(c)) && isAlive(c))
+			return c;
+	return null;
+}
+
+/* workerState - "idle", "busy", ... from the worker's process title; null if not rewritten yet */
+export function workerState(pid) {
+	const cl = cmdline(pid);
+	const m = cl && /^kode-gopher: worker .*\b(idle|busy|closing|starting|\w+)$/.exec(cl);
+	return m ? m[1] : null;
+}
+
+/* procsMatching - pids whose cmdline, cwd or environ mentions needle */
+export function procsMatching(needle) {
+	const out = [];
+	for (const { pid } of allProcs()) {
+		if (pid === process.pid)
+			continue;
+		let hit = (cmdline(pid) || '').includes(needle);
+		if (!hit) {
+			try {
+				hit = fs.readlinkSync(`/proc/${pid}/cwd`).startsWith(needle);
+			} catch { /* gone or not ours to read */ }
+		}
+		if (!hit) {
+			try {
+				hit = fs.readFileSync(`/proc/${pid}/environ`).includes(needle);
+			} catch { /* idem */ }
+		}
+		if (hit && isAlive(pid))
+			out.push(pid);
+	}
+	return out;
+}
+
+/* ---- process bookkeeping: nothing a test started outlives it ---- */
+
+const live = new Set();  /* every handle (SDK or raw) not yet cleaned */
+let fresh = [];          /* handles created since the last afterEach */
+
+/* footprint - every process that belongs to a handle right now */
+function footprint(h) {
+	const pids = new Set();
+	if (h.pid && isAlive(h.pid)) {
+		pids.add(h.pid);
+		for (const d of descendants(h.pid))
+			pids.add(d);
+	}
+	for (const p of procsMatching(h.sandboxRoot))
+		pids.add(p);
+	for (const p of procsMatching(h.marker))
+		pids.add(p);
+	pids.delete(process.pid);
+	return [...pids];
+}
+
+/* reap - close one handle, then SIGKILL whatever of it is still alive; returns the survivors */
+async function reap(h, why) {
+	if (h.reaped)
+		return [];
+	h.reaped = true;
+	live.delete(h);
+	const before = footprint(h);
+	try {
+		await Promise.race([h.shutdown(), sleep(5000)]);
+	} catch { /* closing is best effort here */ }
+	const left = await waitFor(() => {
+		const l = [...new Set([...before, ...footprint(h)])].filter(isAlive);
+		return l.length === 0 ? [] : null;
+	}, { timeout: 3000, what: 'exit' }).catch(() => [...new Set([...before, ...footprint(h)])].filter(isAlive));
+	for (const p of left) {
+		process.stderr.write(`# e2e guard (${why}): killing leftover pid ${p}: ${cmdline(p)}\n`);
+		try {
+			process.kill(p, 'SIGKILL');
+		} catch { /* already gone */ }
+	}
+	removeTree(h.sandboxRoot);
+	return left;
+}
+
+/* removeTree - rm -rf, coping with the read-only directories of Go's module cache */
+function removeTree(dir) {
+	if (!dir || !dir.startsWith(os.tmpdir()))
+		return;
+	try {
+		fs.rmSync(dir, { recursive: true, force: true });
+	} catch {
+		spawnSync('chmod', ['-R', 'u+w', dir]);
+		try {
+			fs.rmSync(dir, { recursive: true, force: true });
+		} catch { /* leave it to the OS */ }
+	}
+}
+
+afterEach(async () => {
+	const mine = fresh;
+	fresh = [];
+	for (const h of mine)
+		if (!h.keep)
+			await reap(h, 'after test');
+});
+
+after(async () => {
+	for (const h of [...live])
+		await reap(h, 'end of file');
+});
+
+process.on('exit', () => {
+	for (const h of live)
+		for (const p of footprint(h))
+			try {
+				process.kill(p, 'SIGKILL');
+			} catch { /* gone */ }
+});
+
+/* serveEnv - the environment serve gets: ours minus the test runner's, plus the session's */
+function serveEnv(sandboxRoot, marker, extra) {
+	const env = { ...process.env };
+	for (const k of ['NODE_TEST_CONTEXT', 'NODE_OPTIONS', 'NODE_CHANNEL_FD', 'NODE_CHANNEL_SERIALIZATION_MODE'])
+		delete env[k];
+	return { ...env, KODE_GOPHER_SANDBOX_ROOT: sandboxRoot, KG_E2E_MARKER: marker, ...extra };
+}
+
+function newHandle(keep) {
+	const sandboxRoot = fs.mkdtempSync(path.join(os.tmpdir(), 'kg-e2e-'));
+	const h = { sandboxRoot, marker: `kg-e2e-${randomUUID()}`, keep: !!keep, reaped: false, pid: null };
+	live.add(h);
+	fresh.push(h);
+	return h;
+}
+
+/* ---- the SDK client ---- */
+
+/*
+ * connect - start `kode-gopher serve --log-level debug` and connect the SDK client to it.
+ *   opts.args        extra serve arguments
+ *   opts.env         extra environment
+ *   opts.keep        true: the session outlives the test (closed by the end-of-file hook or by
+ *                    close()); default false: closed after the test that opened it
+ *   opts.listTools   true (default): call tools/list once, so the client validates
+ *                    structuredContent against each tool's outputSchema
+ *   opts.clientInfo  {name, version}
+ * Returns {client, transport, pid, stderr (text so far), sandboxRoot, close()}.
+ */
+export async function connect(opts = {}) {
+	const h = newHandle(opts.keep);
+	const transport = new StdioClientTransport({
+		command: BIN,
+		args: ['serve', '--log-level', 'debug', ...(opts.args || [])],
+		env: serveEnv(h.sandboxRoot, h.marker, opts.env),
+		stderr: 'pipe',
+	});
+	let stderr = '';
+	transport.stderr.on('data', (d) => {
+		stderr += d.toString();
+		if (stderr.length > 8 << 20)
+			stderr = stderr.slice(-(4 << 20));
+	});
+	const client = new Client(opts.clientInfo || { name: 'kode-gopher-e2e', version: '1.0.0' }, {
+		capabilities: {},
+	});
+	h.shutdown = () => transport.close();
+	try {
+		await client.connect(transport);
+	} catch (e) {
+		await reap(h, 'connect failed');
+		throw new Error(`cannot connect to ${BIN} serve: ${e.message}\n${stderr.slice(-3000)}`);
+	}
+	h.pid = transport.pid;
+	if (opts.listTools !== false)
+		await client.listTools();
+	return {
+		client,
+		transport,
+		pid: h.pid,
+		sandboxRoot: h.sandboxRoot,
+		get stderr() {
+			return stderr;
+		},
+		close: () => reap(h, 'close'),
+	};
+}
+
+/*
+ * callTool - tools/call through the SDK with a generous timeout.
+ *   opts.timeout     ms (default CALL_TIMEOUT_MS); opts.onprogress as in the SDK
+ */
+export function callTool(client, name, args, opts = {}) {
+	const { timeout = CALL_TIMEOUT_MS, ...rest } = opts;
+	return client.callTool({ name, arguments: args }, CallToolResultSchema, { timeout, ...rest });
+}
+
+/* text - the text blocks of a tool result, joined */
+export function text(result) {
+	return (result?.content || []).filter((c) => c.type === 'text').map((c) => c.text).join('\n');
+}
+
+/* sc - a tool result's structuredContent */
+export function sc(result) {
+	return result?.structuredContent;
+}
+
+/* ---- raw stdio: arbitrary bytes in, newline-delimited JSON out ---- */
+
+/*
+ * rawSession - spawn serve with child_process; for input the SDK would never send.
+ *   args: extra serve arguments; opts.env: extra environment; opts.keep as for connect.
+ * Returns an object with:
+ *   write(bytes)          raw bytes (string or Buffer) to stdin, resolved when written
+ *   send(obj)             JSON.stringify(obj) + "\n"
+ *   next({timeout, match})   the next unread message (optionally the first matching one)
+ *   response(id, {timeout})  the response whose id equals id
+ *   request(method, params, {timeout})  send with a fresh integer id, await its response
+ *   initialize(version)   the initialize handshake (+ notifications/initialized)
+ *   messages              everything parsed so far; lines: raw lines; stderr: text
+ *   endStdin(), exited (promise of {code, signal}), close()
+ */
+export function rawSession(args = [], opts = {}) {
+	const h = newHandle(opts.keep);
+	const child = spawn(BIN, ['serve', '--log-level', 'debug', ...args], {
+		env: serveEnv(h.sandboxRoot, h.marker, opts.env),
+		stdio: ['pipe', 'pipe', 'pipe'],
+	});
+	h.pid = child.pid;
+	const s = {
+		child,
+		pid: child.pid,
+		sandboxRoot: h.sandboxRoot,
+		messages: [],
+		lines: [],
+		stderr: '',
+		nextId: 1000,
+		cursor: 0,
+	};
+	let buf = '';
+	let waiters = [];
+	child.stdout.on('data', (d) => {
+		buf += d.toString();
+		let i;
+		while ((i = buf.indexOf('\n')) >= 0) {
+			const line = buf.slice(0, i);
+			buf = buf.slice(i + 1);
+			s.lines.push(line);
+			let msg;
+			try {
+				msg = JSON.parse(line);
+			} catch {
+				msg = { __unparsable: line };
+			}
+			s.messages.push(msg);
+		}
+		const w = waiters;
+		waiters = [];
+		w.forEach((f) => f());
+	});
+	child.stderr.on('data', (d) => {
+		s.stderr += d.toString();
+		if (s.stderr.length > 8 << 20)
+			s.stderr = s.stderr.slice(-(4 << 20));
+	});
+	child.stdin.on('error', () => { /* the server may close first; tests look at responses */ });
+	s.exited = new Promise((resolve) => child.on('exit', (code, signal) => resolve({ code, signal })));
+	child.on('exit', () => {
+		const w = waiters;
+		waiters = [];
+		w.forEach((f) => f());
+	});
+
+	s.write = (bytes) => new Promise((resolve, reject) => {
+		if (!child.stdin.writable)
+			return reject(new Error('serve stdin is closed'));
+		child.stdin.write(bytes, (err) => (err ? reject(err) : resolve()));
+	});
+	s.send = (obj) => s.write(JSON.stringify(obj) + '\n');
+	/* next - wait for an unread message (that matches); consumed messages are skipped later */
+	s.next = async ({ timeout = 10_000, match = () => true } = {}) => {
+		const until = Date.now() + timeout;
+		for (;;) {
+			for (let i = s.cursor; i < s.messages.length; i++) {
+				const m = s.messages[i];
+				if (!m.__consumed && match(m)) {
+					Object.defineProperty(m, '__consumed', { value: true, enumerable: false });
+					while (s.cursor < s.messages.length && s.messages[s.cursor].__consumed)
+						s.cursor++;
+					return m;
+				}
+			}
+			const left = until - Date.now();
+			if (left <= 0 || child.exitCode !== null || child.signalCode !== null) {
+				if (left > 0)
+					await sleep(20); /* let the last stdout chunk land */
+				const got = s.messages.slice(-5).map((m) => JSON.stringify(m).slice(0, 300)).join('\n  ');
+				throw new Error(`no matching message within ${timeout} ms` +
+					(child.exitCode !== null ? ` (serve exited with ${child.exitCode})` : '') +
+					`; last messages:\n  ${got}\nstderr tail:\n${s.stderr.slice(-2000)}`);
+			}
+			await new Promise((resolve) => {
+				const t = setTimeout(resolve, left);
+				waiters.push(() => {
+					clearTimeout(t);
+					resolve();
+				});
+			});
+		}
+	};
+	s.response = (id, o = {}) =>
+		s.next({ ...o, match: (m) => ('result' in m || 'error' in m) && m.id === id });
+	s.request = async (method, params, o = {}) => {
+		const id = s.nextId++;
+		const msg = { jsonrpc: '2.0', id, method };
+		if (params !== undefined)
+			msg.params = params;
+		await s.send(msg);
+		return s.response(id, o);
+	};
+	s.initialize = async (version = LATEST_PROTOCOL_VERSION) => {
+		const r = await s.request('initialize', {
+			protocolVersion: version,
+			capabilities: {},
+			clientInfo: { name: 'kode-gopher-e2e-raw', version: '1.0.0' },
+		});
+		await s.send({ jsonrpc: '2.0', method: 'notifications/initialized' });
+		return r;
+	};
+	s.endStdin = () => child.stdin.end();
+	h.shutdown = async () => {
+		if (child.exitCode !== null || child.signalCode !== null)
+			return;
+		child.stdin.end();
+		const done = await Promise.race([s.exited.then(() => true), sleep(3000).then(() => false)]);
+		if (!done) {
+			child.kill('SIGKILL');
+			await s.exited;
+		}
+	};
+	s.close = () => reap(h, 'close');
+	return s;
+}
+
+/* jsonrpcLine - a JSON-RPC request line of about `size` bytes, id first or last */
+export function bigRequestLine(id, size, { idFirst = false } = {}) {
+	const pad = 'x'.repeat(size);
+	const params = { name: 'execute_go_code', arguments: { code: `package p\n// ${pad}\n` } };
+	const body = idFirst
+		? { id, jsonrpc: '2.0', method: 'tools/call', params }
+		: { jsonrpc: '2.0', method: 'tools/call', params, id };
+	return JSON.stringify(body) + '\n';
+}

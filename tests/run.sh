@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# run.sh - run every test suite and end with one line "N passed, N failed".
+#
+# Called by `make test` (and so by make check and make asan) with BUILD set to the build dir.
+# Suites: the cmocka unit tests (build/tests/test_*), then the end-to-end and security tests
+# (node's test runner driving the real server with the official MCP SDK client).
+# Each suite's own output goes to the terminal; the counts come from its TAP lines.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+export KODE_GOPHER_BIN=${KODE_GOPHER_BIN:-$PWD/$BUILD/kode-gopher}
+export RUNTIME_DIR=${RUNTIME_DIR:-/var/cache/kode-gopher/runtime}
+export KODE_GOPHER_RUNTIME_DIR=$RUNTIME_DIR
+log=$(mktemp -d)
+trap 'rm -rf "$log"' EXIT
+passed=0 failed=0
+
+# count_tap FILE - add the ok / not ok lines of one TAP stream to the totals
+count_tap() {
+	local ok notok
+	ok=$(grep -cE '^ok [0-9]+' "$1")
+	notok=$(grep -cE '^not ok [0-9]+' "$1")
+	passed=$((passed + ok)) failed=$((failed + notok))
+}
+
+for t in "$BUILD"/tests/test_*; do
+	[ -x "$t" ] || continue
+	name=$(basename "$t")
+	echo "== unit: $name"
+	CMOCKA_MESSAGE_OUTPUT=TAP "$t" >"$log/$name.tap" 2>"$log/$name.err"
+	rc=$?
+	cat "$log/$name.tap"
+	if ! grep -qE '^(not )?ok [0-9]+' "$log/$name.tap" || { [ $rc -ne 0 ] && ! grep -qE '^not ok' "$log/$name.tap"; }; then
+		echo "not ok 1 - $name crashed or ran nothing (exit $rc)" | tee -a "$log/$name.tap"
+		tail -20 "$log/$name.err"
+	elif [ $rc -ne 0 ]; then
+		tail -20 "$log/$name.err"
+	fi
+	count_tap "$log/$name.tap"
+done
+
+# node's TAP reporter indents subtests; top-level tests are the unindented ok lines
+shopt -s nullglob
+e2e=(tests/e2e/*.test.mjs tests/security/*.test.mjs)
+if ((${#e2e[@]})); then
+	echo "== e2e: ${e2e[*]}"
+	NODE_PATH=$PWD/tests/e2e/node_modules node --test --test-concurrency=1 --test-reporter=tap \
+		"${e2e[@]}" >"$log/e2e.tap" 2>&1
+	grep -vE '^\s+(duration_ms|\.\.\.|---|type:)' "$log/e2e.tap" | grep -E '^\s*(not ok|ok|#)|^\s+(error|location|stack|expected|actual|code):' | head -400
+	count_tap "$log/e2e.tap"
+	if ! grep -qE '^(not )?ok [0-9]+' "$log/e2e.tap"; then
+		echo "e2e suite ran nothing:"; tail -30 "$log/e2e.tap"; failed=$((failed + 1))
+	fi
+fi
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
