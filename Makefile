@@ -41,6 +41,8 @@ $(BUILD)/%.o: %.c $(wildcard */*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(CFLAGS) -MMD -c -o $@ $<
 
+$(BUILD)/runtime/embed.o: runtime/main.go.tmpl
+
 $(BUILD)/%.o: %.S
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -I. -c -o $@ $<

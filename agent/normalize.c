@@ -8,8 +8,9 @@
  * quoted in it are reduced to printable UTF-8 so the sentence survives JSON encoding.
  *
  * Symlinks cannot be sent (a file is a path and its content), and the writer (agent/pipeline.c)
- * creates every file with O_NOFOLLOW|O_EXCL, so a link left behind in /app/persist or planted
- * by an earlier run cannot redirect a write.
+ * creates every file with O_NOFOLLOW|O_EXCL (O_TRUNC instead of O_EXCL under persist/, which
+ * survives between calls) and walks directories with O_NOFOLLOW, so a link planted by an earlier
+ * run cannot redirect a write.
  *
  * A snippet is rewritten by replacing the package name token of each root file with `main`, in
  * place: every other byte stays, so the compiler's line numbers match what the model sent.
@@ -592,6 +593,13 @@ static int norm_classify(const struct src_file *in, size_t n, const struct norm_
 	}
 
 	if (pkg->name_len == 4 && !memcmp(name, "main", 4)) {
+		if (main_i == n && run_i != n) {
+			norm_err(err, errlen, "package main needs func main(); or send a snippet: any other "
+				 "package name with func run(ctx context.Context) (any, error) (%s:%u declares "
+				 "run, so renaming the package, for example to package snippet, may be all "
+				 "that is missing)", in[run_i].path, sc[run_i].run_line);
+			return -EINVAL;
+		}
 		if (main_i == n) {
 			norm_err(err, errlen, "package main needs func main(); or send a snippet: any other "
 				 "package name with func run(ctx context.Context) (any, error)");

@@ -43,6 +43,8 @@
 #define SRV_POLL_MS          250                /* how often a blocked reader looks at "stopping" */
 #define SRV_CONN_LIMIT       32
 #define SRV_CONN_TIMEOUT_S   120
+#define SRV_PHASE_MAX        64
+#define SRV_MESSAGE_MAX      2048
 
 enum srv_route { SRV_NONE, SRV_HEALTH, SRV_CLAIM, SRV_EXECUTE, SRV_DOC };
 
@@ -50,6 +52,7 @@ enum srv_route { SRV_NONE, SRV_HEALTH, SRV_CLAIM, SRV_EXECUTE, SRV_DOC };
 struct srv_line {
 	struct srv_line *next;
 	size_t len;
+	bool progress;            /* counted in progress_bytes */
 	char data[];
 };
 
@@ -198,7 +201,7 @@ static void srv_job_unref(struct srv_job *job)
 }
 
 /* srv_job_append - queue text + "\n"; called with job->mu held */
-static int srv_job_append(struct srv_job *job, const char *text, size_t len)
+static int srv_job_append(struct srv_job *job, const char *text, size_t len, bool progress)
 {
 	struct srv_line *l = malloc(sizeof(*l) + len + 1);
 	if (!l)
@@ -206,7 +209,10 @@ static int srv_job_append(struct srv_job *job, const char *text, size_t len)
 	memcpy(l->data, text, len);
 	l->data[len] = '\n';
 	l->len = len + 1;
+	l->progress = progress;
 	l->next = NULL;
+	if (progress)
+		job->progress_bytes += l->len;
 	if (job->tail)
 		job->tail->next = l;
 	else
@@ -232,30 +238,35 @@ static int srv_job_push(struct srv_job *job, json_t *ev, bool progress)
 		/* A reader that slow is stuck; progress is advisory, the result is not. */
 		log_debug("dropping a progress line: %zu bytes already queued", job->progress_bytes);
 	} else {
-		rc = srv_job_append(job, text, len);
-		if (rc == 0 && progress)
-			job->progress_bytes += len + 1;
+		rc = srv_job_append(job, text, len, progress);
 	}
 	pthread_mutex_unlock(&job->mu);
 	free(text);
 	return rc;
 }
 
-/* srv_text - a JSON string from bytes that may not be UTF-8 (then non-ASCII becomes '?') */
-static json_t *srv_text(const char *s)
+/* srv_text - a JSON string of at most max bytes from bytes that may not be UTF-8 (then
+ * non-ASCII becomes '?'); progress lines must stay far below the client's 64 KiB line limit */
+static json_t *srv_text(const char *s, size_t max)
 {
 	if (!s)
 		s = "";
-	json_t *j = json_string(s);
+	size_t n = strnlen(s, max + 1);
+	if (n > max) {
+		n = max;
+		while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80)
+			n--; /* do not cut a UTF-8 sequence */
+	}
+	json_t *j = json_stringn(s, n);
 	if (j)
 		return j;
-	char *copy = strdup(s);
+	char *copy = strndup(s, n);
 	if (!copy)
 		return NULL;
 	for (char *p = copy; *p; p++)
-		if ((unsigned char)*p >= 0x80 || (unsigned char)*p < 0x20)
+		if ((unsigned char)*p >= 0x80)
 			*p = '?';
-	j = json_string(copy);
+	j = json_stringn(copy, n);
 	free(copy);
 	return j;
 }
@@ -268,8 +279,8 @@ static void srv_job_progress(void *pctx, const char *phase, const char *message)
 	if (!ev)
 		return;
 	json_object_set_new(ev, "event", json_string("progress"));
-	json_object_set_new(ev, "phase", srv_text(phase));
-	json_object_set_new(ev, "message", srv_text(message));
+	json_object_set_new(ev, "phase", srv_text(phase, SRV_PHASE_MAX));
+	json_object_set_new(ev, "message", srv_text(message, SRV_MESSAGE_MAX));
 	srv_job_push(job, ev, true);
 }
 
@@ -280,7 +291,7 @@ static json_t *srv_internal_result(const char *why)
 			 "internal_error", "message", why);
 }
 
-/* srv_job_run - the job thread: run the handler, queue the result, free the busy slot */
+/* srv_job_run - the job thread: run the handler, free the busy slot, queue the result */
 static void *srv_job_run(void *arg)
 {
 	struct srv_job *job = arg;
@@ -289,6 +300,11 @@ static void *srv_job_run(void *arg)
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 
 	json_t *res = s->h.execute(s->h.ctx, job->req, srv_job_progress, job);
+	/* Free the slot before the result goes out: a client that gets its result and at once
+	 * sends the next call must not find the sandbox busy. */
+	pthread_mutex_lock(&s->mu);
+	s->busy = false;
+	pthread_mutex_unlock(&s->mu);
 	if (!json_is_object(res)) {
 		json_decref(res);
 		res = srv_internal_result("the agent's pipeline returned no result; see the agent's log");
@@ -310,10 +326,6 @@ static void *srv_job_run(void *arg)
 	pthread_mutex_unlock(&job->mu);
 	log_info("execute finished in %ld ms%s", ms,
 		 abandoned ? " (the client had gone; result dropped)" : "");
-
-	pthread_mutex_lock(&s->mu);
-	s->busy = false;
-	pthread_mutex_unlock(&s->mu);
 	srv_job_unref(job);
 	return NULL;
 }
@@ -337,7 +349,7 @@ static ssize_t srv_stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 				if (!job->head)
 					job->tail = NULL;
 				job->off = 0;
-				if (job->progress_bytes >= l->len)
+				if (l->progress)
 					job->progress_bytes -= l->len;
 				free(l);
 			}
@@ -365,7 +377,7 @@ static ssize_t srv_stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 			continue;
 		}
 		static const char beat[] = "{\"event\":\"heartbeat\"}";
-		if (srv_job_append(job, beat, sizeof(beat) - 1) < 0) {
+		if (srv_job_append(job, beat, sizeof(beat) - 1, false) < 0) {
 			pthread_mutex_unlock(&job->mu);
 			return MHD_CONTENT_READER_END_WITH_ERROR;
 		}
@@ -653,7 +665,7 @@ static enum MHD_Result srv_execute(struct agent_server *s, struct MHD_Connection
 
 	pthread_mutex_lock(&s->mu);
 	if (s->thread_live) {
-		/* The previous job cleared busy as its last act; this join is immediate. */
+		/* The previous job freed the slot; it only has its result to queue. */
 		pthread_join(s->thread, NULL);
 		s->thread_live = false;
 	}

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "master/master.h"
+#include "worker/worker.h"
 
 static const char usage[] =
 	"usage: kode-gopher <command> [options]\n"
@@ -56,6 +57,9 @@ int main(int argc, char **argv)
 	}
 	if (strcmp(argv[1], "--version") == 0)
 		return version_main(1, argv + 1);
+	/* the worker's title goes where the whole command line was, so it is moved first */
+	if (strcmp(argv[1], "worker") == 0)
+		proctitle_init(argc, argv);
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
 		if (strcmp(argv[1], commands[i].name) == 0)
 			return commands[i].run(argc - 1, argv + 1);

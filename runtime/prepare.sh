@@ -74,6 +74,14 @@ if up_to_date; then
 	exit 0
 fi
 
+# Holding the lock, any stage or old tree left here is from a killed run.
+for d in "$parent/.$name.new."* "$parent/.$name.old."*; do
+	if [ -e "$d" ]; then
+		chmod -R u+w "$d" 2>/dev/null || true
+		rm -rf "$d"
+	fi
+done
+
 stage=$(mktemp -d "$parent/.$name.new.XXXXXX")
 old=""
 

@@ -136,7 +136,6 @@ int worker_main(int argc, char **argv)
 	enum log_level lvl = LOG_LVL_INFO;
 	s->default_timeout_s = 60;
 	s->max_timeout_s = 300;
-	proctitle_init(argc, argv); /* first: it moves argv, and getopt must see the copies */
 	static const struct option opts[] = {
 		{ "ipc", required_argument, 0, 'i' },     { "session", required_argument, 0, 's' },
 		{ "log-level", required_argument, 0, 'l' }, { "seccomp", required_argument, 0, 'c' },
@@ -175,11 +174,8 @@ int worker_main(int argc, char **argv)
 	if (ipc_pack_hello(&b, session_next_seq(s), (uint32_t)getpid(), KG_VERSION) != 0 ||
 	    session_send(s, &b) != 0)
 		return 1;
-	s->state = WS_CLOSING; /* forces the title and note below */
-	pthread_mutex_lock(&s->mu);
 	s->state = WS_BEFORE_INIT;
 	proctitle_set("kode-gopher: worker s=%.8s idle", s->id);
-	pthread_mutex_unlock(&s->mu);
 	sandbox_request(s, "spawn"); /* warm: the sandbox starts while the client initializes */
 	if (call_start(s) != 0)
 		return 1;

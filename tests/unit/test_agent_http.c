@@ -53,6 +53,7 @@ struct fake {
 	int finished;        /* executes that returned */
 	size_t big;          /* bytes of "stdout" in the result */
 	int sleep_ms;        /* execute sleeps this long before returning */
+	bool odd_progress;   /* also send an oversized and a non-UTF-8 progress message */
 };
 
 /* fake_execute - three progress events, optionally block or sleep, echo the request */
@@ -62,6 +63,15 @@ static json_t *fake_execute(void *ctx, json_t *req, pipeline_progress_fn progres
 	progress(pctx, "normalize", "normalizing");
 	progress(pctx, "build", "building");
 	progress(pctx, "run", "running");
+	if (f->odd_progress) {
+		char *m = malloc(100001);
+		memset(m, 'm', 100000);
+		memcpy(m + 2047, "\xc3\xa9", 2); /* an é across the server's 2048-byte cut */
+		m[100000] = '\0';
+		progress(pctx, "build", m);
+		free(m);
+		progress(pctx, "run", "caf\xe9 \xff");
+	}
 	pthread_mutex_lock(&f->mu);
 	f->started = true;
 	pthread_cond_broadcast(&f->cv);
@@ -297,6 +307,7 @@ static void claim(struct fx *x)
 struct seen {
 	char phases[8][16];
 	char messages[8][32];
+	size_t lens[8];
 	int n;
 	volatile int *cancel;   /* set on the first event when non-NULL */
 	pid_t kill_pid;         /* SIGKILL this process on the first event when nonzero */
@@ -309,6 +320,7 @@ static void on_progress(void *ctx, const char *phase, const char *message)
 	if (s->n < 8) {
 		snprintf(s->phases[s->n], sizeof(s->phases[0]), "%s", phase);
 		snprintf(s->messages[s->n], sizeof(s->messages[0]), "%s", message);
+		s->lens[s->n] = strlen(message);
 	}
 	__atomic_add_fetch(&s->n, 1, __ATOMIC_RELEASE);
 	if (s->cancel)
@@ -506,10 +518,14 @@ static void test_execute_stream(void **state)
 	free(r.body);
 	free(body);
 
-	/* sequential calls reuse the slot */
-	assert_int_equal(agent_client_execute(&x->ep, req, NULL, NULL, NULL, &res, err,
-					      sizeof(err)), 0);
-	json_decref(res);
+	/* back-to-back calls never find the slot still taken by the previous one (the slot is
+	 * freed before the result line is sent) */
+	for (int i = 0; i < 30; i++) {
+		rc = agent_client_execute(&x->ep, req, NULL, NULL, NULL, &res, err, sizeof(err));
+		if (rc != 0)
+			fail_msg("call %d after the first: %d %s", i, rc, err);
+		json_decref(res);
+	}
 	json_decref(req);
 }
 
@@ -520,10 +536,17 @@ static void test_execute_large_result(void **state)
 	char err[ERRLEN];
 	claim(x);
 	x->fake.big = 3 * 1024 * 1024 + 17;
+	x->fake.odd_progress = true;
 	json_t *req = exec_req(), *res = NULL;
-	int rc = agent_client_execute(&x->ep, req, NULL, NULL, NULL, &res, err, sizeof(err));
+	struct seen seen = { 0 };
+	int rc = agent_client_execute(&x->ep, req, on_progress, &seen, NULL, &res, err,
+				      sizeof(err));
 	if (rc != 0)
 		fail_msg("execute: %d %s", rc, err);
+	/* progress messages are cut to 2048 bytes, never inside a UTF-8 sequence */
+	assert_int_equal(seen.n, 5);
+	assert_int_equal(seen.lens[3], 2047);
+	assert_string_equal(seen.messages[4], "caf? ?");
 	const char *out = json_string_value(json_object_get(res, "stdout"));
 	assert_non_null(out);
 	assert_int_equal(strlen(out), x->fake.big);

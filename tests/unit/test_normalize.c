@@ -164,7 +164,13 @@ static void test_program_without_main(void **state)
 			"package main\nimport \"context\"\nfunc run(ctx context.Context) (any, error) { return 1, nil }\n"
 			"func (t T) main() {}\nvar f = func() { main := 1; _ = main }\n");
 	expect_error(rc, &r, err, "package main needs func main(); or send a snippet: any other package "
+		     "name with func run(ctx context.Context) (any, error) (main.go:3 declares run, so "
+		     "renaming the package, for example to package snippet, may be all that is missing)");
+
+	rc = norm_files(&r, err, 1, "main.go", "package main\n\nfunc helper() {}\n");
+	expect_error(rc, &r, err, "package main needs func main(); or send a snippet: any other package "
 		     "name with func run(ctx context.Context) (any, error)");
+	assert_null(strstr(err, "declares run"));
 }
 
 /* test_snippet_without_run - any other package must declare run, with hints for near misses */

@@ -1,0 +1,1208 @@
+/*
+ * pipeline.c - one execute_go_code call inside the sandbox (wipe, normalize, write, build, run,
+ * result) and one lookup_package_docs call (go doc in the session's module).
+ *
+ * Called by the agent's HTTP server (agent/server.c, through agent/agent_main.c) on a thread
+ * of its own, one call at a time. The Go toolchain work lives in agent/gobuild.c, process
+ * supervision in agent/runproc.c, compiler-output parsing in agent/diag.c. Everything under
+ * app_dir may have been shaped by an earlier user program (symlinks, odd modes, deep trees),
+ * so the wipe and the writes go through directory descriptors and never follow a link.
+ */
+#include "agent/pipeline.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agent/diag.h"
+#include "agent/gobuild.h"
+#include "agent/normalize.h"
+#include "agent/runproc.h"
+#include "ipc/log.h"
+
+#ifndef KG_RUNTIME_DIR
+#define KG_RUNTIME_DIR "/var/cache/kode-gopher/runtime"
+#endif
+
+#define PL_GEN_FILE        "kode_gopher_main.go"
+#define PL_PERSIST         "persist"
+#define PL_GRACE_MS        2000
+#define PL_RESULT_MAX      (16 * 1024 * 1024)
+#define PL_CRASH_MAX       (256 * 1024)
+#define PL_STACK_MAX       (64 * 1024)
+#define PL_WIPE_MAX_DEPTH  64      /* deeper subtrees are moved up and wiped in a later pass */
+#define PL_WIPE_MAX_PASSES 100000
+#define PL_MAX_ENV         256
+#define PL_DOC_MAX_PKG     256
+#define PL_DOC_MAX_SYM     128
+
+/* The configuration with defaults filled in. */
+struct pl_cfg {
+	const char *app_dir, *state_dir, *runtime_dir;
+	char gomodcache[PATH_MAX], gocache[PATH_MAX];
+	char home[PATH_MAX], tmp[PATH_MAX], rundir[PATH_MAX], docdir[PATH_MAX];
+	const char *go_bin;
+	int default_timeout_ms, max_timeout_ms;
+	size_t output_cap, doc_cap;
+	struct gobuild_env env;
+};
+
+/* pathf - snprintf into a path buffer; -ENAMETOOLONG instead of a silently cut path */
+static int pathf(char *buf, size_t len, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(buf, len, fmt, ap);
+	va_end(ap);
+	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+/* mkdir_private - mkdir 0700 that accepts an existing directory */
+static int mkdir_private(const char *path)
+{
+	if (mkdir(path, 0700) == 0 || errno == EEXIST)
+		return 0;
+	return -errno;
+}
+
+/* pl_cfg_init - defaults, derived paths and the state directory's skeleton */
+static int pl_cfg_init(const struct pipeline_config *in, struct pl_cfg *c)
+{
+	memset(c, 0, sizeof(*c));
+	if (!in || !in->app_dir || !in->state_dir)
+		return -EINVAL;
+	c->app_dir = in->app_dir;
+	c->state_dir = in->state_dir;
+	c->runtime_dir = in->runtime_dir ? in->runtime_dir : KG_RUNTIME_DIR;
+	c->go_bin = in->go_bin ? in->go_bin : "go";
+	c->default_timeout_ms = in->default_timeout_ms > 0 ? in->default_timeout_ms : 60000;
+	c->max_timeout_ms = in->max_timeout_ms > 0 ? in->max_timeout_ms : 300000;
+	c->output_cap = in->output_cap ? in->output_cap : 1024 * 1024;
+	c->doc_cap = in->doc_cap ? in->doc_cap : 64 * 1024;
+	int rc = 0;
+	if (in->gomodcache_dir)
+		rc |= pathf(c->gomodcache, sizeof(c->gomodcache), "%s", in->gomodcache_dir);
+	else
+		rc |= pathf(c->gomodcache, sizeof(c->gomodcache), "%s/gomodcache", c->runtime_dir);
+	if (in->gocache_dir)
+		rc |= pathf(c->gocache, sizeof(c->gocache), "%s", in->gocache_dir);
+	else
+		rc |= pathf(c->gocache, sizeof(c->gocache), "%s/gocache", c->runtime_dir);
+	rc |= pathf(c->home, sizeof(c->home), "%s/home", c->state_dir);
+	rc |= pathf(c->tmp, sizeof(c->tmp), "%s/tmp", c->state_dir);
+	rc |= pathf(c->rundir, sizeof(c->rundir), "%s/run", c->state_dir);
+	rc |= pathf(c->docdir, sizeof(c->docdir), "%s/doc", c->state_dir);
+	if (rc)
+		return -ENAMETOOLONG;
+	if ((rc = mkdir_private(c->state_dir)) < 0 || (rc = mkdir_private(c->home)) < 0 ||
+	    (rc = mkdir_private(c->tmp)) < 0 || (rc = mkdir_private(c->rundir)) < 0)
+		return rc;
+	const char *path = getenv("PATH");
+	c->env = (struct gobuild_env){
+		.go_bin = c->go_bin,
+		.path = path && *path ? path : NULL,
+		.home = c->home,
+		.gomodcache = c->gomodcache,
+		.gocache = c->gocache,
+		.tmpdir = c->tmp,
+	};
+	return 0;
+}
+
+/* ---- wiping /app ---- */
+
+struct wipe {
+	int topfd;
+	unsigned spill;   /* subtrees moved to the top for a later pass */
+	unsigned failed;  /* entries that could not be removed */
+};
+
+static void wipe_dir(struct wipe *w, int dfd, int depth);
+
+/* wipe_entry - remove one name below dfd without following it, whatever it is */
+static void wipe_entry(struct wipe *w, int dfd, const char *name, int depth)
+{
+	struct stat st;
+	if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return;
+	if (!S_ISDIR(st.st_mode)) {
+		if (unlinkat(dfd, name, 0) == 0)
+			return;
+		if (errno == EACCES || errno == EPERM) {
+			/* a program may have made its directory read-only */
+			fchmod(dfd, 0700);
+			if (unlinkat(dfd, name, 0) == 0)
+				return;
+		}
+		w->failed++;
+		return;
+	}
+	if (depth >= PL_WIPE_MAX_DEPTH) {
+		/* keep the number of open descriptors bounded on a hostile deep tree */
+		char spill[64];
+		snprintf(spill, sizeof(spill), ".kg-wipe-%u-%u", (unsigned)getpid(), w->spill);
+		if (renameat(dfd, name, w->topfd, spill) == 0) {
+			w->spill++;
+			return;
+		}
+		w->failed++;
+		return;
+	}
+	int sub = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (sub < 0 && errno == EACCES) {
+		fchmodat(dfd, name, 0700, 0);
+		sub = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	}
+	if (sub < 0) {
+		/* replaced by a non-directory between fstatat and openat: unlink whatever it is */
+		if (unlinkat(dfd, name, 0) < 0)
+			w->failed++;
+		return;
+	}
+	fchmod(sub, 0700);
+	wipe_dir(w, sub, depth + 1);
+	close(sub);
+	if (unlinkat(dfd, name, AT_REMOVEDIR) < 0) {
+		if (errno == EACCES || errno == EPERM) {
+			fchmod(dfd, 0700);
+			if (unlinkat(dfd, name, AT_REMOVEDIR) == 0)
+				return;
+		}
+		w->failed++;
+	}
+}
+
+/* wipe_dir - remove everything below dfd (dfd itself stays) */
+static void wipe_dir(struct wipe *w, int dfd, int depth)
+{
+	int dup = fcntl(dfd, F_DUPFD_CLOEXEC, 0);
+	if (dup < 0)
+		return;
+	DIR *d = fdopendir(dup);
+	if (!d) {
+		close(dup);
+		return;
+	}
+	/* the dup shares the offset with dfd, which an earlier pass left at the end */
+	rewinddir(d);
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		if (depth == 0 && strcmp(de->d_name, PL_PERSIST) == 0) {
+			struct stat st;
+			/* keep persist only if it is a real directory; a symlink named persist goes */
+			if (fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+			    S_ISDIR(st.st_mode))
+				continue;
+		}
+		wipe_entry(w, dfd, de->d_name, depth);
+	}
+	closedir(d);
+}
+
+/* pl_wipe_app - empty app_dir except a real persist/ directory, creating both as needed */
+static int pl_wipe_app(const char *app_dir)
+{
+	if (mkdir(app_dir, 0755) < 0 && errno != EEXIST)
+		return -errno;
+	int fd = open(app_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	struct wipe w = { .topfd = fd };
+	for (int pass = 0; pass < PL_WIPE_MAX_PASSES; pass++) {
+		unsigned spilled = w.spill;
+		w.failed = 0;
+		wipe_dir(&w, fd, 0);
+		if (w.spill == spilled)
+			break;
+	}
+	if (w.failed)
+		log_warn("%u entries under %s could not be removed", w.failed, app_dir);
+	int rc = 0;
+	if (mkdirat(fd, PL_PERSIST, 0755) < 0 && errno != EEXIST)
+		rc = -errno;
+	close(fd);
+	return rc;
+}
+
+/* ---- writing the normalized files ---- */
+
+/* pl_write_file - create one file below dirfd through descriptors, never following a link.
+ * Files under persist/ may replace what an earlier call left there; anywhere else the
+ * freshly wiped tree makes O_EXCL the right check. */
+static int pl_write_file(int topfd, const struct src_file *f)
+{
+	char path[NORM_MAX_PATH + 1];
+	if (pathf(path, sizeof(path), "%s", f->path) < 0)
+		return -ENAMETOOLONG;
+	bool in_persist = strncmp(path, PL_PERSIST "/", strlen(PL_PERSIST) + 1) == 0;
+	int dfd = fcntl(topfd, F_DUPFD_CLOEXEC, 0);
+	if (dfd < 0)
+		return -errno;
+	char *comp = path;
+	int rc = 0;
+	for (;;) {
+		char *slash = strchr(comp, '/');
+		if (!slash)
+			break;
+		*slash = '\0';
+		if (!*comp || strcmp(comp, ".") == 0 || strcmp(comp, "..") == 0) {
+			rc = -EINVAL;
+			break;
+		}
+		if (mkdirat(dfd, comp, 0755) < 0 && errno != EEXIST) {
+			rc = -errno;
+			break;
+		}
+		int sub = openat(dfd, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (sub < 0) {
+			rc = -errno;
+			break;
+		}
+		close(dfd);
+		dfd = sub;
+		comp = slash + 1;
+	}
+	if (rc == 0 && (!*comp || strcmp(comp, ".") == 0 || strcmp(comp, "..") == 0))
+		rc = -EINVAL;
+	if (rc == 0) {
+		int flags = O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC |
+			    (in_persist ? O_TRUNC : O_EXCL);
+		int fd = openat(dfd, comp, flags, 0644);
+		if (fd < 0) {
+			rc = -errno;
+		} else {
+			const char *p = f->content;
+			size_t n = f->len;
+			while (n && rc == 0) {
+				ssize_t w = write(fd, p, n);
+				if (w < 0 && errno == EINTR)
+					continue;
+				if (w < 0)
+					rc = -errno;
+				else {
+					p += w;
+					n -= (size_t)w;
+				}
+			}
+			if (close(fd) < 0 && rc == 0)
+				rc = -errno;
+		}
+	}
+	close(dfd);
+	return rc;
+}
+
+/* ---- results ---- */
+
+/* set_text - key = JSON string of arbitrary bytes */
+static void set_text(json_t *o, const char *key, const char *s, size_t len)
+{
+	json_t *j = diag_json_string(s ? s : "", s ? len : 0);
+	json_object_set_new(o, key, j ? j : json_string(""));
+}
+
+/* kind_msg - {"kind":kind,"message":msg} */
+static json_t *kind_msg(const char *kind, const char *msg)
+{
+	json_t *r = json_object();
+	json_object_set_new(r, "kind", json_string(kind));
+	set_text(r, "message", msg, strlen(msg));
+	return r;
+}
+
+/* result_new - the result object with every field present and neutral */
+static json_t *result_new(void)
+{
+	json_t *o = json_object();
+	json_object_set_new(o, "phase", json_string("internal"));
+	json_object_set_new(o, "mode", json_null());
+	json_object_set_new(o, "exit_code", json_null());
+	json_object_set_new(o, "signal", json_null());
+	json_object_set_new(o, "build_ms", json_integer(0));
+	json_object_set_new(o, "duration_ms", json_integer(0));
+	json_object_set_new(o, "tidied", json_false());
+	json_object_set_new(o, "cached_build", json_false());
+	json_object_set_new(o, "result", json_null());
+	json_object_set_new(o, "stdout", json_string(""));
+	json_object_set_new(o, "stderr", json_string(""));
+	json_object_set_new(o, "stdout_truncated", json_false());
+	json_object_set_new(o, "stderr_truncated", json_false());
+	return o;
+}
+
+/* internal_result - the fallback when the pipeline itself failed */
+static json_t *internal_result(const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	log_error("%s", msg);
+	json_t *o = result_new();
+	if (o)
+		json_object_set_new(o, "result", kind_msg("internal_error", msg));
+	return o;
+}
+
+struct timings {
+	long normalize_ms, write_ms, tidy_ms, build_ms, run_ms, total_ms;
+	long cpu_user_ms, cpu_sys_ms, max_rss_kb;
+};
+
+/* finish - set phase/mode/timings on a result */
+static json_t *finish(json_t *o, const char *phase, const char *mode, struct timings *t,
+		      const struct timespec *t0)
+{
+	t->total_ms = runproc_elapsed_ms(t0);
+	json_object_set_new(o, "phase", json_string(phase));
+	json_object_set_new(o, "mode", mode ? json_string(mode) : json_null());
+	json_object_set_new(o, "build_ms", json_integer(t->tidy_ms + t->build_ms));
+	json_t *tj = json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "normalize_ms",
+			       (json_int_t)t->normalize_ms, "write_ms", (json_int_t)t->write_ms,
+			       "tidy_ms", (json_int_t)t->tidy_ms, "build_ms",
+			       (json_int_t)t->build_ms, "run_ms", (json_int_t)t->run_ms, "total_ms",
+			       (json_int_t)t->total_ms, "cpu_user_ms", (json_int_t)t->cpu_user_ms,
+			       "cpu_sys_ms", (json_int_t)t->cpu_sys_ms, "max_rss_kb",
+			       (json_int_t)t->max_rss_kb);
+	json_object_set_new(o, "timings", tj);
+	return o;
+}
+
+/* seconds_text - "60 s", "1.5 s" */
+static void seconds_text(int ms, char *buf, size_t len)
+{
+	if (ms % 1000 == 0)
+		snprintf(buf, len, "%d s", ms / 1000);
+	else
+		snprintf(buf, len, "%.1f s", ms / 1000.0);
+}
+
+/* read_small - a regular file (no symlink) below dirfd up to max bytes; -EFBIG above */
+static int read_small(int dirfd, const char *name, size_t max, char **data, size_t *len)
+{
+	*data = NULL;
+	*len = 0;
+	int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+	if (fd < 0)
+		return -errno;
+	struct stat st;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return -EINVAL;
+	}
+	if ((size_t)st.st_size > max) {
+		close(fd);
+		return -EFBIG;
+	}
+	char *buf = malloc((size_t)st.st_size + 1);
+	if (!buf) {
+		close(fd);
+		return -ENOMEM;
+	}
+	size_t got = 0;
+	while (got < (size_t)st.st_size) {
+		ssize_t n = read(fd, buf + got, (size_t)st.st_size - got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+	}
+	close(fd);
+	buf[got] = '\0';
+	*data = buf;
+	*len = got;
+	return 0;
+}
+
+/* find_line_start - first occurrence of needle at the start of a line in s[0..len) */
+static const char *find_line_start(const char *s, size_t len, const char *needle)
+{
+	size_t nl = strlen(needle);
+	for (const char *p = s; p && (size_t)(p - s) + nl <= len;) {
+		const char *hit = memmem(p, len - (size_t)(p - s), needle, nl);
+		if (!hit)
+			return NULL;
+		if (hit == s || hit[-1] == '\n')
+			return hit;
+		p = hit + 1;
+	}
+	return NULL;
+}
+
+/* parse_crash - a Go runtime crash report ("panic: ..." or "fatal error: ..." followed by
+ * goroutine stacks) into {kind:"panic", message, stack}; NULL when text holds none */
+static json_t *parse_crash(const char *text, size_t len)
+{
+	const char *start = find_line_start(text, len, "panic: ");
+	const char *fatal = find_line_start(text, len, "fatal error: ");
+	if (!start || (fatal && fatal < start))
+		start = fatal;
+	if (!start)
+		return NULL;
+	size_t rest = len - (size_t)(start - text);
+	const char *gor = find_line_start(start, rest, "goroutine ");
+	if (!gor)
+		return NULL;
+	const char *msg = start;
+	if (strncmp(msg, "panic: ", 7) == 0)
+		msg += 7;
+	size_t mlen = (size_t)(gor - msg);
+	while (mlen && (msg[mlen - 1] == '\n' || msg[mlen - 1] == ' ' || msg[mlen - 1] == '\r'))
+		mlen--;
+	size_t slen = len - (size_t)(gor - text);
+	while (slen && (gor[slen - 1] == '\n'))
+		slen--;
+	if (slen > PL_STACK_MAX)
+		slen = PL_STACK_MAX;
+	json_t *r = json_object();
+	json_object_set_new(r, "kind", json_string("panic"));
+	set_text(r, "message", msg, mlen);
+	set_text(r, "stack", gor, slen);
+	return r;
+}
+
+/* load_result_file - the generated main's result: one object with a known kind */
+static json_t *load_result_file(int rundirfd, char *why, size_t whylen)
+{
+	char *data;
+	size_t len;
+	int rc = read_small(rundirfd, "result.json", PL_RESULT_MAX, &data, &len);
+	if (rc == -ENOENT)
+		return NULL;
+	if (rc == -EFBIG) {
+		snprintf(why, whylen, "run's result is larger than %d MiB; return a smaller value "
+				      "(a summary), or write the data to /app/persist and return its path",
+			 PL_RESULT_MAX / (1024 * 1024));
+		return NULL;
+	}
+	if (rc < 0) {
+		snprintf(why, whylen, "the result file could not be read: %s", strerror(-rc));
+		return NULL;
+	}
+	json_error_t err;
+	json_t *doc = json_loadb(data, len, 0, &err);
+	if (!doc && strstr(err.text, "too big"))
+		/* Go encodes uint64 and big.Int exactly; jansson's integers are 64-bit signed */
+		doc = json_loadb(data, len, JSON_DECODE_INT_AS_REAL, &err);
+	free(data);
+	if (!doc) {
+		snprintf(why, whylen, "the result file is not valid JSON: %s", err.text);
+		return NULL;
+	}
+	const char *kind = json_string_value(json_object_get(doc, "kind"));
+	static const char *const kinds[] = { "ok", "error", "panic", "unencodable" };
+	bool known = false;
+	for (size_t i = 0; kind && i < sizeof(kinds) / sizeof(kinds[0]); i++)
+		known |= strcmp(kind, kinds[i]) == 0;
+	if (!json_is_object(doc) || !known) {
+		snprintf(why, whylen, "the result file has no known kind");
+		json_decref(doc);
+		return NULL;
+	}
+	json_t *r = json_object();
+	json_object_set_new(r, "kind", json_string(kind));
+	if (strcmp(kind, "ok") == 0) {
+		json_t *v = json_object_get(doc, "value");
+		json_object_set(r, "value", v ? v : json_null());
+	} else {
+		static const char *const fields[] = { "message", "type", "stack" };
+		for (size_t i = 0; i < 3; i++) {
+			json_t *v = json_object_get(doc, fields[i]);
+			if (json_is_string(v))
+				json_object_set(r, fields[i], v);
+		}
+		if (!json_object_get(r, "message"))
+			json_object_set_new(r, "message", json_string(""));
+	}
+	json_decref(doc);
+	return r;
+}
+
+/* run_location - where the snippet declares run (for errors in the generated main) */
+static void run_location(const struct norm_result *nr, const char **file, int *line)
+{
+	*file = NULL;
+	*line = 0;
+	for (size_t i = 0; i < nr->nfiles; i++) {
+		const struct src_file *f = &nr->files[i];
+		size_t pl = strlen(f->path);
+		if (strchr(f->path, '/') || pl < 3 || strcmp(f->path + pl - 3, ".go") != 0 ||
+		    strcmp(f->path, PL_GEN_FILE) == 0)
+			continue;
+		const char *hit = find_line_start(f->content, f->len, "func run(");
+		if (!hit)
+			continue;
+		int ln = 1;
+		for (const char *p = f->content; p < hit; p++)
+			ln += *p == '\n';
+		*file = f->path;
+		*line = ln;
+		return;
+	}
+}
+
+/* build_error_result - phase "build" with the compiler's errors */
+static json_t *build_error_result(json_t *o, const struct pl_cfg *c, const struct norm_result *nr,
+				  const char *out, size_t len, bool timed_out, const char *extra)
+{
+	size_t clen = 0;
+	char *clean = diag_clean_output(out, len, c->app_dir, &clen);
+	if (!clean)
+		return o;
+	if (extra) {
+		size_t el = strlen(extra);
+		char *grown = realloc(clean, clen + el + 2);
+		if (grown) {
+			clean = grown;
+			if (clen && clean[clen - 1] != '\n')
+				clean[clen++] = '\n';
+			memcpy(clean + clen, extra, el);
+			clen += el;
+			clean[clen] = '\0';
+		}
+	}
+	if (extra) {
+		/* the lookup was tried online and failed: "disabled by GOPROXY=off" would only
+		 * mislead the model into thinking the network is off */
+		static const char *const noise[] = { ": module lookup disabled by GOPROXY=off",
+						     ": import lookup disabled by -mod=readonly" };
+		for (size_t i = 0; i < sizeof(noise) / sizeof(noise[0]); i++) {
+			size_t nl = strlen(noise[i]);
+			char *hit;
+			while ((hit = memmem(clean, clen, noise[i], nl))) {
+				memmove(hit, hit + nl, clen - (size_t)(hit - clean) - nl + 1);
+				clen -= nl;
+			}
+		}
+	}
+	struct diag_opts dopts = { .app_dir = c->app_dir };
+	if (nr->mode == NORM_SNIPPET) {
+		dopts.gen_file = PL_GEN_FILE;
+		run_location(nr, &dopts.run_file, &dopts.run_line);
+	}
+	struct diag_list dl = { 0 };
+	if (diag_parse(clean, clen, &dopts, &dl) < 0)
+		dl.n = 0;
+	char first[1024];
+	if (timed_out)
+		snprintf(first, sizeof(first), "the build took longer than %d minutes and was stopped",
+			 GOBUILD_TIMEOUT_MS / 60000);
+	else if (extra)
+		snprintf(first, sizeof(first), "%s", extra);
+	else
+		diag_first_error(clean, clen, &dl, first, sizeof(first));
+	if (!first[0])
+		snprintf(first, sizeof(first), "go build failed without an error message");
+	json_object_set_new(o, "result", kind_msg("build_error", first));
+	json_t *dj = diag_to_json(&dl);
+	json_object_set_new(o, "diagnostics", dj ? dj : json_array());
+	set_text(o, "build_output", clean, clen);
+	diag_list_free(&dl);
+	free(clean);
+	return o;
+}
+
+/* ---- the request ---- */
+
+/* parse_files - req.files into src_file views of the JSON strings (no copies) */
+static int parse_files(json_t *req, struct src_file **out, size_t *n, char *err, size_t errlen)
+{
+	json_t *files = json_object_get(req, "files");
+	if (!json_is_array(files) || json_array_size(files) == 0) {
+		snprintf(err, errlen, "files must be a non-empty array of {\"path\", \"content\"} "
+				      "objects (or send code as one string)");
+		return -EINVAL;
+	}
+	size_t cnt = json_array_size(files);
+	struct src_file *v = calloc(cnt, sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	for (size_t i = 0; i < cnt; i++) {
+		json_t *f = json_array_get(files, i);
+		json_t *p = json_object_get(f, "path"), *c = json_object_get(f, "content");
+		if (!json_is_object(f) || !json_is_string(p) || !json_is_string(c)) {
+			snprintf(err, errlen, "files[%zu] must be an object with string fields path and "
+					      "content", i);
+			free(v);
+			return -EINVAL;
+		}
+		if (strlen(json_string_value(p)) != json_string_length(p)) {
+			snprintf(err, errlen, "files[%zu].path contains a NUL byte", i);
+			free(v);
+			return -EINVAL;
+		}
+		v[i].path = (char *)json_string_value(p);
+		v[i].content = (char *)json_string_value(c);
+		v[i].len = json_string_length(c);
+	}
+	*out = v;
+	*n = cnt;
+	return 0;
+}
+
+/* env_name_ok - a portable environment variable name */
+static bool env_name_ok(const char *s)
+{
+	if (!*s || (*s >= '0' && *s <= '9'))
+		return false;
+	for (; *s; s++)
+		if (!((*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z') ||
+		      (*s >= '0' && *s <= '9') || *s == '_'))
+			return false;
+	return true;
+}
+
+/* build_run_env - the program's whole environment: a minimal base, then req.env, then the
+ * snippet contract (which req.env cannot override) */
+static char **build_run_env(const struct pl_cfg *c, json_t *reqenv, bool snippet, int timeout_ms,
+			    char *err, size_t errlen)
+{
+	json_t *m = json_object();
+	const char *path = getenv("PATH");
+	const char *tmp = getenv("TMPDIR");
+	json_object_set_new(m, "PATH", json_string(path && *path ? path
+								  : "/usr/local/bin:/usr/bin:/bin"));
+	json_object_set_new(m, "HOME", json_string(c->app_dir));
+	json_object_set_new(m, "TMPDIR", json_string(tmp && *tmp ? tmp : "/tmp"));
+	if (reqenv && !json_is_null(reqenv)) {
+		if (!json_is_object(reqenv) || json_object_size(reqenv) > PL_MAX_ENV) {
+			snprintf(err, errlen, "env must be an object of at most %d string values",
+				 PL_MAX_ENV);
+			json_decref(m);
+			return NULL;
+		}
+		const char *k;
+		json_t *v;
+		json_object_foreach(reqenv, k, v)
+		{
+			if (!env_name_ok(k) || !json_is_string(v) ||
+			    strlen(json_string_value(v)) != json_string_length(v) ||
+			    strncmp(k, "KODE_GOPHER_", 12) == 0) {
+				snprintf(err, errlen, "env entry %.64s is not a NAME=string pair the "
+						      "program may receive", k);
+				json_decref(m);
+				return NULL;
+			}
+			json_object_set(m, k, v);
+		}
+	}
+	if (snippet) {
+		char p[PATH_MAX + 32], ms[32];
+		snprintf(p, sizeof(p), "%s/result.json", c->rundir);
+		json_object_set_new(m, "KODE_GOPHER_RESULT", json_string(p));
+		snprintf(p, sizeof(p), "%s/crash.txt", c->rundir);
+		json_object_set_new(m, "KODE_GOPHER_CRASH", json_string(p));
+		snprintf(ms, sizeof(ms), "%d", timeout_ms);
+		json_object_set_new(m, "KODE_GOPHER_TIMEOUT_MS", json_string(ms));
+	}
+	char **env = calloc(json_object_size(m) + 1, sizeof(*env));
+	size_t i = 0;
+	const char *k;
+	json_t *v;
+	json_object_foreach(m, k, v)
+	{
+		if (env && asprintf(&env[i++], "%s=%s", k, json_string_value(v)) < 0) {
+			env[--i] = NULL;
+			gobuild_strv_free(env);
+			env = NULL;
+		}
+	}
+	json_decref(m);
+	if (!env)
+		snprintf(err, errlen, "out of memory");
+	return env;
+}
+
+/* run_outcome - the result object for what the binary did */
+static json_t *run_outcome(const struct pl_cfg *c, bool snippet, int timeout_ms,
+			   const struct runproc_result *r)
+{
+	char secs[32];
+	seconds_text(timeout_ms, secs, sizeof(secs));
+	char msg[512];
+	bool over = r->timed_out || r->wall_ms >= timeout_ms;
+	if (snippet) {
+		char why[256] = "";
+		int rfd = open(c->rundir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		json_t *res = rfd >= 0 ? load_result_file(rfd, why, sizeof(why)) : NULL;
+		if (res) {
+			const char *kind = json_string_value(json_object_get(res, "kind"));
+			if (over && strcmp(kind, "error") == 0) {
+				/* run gave up because its context ran out: that is the timeout */
+				const char *em = json_string_value(json_object_get(res, "message"));
+				snprintf(msg, sizeof(msg), "the program ran past its %s timeout; run "
+							   "returned the error: %.300s",
+					 secs, em ? em : "");
+				json_decref(res);
+				res = kind_msg("timeout", msg);
+			}
+			close(rfd);
+			return res;
+		}
+		if (why[0] && !r->timed_out && r->signal == 0) {
+			if (rfd >= 0)
+				close(rfd);
+			return kind_msg("internal_error", why);
+		}
+		if (r->timed_out) {
+			if (rfd >= 0)
+				close(rfd);
+			snprintf(msg, sizeof(msg), "the program ran past its %s timeout and was killed",
+				 secs);
+			return kind_msg("timeout", msg);
+		}
+		char *crash = NULL;
+		size_t clen = 0;
+		if (rfd >= 0 && read_small(rfd, "crash.txt", PL_CRASH_MAX, &crash, &clen) == 0) {
+			json_t *p = parse_crash(crash, clen);
+			free(crash);
+			if (p) {
+				close(rfd);
+				return p;
+			}
+		}
+		if (rfd >= 0)
+			close(rfd);
+		/* no crash file (e.g. a panic before the crash output was set): try stderr */
+		json_t *p = parse_crash(r->err.data, r->err.len);
+		if (p && r->exit_code == 2)
+			return p;
+		json_decref(p);
+		if (r->signal) {
+			snprintf(msg, sizeof(msg), "the program was killed by %s%s",
+				 runproc_signame(r->signal),
+				 r->signal == SIGKILL ? " (out of memory?)" : "");
+			return kind_msg("killed", msg);
+		}
+		snprintf(msg, sizeof(msg), "the program exited with status %d before run returned "
+					   "(did something call os.Exit or log.Fatal?)",
+			 r->exit_code);
+		return kind_msg("exit", msg);
+	}
+	if (r->timed_out) {
+		snprintf(msg, sizeof(msg), "the program ran past its %s timeout and was %s", secs,
+			 r->signal ? "killed" : "stopped");
+		return kind_msg("timeout", msg);
+	}
+	if (r->signal) {
+		snprintf(msg, sizeof(msg), "the program was killed by %s%s", runproc_signame(r->signal),
+			 r->signal == SIGKILL ? " (out of memory?)" : "");
+		return kind_msg("killed", msg);
+	}
+	if (r->exit_code == 0) {
+		json_t *o = json_object();
+		json_object_set_new(o, "kind", json_string("ok"));
+		return o;
+	}
+	if (r->exit_code == 2) {
+		json_t *p = parse_crash(r->err.data, r->err.len);
+		if (p)
+			return p;
+	}
+	snprintf(msg, sizeof(msg), "the program exited with status %d", r->exit_code);
+	return kind_msg("exit", msg);
+}
+
+/* progress_say - call the progress callback if there is one */
+static void progress_say(pipeline_progress_fn fn, void *ctx, const char *phase, const char *fmt,
+			 ...)
+{
+	if (!fn)
+		return;
+	char msg[256];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	fn(ctx, phase, msg);
+}
+
+/* reload_modfiles - go.mod/go.sum as they are in app_dir now (after a resolve) */
+static int reload_modfiles(const char *app_dir, struct gobuild_modfiles *m)
+{
+	struct gobuild_modfiles n = { 0 };
+	int rc = gobuild_load_modfiles(app_dir, "/nonexistent", "go1.0", &n);
+	if (rc < 0 || strcmp(n.source, "session") != 0) {
+		gobuild_modfiles_free(&n);
+		return rc < 0 ? rc : -ENOENT;
+	}
+	gobuild_modfiles_free(m);
+	*m = n;
+	m->source = "session";
+	return 0;
+}
+
+/* pipeline_execute - see pipeline.h */
+json_t *pipeline_execute(const struct pipeline_config *cfg, json_t *req,
+			 pipeline_progress_fn progress, void *ctx)
+{
+	struct timespec t0, ts;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	struct timings tm = { 0 };
+	struct pl_cfg c;
+	int rc = pl_cfg_init(cfg, &c);
+	if (rc < 0)
+		return internal_result("the agent's directories are not usable: %s", strerror(-rc));
+	if (!json_is_object(req))
+		return internal_result("the execute request must be a JSON object");
+
+	char err[1024] = "";
+	json_t *jt = json_object_get(req, "timeout_ms");
+	int timeout_ms = c.default_timeout_ms;
+	if (jt && !json_is_null(jt)) {
+		if (!json_is_integer(jt) || json_integer_value(jt) <= 0)
+			return internal_result("timeout_ms must be a positive integer");
+		json_int_t v = json_integer_value(jt);
+		timeout_ms = v > c.max_timeout_ms ? c.max_timeout_ms : (int)v;
+	}
+
+	/* 1. wipe */
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	rc = pl_wipe_app(c.app_dir);
+	if (rc < 0)
+		return internal_result("%s could not be prepared: %s", c.app_dir, strerror(-rc));
+	long wipe_ms = runproc_elapsed_ms(&ts);
+
+	/* 2. normalize */
+	progress_say(progress, ctx, "normalize", "checking the files");
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	struct src_file *in = NULL;
+	size_t nin = 0;
+	json_t *o = result_new();
+	if (!o)
+		return NULL;
+	rc = parse_files(req, &in, &nin, err, sizeof(err));
+	if (rc == -ENOMEM) {
+		json_decref(o);
+		return internal_result("out of memory");
+	}
+	struct norm_result nr = { 0 };
+	if (rc == 0)
+		rc = normalize(in, nin, &nr, err, sizeof(err));
+	free(in);
+	tm.normalize_ms = runproc_elapsed_ms(&ts);
+	if (rc < 0) {
+		json_object_set_new(o, "result", kind_msg("normalize_error",
+							  rc == -ENOMEM ? "out of memory" : err));
+		return finish(o, "normalize", NULL, &tm, &t0);
+	}
+	const char *mode = nr.mode == NORM_SNIPPET ? "wrapped" : "program";
+	bool snippet = nr.mode == NORM_SNIPPET;
+
+	/* 3. write */
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	struct gobuild_modfiles mf = { 0 };
+	char goversion[64], hex[65], bin[PATH_MAX];
+	char **pkgs = NULL;
+	char **envp = NULL;
+	int appfd = open(c.app_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (appfd < 0) {
+		json_decref(o);
+		o = internal_result("%s cannot be opened: %s", c.app_dir, strerror(errno));
+		goto out;
+	}
+	for (size_t i = 0; i < nr.nfiles; i++) {
+		rc = pl_write_file(appfd, &nr.files[i]);
+		if (rc == -EEXIST || rc == -ELOOP || rc == -ENOTDIR || rc == -EISDIR) {
+			char m[512];
+			snprintf(m, sizeof(m), "%s cannot be written: %s (a file, directory or link "
+					       "left in /app/persist is in the way)",
+				 nr.files[i].path, strerror(-rc));
+			json_object_set_new(o, "result", kind_msg("normalize_error", m));
+			o = finish(o, "normalize", mode, &tm, &t0);
+			goto out;
+		}
+		if (rc < 0) {
+			json_decref(o);
+			o = internal_result("%s could not be written: %s", nr.files[i].path,
+					    strerror(-rc));
+			goto out;
+		}
+	}
+	if ((rc = gobuild_go_version(&c.env, goversion, sizeof(goversion))) < 0) {
+		json_decref(o);
+		o = internal_result("the Go toolchain (%s) could not be run: %s", c.go_bin,
+				    strerror(-rc));
+		goto out;
+	}
+	if ((rc = gobuild_load_modfiles(c.state_dir, c.runtime_dir, goversion, &mf)) < 0 ||
+	    (rc = gobuild_write_modfiles(appfd, &mf, true)) < 0) {
+		json_decref(o);
+		o = internal_result("go.mod could not be written: %s", strerror(-rc));
+		goto out;
+	}
+	tm.write_ms = wipe_ms + runproc_elapsed_ms(&ts);
+
+	/* 4. the binary cache */
+	if ((rc = gobuild_cache_key(nr.files, nr.nfiles, &mf, goversion, hex)) < 0) {
+		json_decref(o);
+		o = internal_result("the build cache key could not be computed");
+		goto out;
+	}
+	bool cached = gobuild_cache_lookup(c.state_dir, hex, bin, sizeof(bin)) == 1;
+	bool tidied = false;
+	if (cached)
+		progress_say(progress, ctx, "build", "using the binary built for identical files");
+
+	/* 5. build, resolving imports once if go.mod does not cover them */
+	struct runproc_result br = { 0 };
+	bool built = cached;
+	for (int attempt = 0; !built && attempt < 2; attempt++) {
+		progress_say(progress, ctx, "build", attempt ? "building again with the added modules"
+							     : "go build");
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		rc = gobuild_build(&c.env, c.app_dir, c.state_dir, hex, &br, &built);
+		tm.build_ms += runproc_elapsed_ms(&ts);
+		if (rc < 0) {
+			json_decref(o);
+			o = internal_result("go build could not be started: %s", strerror(-rc));
+			goto out;
+		}
+		if (built || attempt || br.timed_out || !gobuild_needs_resolve(br.out.data, br.out.len))
+			break;
+
+		size_t npkgs = 0;
+		if (gobuild_missing_packages(br.out.data, br.out.len, &pkgs, &npkgs) < 0) {
+			json_decref(o);
+			o = internal_result("out of memory");
+			goto out;
+		}
+		progress_say(progress, ctx, "tidy", "adding the modules for %s%s",
+			     npkgs ? pkgs[0] : "the imports", npkgs > 1 ? " and others" : "");
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		char *why = NULL;
+		rc = gobuild_resolve(&c.env, c.app_dir, pkgs, npkgs, &why);
+		tm.tidy_ms += runproc_elapsed_ms(&ts);
+		gobuild_strv_free(pkgs);
+		pkgs = NULL;
+		if (rc == -EAGAIN) {
+			build_error_result(o, &c, &nr, br.out.data, br.out.len, false, why);
+			free(why);
+			runproc_result_free(&br);
+			o = finish(o, "build", mode, &tm, &t0);
+			goto out;
+		}
+		free(why);
+		if (rc < 0) {
+			json_decref(o);
+			runproc_result_free(&br);
+			o = internal_result("resolving the imports failed: %s", strerror(-rc));
+			goto out;
+		}
+		tidied = true;
+		if ((rc = gobuild_save_modfiles(c.app_dir, c.state_dir)) < 0)
+			log_warn("the session's go.mod could not be saved: %s", strerror(-rc));
+		/* the binary is keyed on the go.mod it was built with, so an identical later call
+		 * (which starts from the saved go.mod) finds it */
+		if (reload_modfiles(c.app_dir, &mf) == 0 &&
+		    gobuild_cache_key(nr.files, nr.nfiles, &mf, goversion, hex) == 0 &&
+		    gobuild_cache_lookup(c.state_dir, hex, bin, sizeof(bin)) == 1)
+			built = cached = true;
+		runproc_result_free(&br);
+	}
+	json_object_set_new(o, "tidied", json_boolean(tidied));
+	json_object_set_new(o, "cached_build", json_boolean(cached));
+	if (!built) {
+		build_error_result(o, &c, &nr, br.out.data, br.out.len, br.timed_out, NULL);
+		runproc_result_free(&br);
+		o = finish(o, "build", mode, &tm, &t0);
+		goto out;
+	}
+	runproc_result_free(&br);
+	if (!cached && pathf(bin, sizeof(bin), "%s/bin/%s", c.state_dir, hex) < 0) {
+		json_decref(o);
+		o = internal_result("the state directory path is too long");
+		goto out;
+	}
+
+	/* 6. run */
+	int rfd = open(c.rundir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (rfd >= 0) {
+		struct wipe w = { .topfd = rfd };
+		wipe_dir(&w, rfd, 1);
+		close(rfd);
+	}
+	envp = build_run_env(&c, json_object_get(req, "env"), snippet, timeout_ms, err,
+			     sizeof(err));
+	if (!envp) {
+		json_decref(o);
+		o = internal_result("%s", err);
+		goto out;
+	}
+	char secs[32];
+	seconds_text(timeout_ms, secs, sizeof(secs));
+	progress_say(progress, ctx, "run", "running (timeout %s)", secs);
+	const char *argv[] = { bin, NULL };
+	struct runproc_opts ro = {
+		.argv = argv,
+		.envp = (const char *const *)envp,
+		.cwd = c.app_dir,
+		.timeout_ms = timeout_ms,
+		/* a snippet's context expires by its own deadline (so run sees DeadlineExceeded,
+		 * not a cancellation); a program gets SIGTERM; both get the grace before SIGKILL */
+		.term_signal = snippet ? 0 : SIGTERM,
+		.grace_ms = PL_GRACE_MS,
+		.out_cap = c.output_cap,
+		.err_cap = c.output_cap,
+		.keep_tail = true,
+	};
+	struct runproc_result rr;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	rc = runproc_run(&ro, &rr);
+	tm.run_ms = runproc_elapsed_ms(&ts);
+	if (rc < 0) {
+		json_decref(o);
+		o = internal_result("the program could not be started: %s", strerror(-rc));
+		goto out;
+	}
+	tm.cpu_user_ms = rr.user_ms;
+	tm.cpu_sys_ms = rr.sys_ms;
+	tm.max_rss_kb = rr.maxrss_kb;
+
+	/* 7. result */
+	json_object_set_new(o, "exit_code", rr.signal ? json_null() : json_integer(rr.exit_code));
+	json_object_set_new(o, "signal",
+			    rr.signal ? json_string(runproc_signame(rr.signal)) : json_null());
+	json_object_set_new(o, "duration_ms", json_integer(rr.wall_ms));
+	set_text(o, "stdout", rr.out.data, rr.out.len);
+	set_text(o, "stderr", rr.err.data, rr.err.len);
+	json_object_set_new(o, "stdout_truncated", json_boolean(rr.out.truncated));
+	json_object_set_new(o, "stderr_truncated", json_boolean(rr.err.truncated));
+	json_object_set_new(o, "result", run_outcome(&c, snippet, timeout_ms, &rr));
+	runproc_result_free(&rr);
+	o = finish(o, "run", mode, &tm, &t0);
+
+out:
+	gobuild_strv_free(envp);
+	gobuild_strv_free(pkgs);
+	gobuild_modfiles_free(&mf);
+	if (appfd >= 0)
+		close(appfd);
+	normalize_free(&nr);
+	return o;
+}
+
+/* ---- lookup_package_docs ---- */
+
+/* doc_pkg_ok - an import path: safe to pass to go doc as an argument */
+static bool doc_pkg_ok(const char *s)
+{
+	size_t n = strlen(s);
+	if (n == 0 || n > PL_DOC_MAX_PKG || s[0] == '-' || s[0] == '/' || s[0] == '.' ||
+	    s[n - 1] == '/' || strstr(s, "//") || strstr(s, ".."))
+		return false;
+	for (; *s; s++)
+		if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
+		      (*s >= '0' && *s <= '9') || *s == '.' || *s == '_' || *s == '-' || *s == '~' ||
+		      *s == '/' || *s == '+'))
+			return false;
+	return true;
+}
+
+/* doc_sym_ok - Name or Type.Method with ASCII identifiers */
+static bool doc_sym_ok(const char *s)
+{
+	size_t n = strlen(s);
+	if (n == 0 || n > PL_DOC_MAX_SYM)
+		return false;
+	int dots = 0;
+	bool start = true;
+	for (; *s; s++) {
+		bool letter = (*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || *s == '_';
+		bool digit = *s >= '0' && *s <= '9';
+		if (*s == '.') {
+			if (start || ++dots > 1)
+				return false;
+			start = true;
+			continue;
+		}
+		if (!letter && !(digit && !start))
+			return false;
+		start = false;
+	}
+	return !start;
+}
+
+/* doc_error - {"ok":false,"error":msg} */
+static json_t *doc_error(const char *msg)
+{
+	json_t *o = json_object();
+	json_object_set_new(o, "ok", json_false());
+	set_text(o, "error", msg, strlen(msg));
+	return o;
+}
+
+/* pipeline_doc - see pipeline.h */
+json_t *pipeline_doc(const struct pipeline_config *cfg, json_t *req)
+{
+	struct pl_cfg c;
+	int rc = pl_cfg_init(cfg, &c);
+	if (rc < 0)
+		return doc_error("the agent's directories are not usable; this is a problem with the "
+				 "sandbox, not the request");
+	json_t *jp = json_object_get(req, "package");
+	json_t *js = json_object_get(req, "symbol");
+	if (!json_is_string(jp) || !doc_pkg_ok(json_string_value(jp)))
+		return doc_error("package must be an import path such as \"fmt\" or "
+				 "\"cloud.google.com/go/storage\"");
+	const char *pkg = json_string_value(jp);
+	const char *sym = NULL;
+	if (js && !json_is_null(js)) {
+		if (!json_is_string(js) || (json_string_length(js) &&
+					    !doc_sym_ok(json_string_value(js))))
+			return doc_error("symbol must be an exported name such as \"Client\" or a "
+					 "method such as \"Client.Bucket\"");
+		if (json_string_length(js))
+			sym = json_string_value(js);
+	}
+
+	char goversion[64];
+	if ((rc = gobuild_go_version(&c.env, goversion, sizeof(goversion))) < 0)
+		return doc_error("the Go toolchain could not be run in the sandbox");
+	struct gobuild_modfiles mf;
+	if (gobuild_load_modfiles(c.state_dir, c.runtime_dir, goversion, &mf) < 0)
+		return doc_error("the session's go.mod could not be read");
+	char *text = NULL, *gerr = NULL;
+	bool truncated = false;
+	rc = gobuild_doc(&c.env, c.docdir, &mf, pkg, sym, c.doc_cap, &text, &truncated, &gerr);
+	gobuild_modfiles_free(&mf);
+	if (rc < 0)
+		return doc_error("go doc could not be run in the sandbox");
+	json_t *o;
+	if (text) {
+		o = json_object();
+		json_object_set_new(o, "ok", json_true());
+		set_text(o, "text", text, strlen(text));
+		json_object_set_new(o, "truncated", json_boolean(truncated));
+	} else {
+		char msg[2048];
+		if (sym && (strstr(gerr, "no symbol") || strstr(gerr, "no method") ||
+			    strstr(gerr, "no field")))
+			snprintf(msg, sizeof(msg), "%s (look up the package without a symbol to see "
+						   "what it exports)", gerr);
+		else
+			snprintf(msg, sizeof(msg), "no package %s in the session's module: %s "
+						   "(packages beyond the standard library and the "
+						   "precompiled modules become available after an "
+						   "execute_go_code call that imports them)",
+				 pkg, gerr);
+		o = doc_error(msg);
+	}
+	free(text);
+	free(gerr);
+	return o;
+}

@@ -1,0 +1,1532 @@
+/*
+ * mcpbench.c - kode-gopher's benchmarks, measured the way an MCP client sees them: the memory
+ * of the master, worker and agent, the round trip of `ping` over stdio, and the end-to-end
+ * latency of execute_go_code (new source, storage client, resubmitted source, against the same
+ * build done by hand, and the first call that has to resolve a module).
+ *
+ * Run by bench/run.sh (`make bench`), built into build/mcpbench by the root Makefile's bench
+ * recipe; not part of the kode-gopher binary. It starts `kode-gopher serve` on pipes with a
+ * private sandbox root and prints one table on stdout; progress goes to stderr. Aims are
+ * reported next to their figures, never enforced: the exit status is non-zero only when a
+ * measurement could not be made at all. See bench/README.md for what each figure means.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Paths here live under our own temporary directory, far below PATH_MAX, and messages are table
+ * cells: a truncated one is harmless, so GCC's worst-case length warnings are noise here. */
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+
+#define DEFAULT_BIN        "./build/kode-gopher"
+#define DEFAULT_RUNTIME    "/var/cache/kode-gopher/runtime"
+/* the PATH agent/gobuild.c gives the toolchain; the by-hand build must find the same go */
+#define AGENT_GO_PATH      "/usr/local/go/bin:/usr/local/bin:/usr/bin:/bin"
+#define TIDY_MODULE        "github.com/google/btree"
+#define PING_TIMEOUT_MS    10000
+#define INIT_TIMEOUT_MS    60000
+#define CALL_TIMEOUT_MS    (10 * 60 * 1000)
+#define MAX_LINE           (64 * 1024 * 1024)
+#define MAX_ROWS           64
+#define MAX_SERIES         1000
+
+/* ---------------------------------------------------------------- the table */
+
+struct row {
+	char figure[96];
+	char median[32];
+	char p90[32];
+	char n[16];
+	char note[512];
+};
+
+static struct row rows[MAX_ROWS];
+static int nrows;
+static int failures; /* measurements that could not be made: the exit status */
+
+/* row_add - append a row; note is printf-style */
+static void row_add(const char *figure, const char *median, const char *p90, int n,
+		    const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static void row_add(const char *figure, const char *median, const char *p90, int n,
+		    const char *fmt, ...)
+{
+	if (nrows == MAX_ROWS)
+		return;
+	struct row *r = &rows[nrows++];
+	snprintf(r->figure, sizeof(r->figure), "%s", figure);
+	snprintf(r->median, sizeof(r->median), "%s", median);
+	snprintf(r->p90, sizeof(r->p90), "%s", p90);
+	if (n > 0)
+		snprintf(r->n, sizeof(r->n), "%d", n);
+	else
+		snprintf(r->n, sizeof(r->n), "-");
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(r->note, sizeof(r->note), fmt, ap);
+	va_end(ap);
+}
+
+/* row_fail - a figure that could not be measured */
+static void row_fail(const char *figure, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void row_fail(const char *figure, const char *fmt, ...)
+{
+	char msg[400];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	row_add(figure, "-", "-", 0, "FAILED: %s", msg);
+	failures++;
+	fprintf(stderr, "mcpbench: %s: %s\n", figure, msg);
+}
+
+/* utf8_width - display width of a cell: code points, since ≤ and µ take one column */
+static int utf8_width(const char *s)
+{
+	int w = 0;
+	for (; *s; s++)
+		if (((unsigned char)*s & 0xC0) != 0x80)
+			w++;
+	return w;
+}
+
+/* print_cell - a cell padded to width columns */
+static void print_cell(const char *s, int width, bool right)
+{
+	int pad = width - utf8_width(s);
+	if (right)
+		printf(" %*s%s |", pad > 0 ? pad : 0, "", s);
+	else
+		printf(" %s%*s |", s, pad > 0 ? pad : 0, "");
+}
+
+/* table_print - the markdown table, columns aligned */
+static void table_print(void)
+{
+	const char *head[5] = { "figure", "median", "p90", "n", "note" };
+	int w[5];
+	for (int c = 0; c < 5; c++)
+		w[c] = utf8_width(head[c]);
+	for (int i = 0; i < nrows; i++) {
+		const char *cell[5] = { rows[i].figure, rows[i].median, rows[i].p90, rows[i].n, rows[i].note };
+		for (int c = 0; c < 5; c++)
+			if (utf8_width(cell[c]) > w[c])
+				w[c] = utf8_width(cell[c]);
+	}
+	printf("|");
+	for (int c = 0; c < 5; c++)
+		print_cell(head[c], w[c], c > 0 && c < 4);
+	printf("\n|");
+	for (int c = 0; c < 5; c++) {
+		printf(" ");
+		for (int k = 0; k < w[c]; k++)
+			putchar(k == w[c] - 1 && c > 0 && c < 4 ? ':' : '-');
+		printf(" |");
+	}
+	printf("\n");
+	for (int i = 0; i < nrows; i++) {
+		const char *cell[5] = { rows[i].figure, rows[i].median, rows[i].p90, rows[i].n, rows[i].note };
+		printf("|");
+		for (int c = 0; c < 5; c++)
+			print_cell(cell[c], w[c], c > 0 && c < 4);
+		printf("\n");
+	}
+	fflush(stdout);
+}
+
+/* ---------------------------------------------------------------- numbers */
+
+/* now_us - monotonic microseconds */
+static double now_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+/* cmp_double - qsort order */
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+/* stats - median (mean of the middle two for even n) and p90 (nearest rank) */
+static void stats(const double *v, int n, double *median, double *p90)
+{
+	double *s = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1));
+	if (!s || n == 0) {
+		free(s);
+		*median = *p90 = NAN;
+		return;
+	}
+	memcpy(s, v, sizeof(double) * (size_t)n);
+	qsort(s, (size_t)n, sizeof(double), cmp_double);
+	*median = n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+	int rank = (int)ceil(0.9 * n);
+	*p90 = s[rank > 0 ? rank - 1 : 0];
+	free(s);
+}
+
+/* fmt_num - a figure with as many decimals as it deserves */
+static const char *fmt_num(char *buf, size_t cap, double v)
+{
+	if (isnan(v))
+		snprintf(buf, cap, "-");
+	else if (fabs(v) >= 100)
+		snprintf(buf, cap, "%.0f", v);
+	else if (fabs(v) >= 10)
+		snprintf(buf, cap, "%.1f", v);
+	else
+		snprintf(buf, cap, "%.2f", v);
+	return buf;
+}
+
+/* row_series - a row with the median and p90 of v */
+static void row_series(const char *figure, const double *v, int n, const char *note)
+{
+	double med, p90;
+	char a[32], b[32];
+	stats(v, n, &med, &p90);
+	row_add(figure, fmt_num(a, sizeof(a), med), n > 1 ? fmt_num(b, sizeof(b), p90) : "-", n,
+		"%s", note);
+}
+
+/* aim_text - "aim ≤ X unit: met" or "... MISSED" */
+static const char *aim_text(char *buf, size_t cap, double value, double aim, const char *unit)
+{
+	char a[32];
+	snprintf(buf, cap, "aim ≤ %s%s: %s", fmt_num(a, sizeof(a), aim), unit,
+		 value <= aim ? "met" : "MISSED");
+	return buf;
+}
+
+/* ---------------------------------------------------------------- files */
+
+/* rm_cb - nftw callback of rm_tree */
+static int rm_cb(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)ftw;
+	if (flag == FTW_DP)
+		rmdir(path);
+	else
+		unlink(path);
+	return 0;
+}
+
+/* chmod_cb - nftw callback that makes directories writable before rm_tree empties them */
+static int chmod_cb(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)ftw;
+	if (flag == FTW_D && (st->st_mode & 0700) != 0700)
+		chmod(path, 0700);
+	return 0;
+}
+
+/* rm_tree - remove a directory we created; never follows symlinks out of it */
+static void rm_tree(const char *path)
+{
+	/* go leaves module-cache directories read-only, which stops unlink for non-root */
+	nftw(path, chmod_cb, 16, FTW_PHYS);
+	nftw(path, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* read_file - a whole file, NUL-terminated */
+static char *read_file(const char *path, size_t *len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return NULL;
+	size_t cap = 4096, n = 0;
+	char *buf = malloc(cap);
+	for (;;) {
+		if (!buf)
+			break;
+		if (n + 1 >= cap) {
+			char *nb = realloc(buf, cap *= 2);
+			if (!nb) {
+				free(buf);
+				buf = NULL;
+				break;
+			}
+			buf = nb;
+		}
+		ssize_t r = read(fd, buf + n, cap - n - 1);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		n += (size_t)r;
+	}
+	close(fd);
+	if (buf) {
+		buf[n] = '\0';
+		if (len)
+			*len = n;
+	}
+	return buf;
+}
+
+/* write_file - create path with data */
+static int write_file(const char *path, const char *data, size_t len)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return -errno;
+	while (len > 0) {
+		ssize_t w = write(fd, data, len);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0) {
+			int e = errno;
+			close(fd);
+			return -e;
+		}
+		data += w;
+		len -= (size_t)w;
+	}
+	return close(fd) == 0 ? 0 : -errno;
+}
+
+/* copy_file - src to dst */
+static int copy_file(const char *src, const char *dst)
+{
+	size_t len;
+	char *d = read_file(src, &len);
+	if (!d)
+		return -errno;
+	int r = write_file(dst, d, len);
+	free(d);
+	return r;
+}
+
+/* log_tail - the last lines of the server's stderr, to explain a failure */
+static void log_tail(const char *path)
+{
+	size_t len;
+	char *d = read_file(path, &len);
+	if (!d)
+		return;
+	const char *p = d + len;
+	for (int lines = 0; p > d && lines < 16; p--)
+		if (p[-1] == '\n' && p != d + len)
+			lines++;
+	fprintf(stderr, "--- last lines of kode-gopher's stderr (%s) ---\n%s", path, p);
+	free(d);
+}
+
+/* ---------------------------------------------------------------- the server */
+
+struct server {
+	pid_t pid;
+	int to, from;          /* its stdin, its stdout */
+	char *buf;             /* bytes read from its stdout, not yet consumed */
+	size_t len, cap;
+	long next_id;
+	char log_path[PATH_MAX];
+	char sandbox_root[PATH_MAX];
+};
+
+/* server_start - `bin serve` on pipes, stderr to log_path */
+static int server_start(struct server *s, const char *bin, const char *sandbox_root,
+			const char *runtime_dir, const char *log_path)
+{
+	memset(s, 0, sizeof(*s));
+	s->to = s->from = -1;
+	snprintf(s->log_path, sizeof(s->log_path), "%s", log_path);
+	snprintf(s->sandbox_root, sizeof(s->sandbox_root), "%s", sandbox_root);
+	int in[2], out[2];
+	if (pipe2(in, O_CLOEXEC) < 0)
+		return -errno;
+	if (pipe2(out, O_CLOEXEC) < 0) {
+		int e = errno;
+		close(in[0]);
+		close(in[1]);
+		return -e;
+	}
+	int logfd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+	pid_t pid = fork();
+	if (pid < 0) {
+		int e = errno;
+		close(in[0]), close(in[1]), close(out[0]), close(out[1]);
+		if (logfd >= 0)
+			close(logfd);
+		return -e;
+	}
+	if (pid == 0) {
+		dup2(in[0], STDIN_FILENO);
+		dup2(out[1], STDOUT_FILENO);
+		if (logfd >= 0)
+			dup2(logfd, STDERR_FILENO);
+		setenv("KODE_GOPHER_SANDBOX_ROOT", sandbox_root, 1);
+		setenv("KODE_GOPHER_RUNTIME_DIR", runtime_dir, 1);
+		signal(SIGPIPE, SIG_DFL);
+		execl(bin, bin, "serve", (char *)NULL);
+		fprintf(stderr, "mcpbench: cannot run %s: %s\n", bin, strerror(errno));
+		_exit(127);
+	}
+	close(in[0]);
+	close(out[1]);
+	if (logfd >= 0)
+		close(logfd);
+	s->pid = pid;
+	s->to = in[1];
+	s->from = out[0];
+	return 0;
+}
+
+/* server_stop - close its stdin (the end of the session) and wait; kill if it lingers */
+static void server_stop(struct server *s)
+{
+	if (s->to >= 0)
+		close(s->to);
+	s->to = -1;
+	if (s->pid > 0) {
+		int st;
+		bool gone = false;
+		for (int i = 0; i < 100 && !gone; i++) {
+			if (waitpid(s->pid, &st, WNOHANG) == s->pid)
+				gone = true;
+			else
+				usleep(50000);
+		}
+		if (!gone) {
+			fprintf(stderr, "mcpbench: kode-gopher did not exit 5 s after its stdin closed; "
+					"sending SIGTERM\n");
+			kill(s->pid, SIGTERM);
+			for (int i = 0; i < 40 && !gone; i++) {
+				if (waitpid(s->pid, &st, WNOHANG) == s->pid)
+					gone = true;
+				else
+					usleep(50000);
+			}
+			if (!gone) {
+				kill(s->pid, SIGKILL);
+				waitpid(s->pid, &st, 0);
+			}
+		}
+		s->pid = 0;
+	}
+	if (s->from >= 0)
+		close(s->from);
+	s->from = -1;
+	free(s->buf);
+	s->buf = NULL;
+	s->len = s->cap = 0;
+}
+
+/* server_write - the whole message, one line */
+static int server_write(struct server *s, const char *data, size_t len)
+{
+	while (len > 0) {
+		ssize_t w = write(s->to, data, len);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0)
+			return -errno;
+		data += w;
+		len -= (size_t)w;
+	}
+	return 0;
+}
+
+/* server_read_line - the next line of its stdout (NUL-terminated in place, valid until the
+ * next read); *consumed tells the caller how much to drop afterwards */
+static int server_read_line(struct server *s, int timeout_ms, char **line, size_t *consumed)
+{
+	double deadline = now_us() + timeout_ms * 1000.0;
+	for (;;) {
+		char *nl = s->len ? memchr(s->buf, '\n', s->len) : NULL;
+		if (nl) {
+			*nl = '\0';
+			*line = s->buf;
+			*consumed = (size_t)(nl - s->buf) + 1;
+			return 0;
+		}
+		if (s->len >= MAX_LINE)
+			return -EMSGSIZE;
+		double left = (deadline - now_us()) / 1000.0;
+		if (left <= 0)
+			return -ETIMEDOUT;
+		struct pollfd p = { .fd = s->from, .events = POLLIN };
+		int r = poll(&p, 1, (int)left + 1);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -errno;
+		if (r == 0)
+			continue;
+		if (s->cap - s->len < 65536) {
+			size_t ncap = s->cap ? s->cap * 2 : 131072;
+			char *nb = realloc(s->buf, ncap);
+			if (!nb)
+				return -ENOMEM;
+			s->buf = nb;
+			s->cap = ncap;
+		}
+		ssize_t n = read(s->from, s->buf + s->len, s->cap - s->len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		if (n == 0)
+			return -EPIPE;
+		s->len += (size_t)n;
+	}
+}
+
+/* server_consume - drop a line server_read_line returned */
+static void server_consume(struct server *s, size_t n)
+{
+	memmove(s->buf, s->buf + n, s->len - n);
+	s->len -= n;
+}
+
+/* server_send_json - one message as a line (steals msg) */
+static int server_send_json(struct server *s, json_t *msg)
+{
+	char *text = json_dumps(msg, JSON_COMPACT);
+	json_decref(msg);
+	if (!text)
+		return -ENOMEM;
+	size_t n = strlen(text);
+	text[n] = '\n'; /* replaces the NUL: written with its length */
+	int r = server_write(s, text, n + 1);
+	free(text);
+	return r;
+}
+
+/* rpc - one request and its response; *elapsed_us from writing to having read the response.
+ * Notifications in between are skipped; requests from the server get "method not found". */
+static int rpc(struct server *s, const char *method, json_t *params, int timeout_ms,
+	       json_t **response, double *elapsed_us, char *err, size_t errlen)
+{
+	long id = ++s->next_id;
+	json_t *req = json_pack("{s:s, s:I, s:s}", "jsonrpc", "2.0", "id", (json_int_t)id, "method", method);
+	if (params)
+		json_object_set_new(req, "params", params);
+	char *text = json_dumps(req, JSON_COMPACT);
+	json_decref(req);
+	if (!text) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	size_t tlen = strlen(text);
+	text[tlen] = '\n';
+	double t0 = now_us();
+	int r = server_write(s, text, tlen + 1);
+	free(text);
+	if (r < 0) {
+		snprintf(err, errlen, "cannot write to kode-gopher: %s", strerror(-r));
+		return r;
+	}
+	for (;;) {
+		char *line = NULL;
+		size_t used = 0;
+		r = server_read_line(s, timeout_ms, &line, &used);
+		double t1 = now_us();
+		if (r < 0) {
+			snprintf(err, errlen, "%s", r == -EPIPE ? "kode-gopher closed its stdout (it exited?)"
+					       : r == -ETIMEDOUT ? "no response within the timeout"
+								 : strerror(-r));
+			return r;
+		}
+		json_error_t je;
+		json_t *msg = json_loads(line, 0, &je);
+		server_consume(s, used);
+		if (!json_is_object(msg)) {
+			json_decref(msg);
+			snprintf(err, errlen, "kode-gopher wrote a line that is not a JSON object: %s", je.text);
+			return -EPROTO;
+		}
+		json_t *mid = json_object_get(msg, "id");
+		const char *m = json_string_value(json_object_get(msg, "method"));
+		if (m && mid) {
+			json_t *ans = json_pack("{s:s, s:O, s:{s:i, s:s}}", "jsonrpc", "2.0", "id", mid,
+						"error", "code", -32601, "message", "mcpbench answers no requests");
+			json_decref(msg);
+			server_send_json(s, ans);
+			continue;
+		}
+		if (!m && json_is_integer(mid) && json_integer_value(mid) == id) {
+			if (elapsed_us)
+				*elapsed_us = t1 - t0;
+			*response = msg;
+			return 0;
+		}
+		json_decref(msg); /* a notification, or a stray response */
+	}
+}
+
+/* session_open - start serve, initialize, notifications/initialized */
+static int session_open(struct server *s, const char *bin, const char *sandbox_root,
+			const char *runtime_dir, const char *log_path)
+{
+	int r = server_start(s, bin, sandbox_root, runtime_dir, log_path);
+	if (r < 0) {
+		fprintf(stderr, "mcpbench: cannot start %s serve: %s\n", bin, strerror(-r));
+		return r;
+	}
+	json_t *resp = NULL;
+	char err[300];
+	json_t *params = json_pack("{s:s, s:{}, s:{s:s, s:s}}", "protocolVersion", "2025-06-18",
+				   "capabilities", "clientInfo", "name", "mcpbench", "version", "1");
+	r = rpc(s, "initialize", params, INIT_TIMEOUT_MS, &resp, NULL, err, sizeof(err));
+	if (r == 0 && !json_object_get(resp, "result")) {
+		const char *m = json_string_value(json_object_get(json_object_get(resp, "error"), "message"));
+		snprintf(err, sizeof(err), "initialize failed: %s", m ? m : "no result");
+		r = -EPROTO;
+	}
+	json_decref(resp);
+	if (r == 0)
+		r = server_send_json(s, json_pack("{s:s, s:s}", "jsonrpc", "2.0", "method",
+						  "notifications/initialized"));
+	if (r < 0) {
+		fprintf(stderr, "mcpbench: %s\n", err);
+		log_tail(s->log_path);
+		server_stop(s);
+	}
+	return r;
+}
+
+/* ---------------------------------------------------------------- /proc */
+
+struct procmem {
+	pid_t pid;
+	long rss_kb, hwm_kb;
+};
+
+/* proc_mem - VmRSS and VmHWM of pid */
+static int proc_mem(pid_t pid, struct procmem *m)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	char *d = read_file(path, NULL);
+	if (!d)
+		return -errno;
+	m->pid = pid;
+	m->rss_kb = m->hwm_kb = -1;
+	char *p;
+	if ((p = strstr(d, "\nVmRSS:")))
+		m->rss_kb = strtol(p + 7, NULL, 10);
+	if ((p = strstr(d, "\nVmHWM:")))
+		m->hwm_kb = strtol(p + 7, NULL, 10);
+	free(d);
+	return m->rss_kb >= 0 ? 0 : -ENOENT;
+}
+
+/* proc_cmdline - /proc/PID/cmdline with the NULs between arguments turned to spaces */
+static int proc_cmdline(pid_t pid, char *buf, size_t cap)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
+	size_t len;
+	char *d = read_file(path, &len);
+	if (!d)
+		return -errno;
+	while (len > 0 && d[len - 1] == '\0')
+		len--;
+	for (size_t i = 0; i < len; i++)
+		if (d[i] == '\0')
+			d[i] = ' ';
+	d[len] = '\0';
+	snprintf(buf, cap, "%s", d);
+	free(d);
+	return 0;
+}
+
+/* proc_ppid - the parent of pid, from /proc/PID/stat (after the command's closing paren) */
+static pid_t proc_ppid(pid_t pid)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	char *d = read_file(path, NULL);
+	if (!d)
+		return -1;
+	char *p = strrchr(d, ')');
+	int ppid = -1;
+	if (p)
+		sscanf(p + 1, " %*c %d", &ppid);
+	free(d);
+	return ppid;
+}
+
+/* proc_children - pids whose parent is ppid */
+static int proc_children(pid_t ppid, pid_t *out, int max)
+{
+	DIR *d = opendir("/proc");
+	if (!d)
+		return 0;
+	int n = 0;
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL && n < max) {
+		char *end;
+		long pid = strtol(e->d_name, &end, 10);
+		if (*end || pid <= 0)
+			continue;
+		if (proc_ppid((pid_t)pid) == ppid)
+			out[n++] = (pid_t)pid;
+	}
+	closedir(d);
+	return n;
+}
+
+/* rss_rows - rows for the master, its worker and (if it runs) its agent */
+static void rss_rows(struct server *s, const char *when)
+{
+	char fig[96], a[32], b[32];
+	struct procmem m;
+	snprintf(fig, sizeof(fig), "RSS master, %s (MiB)", when);
+	if (proc_mem(s->pid, &m) == 0)
+		row_add(fig, fmt_num(a, sizeof(a), m.rss_kb / 1024.0), "-", 1, "VmHWM %s MiB; pid %d",
+			fmt_num(b, sizeof(b), m.hwm_kb / 1024.0), (int)s->pid);
+	else
+		row_fail(fig, "cannot read /proc/%d/status", (int)s->pid);
+
+	pid_t kids[64];
+	int nk = proc_children(s->pid, kids, 64);
+	long wrss = 0, whwm = 0, arss = 0, ahwm = 0;
+	int nw = 0, na = 0;
+	for (int i = 0; i < nk; i++) {
+		char cmd[512];
+		if (proc_cmdline(kids[i], cmd, sizeof(cmd)) < 0 || proc_mem(kids[i], &m) < 0)
+			continue;
+		if (strncmp(cmd, "kode-gopher: worker", 19) == 0) {
+			wrss += m.rss_kb, whwm += m.hwm_kb, nw++;
+		} else if (strstr(cmd, "agent")) {
+			arss += m.rss_kb, ahwm += m.hwm_kb, na++;
+		}
+	}
+	snprintf(fig, sizeof(fig), "RSS worker, %s (MiB)", when);
+	if (nw)
+		row_add(fig, fmt_num(a, sizeof(a), wrss / 1024.0), "-", nw, "VmHWM %s MiB%s",
+			fmt_num(b, sizeof(b), whwm / 1024.0), nw > 1 ? "; sum over the workers" : "");
+	else
+		row_fail(fig, "no child of pid %d whose cmdline begins \"kode-gopher: worker\"", (int)s->pid);
+	snprintf(fig, sizeof(fig), "RSS agent, %s (MiB)", when);
+	if (na)
+		row_add(fig, fmt_num(a, sizeof(a), arss / 1024.0), "-", na,
+			"VmHWM %s MiB; for information (go build and the program are its children)",
+			fmt_num(b, sizeof(b), ahwm / 1024.0));
+	else
+		row_add(fig, "-", "-", 0, "not running: the session's first tool call starts it");
+}
+
+/* ---------------------------------------------------------------- tool calls */
+
+struct call_rec {
+	double e2e_ms, build_ms, duration_ms;
+	bool ok, cached, tidied;
+	char sandbox[64];
+	char err[400];
+};
+
+/* num_field - a number field of the result, NAN when absent */
+static double num_field(json_t *o, const char *key)
+{
+	json_t *v = json_object_get(o, key);
+	return json_is_number(v) ? json_number_value(v) : NAN;
+}
+
+/* call_failure - one sentence saying why a call did not run to a result of kind ok */
+static void call_failure(json_t *sc, json_t *result, char *buf, size_t cap)
+{
+	if (!sc) {
+		const char *t = json_string_value(
+			json_object_get(json_array_get(json_object_get(result, "content"), 0), "text"));
+		snprintf(buf, cap, "tool error: %.300s", t ? t : "(no text)");
+		return;
+	}
+	const char *phase = json_string_value(json_object_get(sc, "phase"));
+	json_t *res = json_object_get(sc, "result");
+	const char *kind = json_string_value(json_object_get(res, "kind"));
+	const char *msg = json_string_value(json_object_get(res, "message"));
+	json_t *d0 = json_array_get(json_object_get(sc, "diagnostics"), 0);
+	const char *dmsg = json_string_value(json_object_get(d0, "message"));
+	const char *bout = json_string_value(json_object_get(sc, "build_output"));
+	snprintf(buf, cap, "phase %s, kind %s: %.250s", phase ? phase : "?", kind ? kind : "?",
+		 msg ? msg : dmsg ? dmsg : bout ? bout : "");
+	for (char *p = buf; *p; p++)
+		if (*p == '\n' || *p == '|')
+			*p = ' ';
+}
+
+/* tool_exec - one execute_go_code call with a bare `code` string */
+static int tool_exec(struct server *s, const char *code, struct call_rec *c)
+{
+	memset(c, 0, sizeof(*c));
+	c->build_ms = c->duration_ms = NAN;
+	json_t *params = json_pack("{s:s, s:{s:s}}", "name", "execute_go_code", "arguments", "code", code);
+	json_t *resp = NULL;
+	double us;
+	int r = rpc(s, "tools/call", params, CALL_TIMEOUT_MS, &resp, &us, c->err, sizeof(c->err));
+	if (r < 0)
+		return r;
+	c->e2e_ms = us / 1000.0;
+	json_t *result = json_object_get(resp, "result");
+	if (!result) {
+		const char *m = json_string_value(json_object_get(json_object_get(resp, "error"), "message"));
+		snprintf(c->err, sizeof(c->err), "JSON-RPC error: %.300s", m ? m : "(no message)");
+		json_decref(resp);
+		return -EPROTO;
+	}
+	json_t *sc = json_object_get(result, "structuredContent");
+	if (sc) {
+		c->build_ms = num_field(sc, "build_ms");
+		c->duration_ms = num_field(sc, "duration_ms");
+		c->cached = json_is_true(json_object_get(sc, "cached_build"));
+		c->tidied = json_is_true(json_object_get(sc, "tidied"));
+		const char *sb = json_string_value(json_object_get(sc, "sandbox"));
+		snprintf(c->sandbox, sizeof(c->sandbox), "%s", sb ? sb : "");
+	}
+	const char *phase = json_string_value(json_object_get(sc, "phase"));
+	const char *kind = json_string_value(json_object_get(json_object_get(sc, "result"), "kind"));
+	c->ok = sc && !json_is_true(json_object_get(result, "isError")) && phase &&
+		strcmp(phase, "run") == 0 && kind && strcmp(kind, "ok") == 0;
+	if (!c->ok)
+		call_failure(sc, result, c->err, sizeof(c->err));
+	json_decref(resp);
+	return c->ok ? 0 : -EPROTO;
+}
+
+/* The snippets. Every source carries a tag "kgbench-<run nonce>-<series>-<iteration>" so that
+ * no two calls of a run, and no two runs, share a compiled main package in the build cache;
+ * the by-hand series swaps the series letter in the agent's normalized files. */
+static char nonce[9];
+
+/* code_stdlib - the standard-library snippet */
+static char *code_stdlib(char series, int i)
+{
+	char *s = NULL;
+	if (asprintf(&s,
+		     "package snippet\n\n"
+		     "import (\n\t\"context\"\n\t\"fmt\"\n)\n\n"
+		     "const benchTag = \"kgbench-%s-%c-%04d\"\n\n"
+		     "func run(ctx context.Context) (any, error) {\n"
+		     "\treturn fmt.Sprintf(\"n=%%d %%s\", %d, benchTag), nil\n"
+		     "}\n",
+		     nonce, series, i, i) < 0)
+		return NULL;
+	return s;
+}
+
+/* code_storage - the storage-client snippet */
+static char *code_storage(char series, int i)
+{
+	char *s = NULL;
+	if (asprintf(&s,
+		     "package snippet\n\n"
+		     "import (\n\t\"context\"\n\n"
+		     "\t\"cloud.google.com/go/storage\"\n"
+		     "\t\"google.golang.org/api/option\"\n)\n\n"
+		     "const benchTag = \"kgbench-%s-%c-%04d\"\n\n"
+		     "func run(ctx context.Context) (any, error) {\n"
+		     "\tclient, err := storage.NewClient(ctx, option.WithoutAuthentication())\n"
+		     "\tif err != nil {\n\t\treturn nil, err\n\t}\n"
+		     "\tdefer client.Close()\n"
+		     "\treturn map[string]string{\"tag\": benchTag, "
+		     "\"bucket\": client.Bucket(\"kode-gopher-bench\").BucketName()}, nil\n"
+		     "}\n",
+		     nonce, series, i) < 0)
+		return NULL;
+	return s;
+}
+
+/* code_uuid - imports a module the lockfile lists only as indirect */
+static char *code_uuid(char series, int i)
+{
+	char *s = NULL;
+	if (asprintf(&s,
+		     "package snippet\n\n"
+		     "import (\n\t\"context\"\n\n\t\"github.com/google/uuid\"\n)\n\n"
+		     "const benchTag = \"kgbench-%s-%c-%04d\"\n\n"
+		     "func run(ctx context.Context) (any, error) {\n"
+		     "\treturn map[string]string{\"tag\": benchTag, \"id\": uuid.NewString()}, nil\n"
+		     "}\n",
+		     nonce, series, i) < 0)
+		return NULL;
+	return s;
+}
+
+/* code_tidy - imports a module outside the lockfile */
+static char *code_tidy(char series, int i)
+{
+	char *s = NULL;
+	if (asprintf(&s,
+		     "package snippet\n\n"
+		     "import (\n\t\"context\"\n\n\t\"" TIDY_MODULE "\"\n)\n\n"
+		     "const benchTag = \"kgbench-%s-%c-%04d\"\n\n"
+		     "func run(ctx context.Context) (any, error) {\n"
+		     "\tt := btree.NewOrderedG[int](4)\n"
+		     "\tfor i := 0; i < 100; i++ {\n\t\tt.ReplaceOrInsert(i)\n\t}\n"
+		     "\treturn map[string]any{\"tag\": benchTag, \"len\": t.Len()}, nil\n"
+		     "}\n",
+		     nonce, series, i) < 0)
+		return NULL;
+	return s;
+}
+
+/* call_once - one call of code; on failure a FAILED row under figure */
+static int call_once(struct server *s, char *code, const char *figure, struct call_rec *c)
+{
+	if (!code) {
+		row_fail(figure, "out of memory");
+		return -ENOMEM;
+	}
+	int r = tool_exec(s, code, c);
+	free(code);
+	if (r < 0) {
+		row_fail(figure, "%s", c->err);
+		log_tail(s->log_path);
+	}
+	return r;
+}
+
+/* series_rows - end to end (with its aim), build_ms and duration_ms rows of a series */
+static void series_rows(const char *figure, const char *short_name, struct call_rec *c, int n,
+			double aim_ms, double *median_out)
+{
+	double *e = calloc((size_t)n, sizeof(double)), *b = calloc((size_t)n, sizeof(double)),
+	       *d = calloc((size_t)n, sizeof(double));
+	int cached = 0, tidied = 0, nb = 0, nd = 0;
+	for (int i = 0; i < n; i++) {
+		e[i] = c[i].e2e_ms;
+		if (!isnan(c[i].build_ms))
+			b[nb++] = c[i].build_ms;
+		if (!isnan(c[i].duration_ms))
+			d[nd++] = c[i].duration_ms;
+		cached += c[i].cached;
+		tidied += c[i].tidied;
+	}
+	double med, p90;
+	stats(e, n, &med, &p90);
+	if (median_out)
+		*median_out = med;
+	char note[300], aim[64];
+	snprintf(note, sizeof(note), "%s%scached_build %d/%d, tidied %d/%d",
+		 aim_ms > 0 ? aim_text(aim, sizeof(aim), med, aim_ms, " ms") : "", aim_ms > 0 ? "; " : "",
+		 cached, n, tidied, n);
+	char fig[96];
+	snprintf(fig, sizeof(fig), "%s (ms)", figure);
+	row_series(fig, e, n, note);
+	snprintf(fig, sizeof(fig), "  %s: build_ms", short_name);
+	row_series(fig, b, nb, "as the result reports it");
+	snprintf(fig, sizeof(fig), "  %s: duration_ms", short_name);
+	row_series(fig, d, nd, "as the result reports it");
+	free(e), free(b), free(d);
+}
+
+/* run_series - n calls of gen(series, i); 0 when all ran to a result of kind ok */
+static int run_series(struct server *s, const char *figure, char *(*gen)(char, int), char series,
+		      int n, struct call_rec *c)
+{
+	for (int i = 0; i < n; i++) {
+		fprintf(stderr, "\r  %s: %d/%d", figure, i + 1, n);
+		if (call_once(s, gen(series, i), figure, &c[i]) < 0) {
+			fprintf(stderr, "\n");
+			return -1;
+		}
+	}
+	fprintf(stderr, "\n");
+	return 0;
+}
+
+/* ---------------------------------------------------------------- by hand */
+
+struct hand {
+	char root[PATH_MAX];        /* our temp dir for the by-hand builds */
+	char runtime_dir[PATH_MAX];
+	char go[PATH_MAX];          /* the go the agent's PATH finds */
+	char *env_build[20];
+	char *env_run[8];
+	struct { char name[256]; char *data; size_t len; } files[32];
+	int nfiles;
+};
+
+/* find_go - go on the agent's toolchain PATH */
+static int find_go(char *out, size_t cap)
+{
+	char path[] = AGENT_GO_PATH;
+	for (char *dir = strtok(path, ":"); dir; dir = strtok(NULL, ":")) {
+		snprintf(out, cap, "%s/go", dir);
+		if (access(out, X_OK) == 0)
+			return 0;
+	}
+	return -ENOENT;
+}
+
+/* hand_env - mirror go_env() of agent/gobuild.c (offline) for go, and a plain run env */
+static int hand_env(struct hand *h)
+{
+	int n = 0;
+	char **e = h->env_build;
+	char home[PATH_MAX + 8], tmp[PATH_MAX + 8];
+	snprintf(home, sizeof(home), "%s/home", h->root);
+	snprintf(tmp, sizeof(tmp), "%s/tmp", h->root);
+	if ((mkdir(home, 0700) && errno != EEXIST) || (mkdir(tmp, 0700) && errno != EEXIST))
+		return -errno;
+	if (asprintf(&e[n++], "PATH=%s", AGENT_GO_PATH) < 0 ||
+	    asprintf(&e[n++], "HOME=%s", home) < 0 ||
+	    asprintf(&e[n++], "GOMODCACHE=%s/gomodcache", h->runtime_dir) < 0 ||
+	    asprintf(&e[n++], "GOCACHE=%s/gocache", h->runtime_dir) < 0 ||
+	    asprintf(&e[n++], "TMPDIR=%s", tmp) < 0)
+		return -ENOMEM;
+	e[n++] = "GOFLAGS=-mod=mod";
+	e[n++] = "GOTOOLCHAIN=local";
+	e[n++] = "CGO_ENABLED=0";
+	e[n++] = "GOENV=off";
+	e[n++] = "GOTELEMETRY=off";
+	if (getenv("GOROOT") && asprintf(&e[n++], "GOROOT=%s", getenv("GOROOT")) < 0)
+		return -ENOMEM;
+	e[n++] = "GOPROXY=off";
+	e[n++] = "GOSUMDB=off";
+	e[n] = NULL;
+	char **r = h->env_run;
+	n = 0;
+	if (asprintf(&r[n++], "PATH=%s", AGENT_GO_PATH) < 0 ||
+	    asprintf(&r[n++], "HOME=%s", home) < 0 || asprintf(&r[n++], "TMPDIR=%s", tmp) < 0)
+		return -ENOMEM;
+	r[n++] = "KODE_GOPHER_TIMEOUT_MS=60000";
+	r[n] = NULL; /* KODE_GOPHER_RESULT is added per run */
+	return 0;
+}
+
+/* hand_capture - the agent's normalized .go files from the sandbox's app dir */
+static int hand_capture(struct hand *h, const char *app_dir, char *err, size_t errlen)
+{
+	DIR *d = opendir(app_dir);
+	if (!d) {
+		snprintf(err, errlen, "cannot open the sandbox's app dir %s: %s", app_dir, strerror(errno));
+		return -errno;
+	}
+	struct dirent *e;
+	bool marked = false;
+	while ((e = readdir(d)) != NULL && h->nfiles < 32) {
+		size_t l = strlen(e->d_name);
+		if (l < 4 || strcmp(e->d_name + l - 3, ".go") != 0 || l >= sizeof(h->files[0].name))
+			continue;
+		char path[PATH_MAX + 256];
+		snprintf(path, sizeof(path), "%s/%s", app_dir, e->d_name);
+		size_t len;
+		char *data = read_file(path, &len);
+		if (!data)
+			continue;
+		snprintf(h->files[h->nfiles].name, sizeof(h->files[0].name), "%s", e->d_name);
+		h->files[h->nfiles].data = data;
+		h->files[h->nfiles].len = len;
+		h->nfiles++;
+		char tag[40];
+		snprintf(tag, sizeof(tag), "kgbench-%s-", nonce);
+		if (strstr(data, tag))
+			marked = true;
+	}
+	closedir(d);
+	if (!marked) {
+		snprintf(err, errlen, "no .go file in %s carries the snippet's tag (the agent wipes /app "
+				      "only before a call, so it should still be there)", app_dir);
+		return -ENOENT;
+	}
+	return 0;
+}
+
+/* spawn_wait - run argv in cwd with envp, stdout+stderr to out_path; exit status or -errno */
+static int spawn_wait(const char *file, char *const argv[], char *const envp[], const char *cwd,
+		      const char *out_path)
+{
+	pid_t pid = fork();
+	if (pid < 0)
+		return -errno;
+	if (pid == 0) {
+		int fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		int null = open("/dev/null", O_RDONLY);
+		if (fd < 0 || null < 0 || chdir(cwd) < 0)
+			_exit(126);
+		dup2(null, 0);
+		dup2(fd, 1);
+		dup2(fd, 2);
+		execve(file, argv, envp);
+		_exit(127);
+	}
+	int st;
+	while (waitpid(pid, &st, 0) < 0)
+		if (errno != EINTR)
+			return -errno;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* first_line - the head of a file, flattened into one table cell */
+static void first_line(const char *path, char *buf, size_t cap)
+{
+	char *d = read_file(path, NULL);
+	snprintf(buf, cap, "%.200s", d ? d : "");
+	for (char *p = buf; *p; p++)
+		if (*p == '\n' || *p == '|')
+			*p = ' ';
+	free(d);
+}
+
+/* hand_iteration - write the files (series letter h, iteration i), then time go build + run */
+static int hand_iteration(struct hand *h, int i, const char *ldflags, double *build_ms,
+			  double *run_ms, char *err, size_t errlen)
+{
+	char dir[PATH_MAX + 16], path[PATH_MAX + 300], lock[PATH_MAX + 32];
+	snprintf(dir, sizeof(dir), "%s/w%04d", h->root, i);
+	rm_tree(dir);
+	if (mkdir(dir, 0755) < 0) {
+		snprintf(err, errlen, "mkdir %s: %s", dir, strerror(errno));
+		return -errno;
+	}
+	char from[40], to[40];
+	snprintf(from, sizeof(from), "kgbench-%s-b-", nonce);
+	snprintf(to, sizeof(to), "kgbench-%s-%c-", nonce, ldflags ? 's' : 'h');
+	for (int f = 0; f < h->nfiles; f++) {
+		char *data = malloc(h->files[f].len + 1);
+		if (!data)
+			return -ENOMEM;
+		memcpy(data, h->files[f].data, h->files[f].len + 1);
+		char *p = strstr(data, from);
+		if (p) {
+			/* same length: series letter and the four-digit iteration */
+			memcpy(p, to, strlen(to));
+			char num[8];
+			snprintf(num, sizeof(num), "%04d", i % 10000);
+			memcpy(p + strlen(to), num, 4);
+		}
+		snprintf(path, sizeof(path), "%s/%s", dir, h->files[f].name);
+		int r = write_file(path, data, h->files[f].len);
+		free(data);
+		if (r < 0) {
+			snprintf(err, errlen, "write %.300s: %s", path, strerror(-r));
+			return r;
+		}
+	}
+	static const char *const mod[] = { "go.mod", "go.sum" };
+	for (int k = 0; k < 2; k++) {
+		snprintf(lock, sizeof(lock), "%s/lock/%s", h->runtime_dir, mod[k]);
+		snprintf(path, sizeof(path), "%s/%s", dir, mod[k]);
+		int r = copy_file(lock, path);
+		if (r < 0) {
+			snprintf(err, errlen, "copy %s: %s", lock, strerror(-r));
+			return r;
+		}
+	}
+	char log[PATH_MAX + 16], bin[PATH_MAX + 16], result[PATH_MAX + 16], resenv[PATH_MAX + 40];
+	snprintf(log, sizeof(log), "%s/build.log", dir);
+	snprintf(bin, sizeof(bin), "%s/bin", dir);
+	snprintf(result, sizeof(result), "%s/result.json", dir);
+	snprintf(resenv, sizeof(resenv), "KODE_GOPHER_RESULT=%s", result);
+	char ldarg[128];
+	snprintf(ldarg, sizeof(ldarg), "-ldflags=%s", ldflags ? ldflags : "");
+	char *argv_ld[] = { "go", "build", "-trimpath", "-buildvcs=false", ldarg, "-o", bin, ".", NULL };
+	char *argv_plain[] = { "go", "build", "-trimpath", "-buildvcs=false", "-o", bin, ".", NULL };
+	char *envr[10];
+	int n = 0;
+	for (; h->env_run[n]; n++)
+		envr[n] = h->env_run[n];
+	envr[n++] = resenv;
+	envr[n] = NULL;
+	char *argv_run[] = { bin, NULL };
+	char runlog[PATH_MAX + 16];
+	snprintf(runlog, sizeof(runlog), "%s/run.log", dir);
+
+	double t0 = now_us();
+	int st = spawn_wait(h->go, ldflags ? argv_ld : argv_plain, h->env_build, dir, log);
+	double t1 = now_us();
+	if (st != 0) {
+		char head[256];
+		first_line(log, head, sizeof(head));
+		snprintf(err, errlen, "go build exited %d: %s", st, head);
+		return -EPROTO;
+	}
+	st = spawn_wait(bin, argv_run, envr, dir, runlog);
+	double t2 = now_us();
+	*build_ms = (t1 - t0) / 1000.0;
+	*run_ms = (t2 - t1) / 1000.0;
+	char *res = read_file(result, NULL);
+	bool ok = st == 0 && res && strstr(res, "\"kind\":\"ok\"");
+	if (!ok) {
+		char head[256];
+		first_line(runlog, head, sizeof(head));
+		snprintf(err, errlen, "the binary exited %d with result %.120s %s", st, res ? res : "(none)", head);
+	}
+	free(res);
+	rm_tree(dir);
+	return ok ? 0 : -EPROTO;
+}
+
+/* ---------------------------------------------------------------- sections */
+
+struct opts {
+	const char *bin;
+	const char *runtime_dir;
+	int pings, calls;
+	bool rss, ping, calls_on;
+	bool ldflags_compare;
+	char tmp[PATH_MAX];
+};
+
+/* section_ping - sequential pings */
+static void section_ping(struct server *s, int n)
+{
+	const char *fig = "ping round trip over stdio (µs)";
+	double *v = calloc((size_t)n, sizeof(double));
+	char err[300];
+	fprintf(stderr, "  ping x %d\n", n);
+	for (int i = -10; i < n; i++) { /* ten unmeasured first: page faults, lazy binding */
+		json_t *resp = NULL;
+		double us;
+		if (rpc(s, "ping", json_object(), PING_TIMEOUT_MS, &resp, &us, err, sizeof(err)) < 0 ||
+		    !json_object_get(resp, "result")) {
+			json_decref(resp);
+			row_fail(fig, "ping %d: %s", i, err);
+			free(v);
+			return;
+		}
+		json_decref(resp);
+		if (i >= 0)
+			v[i] = us;
+	}
+	row_series(fig, v, n, "sequential; from writing the request to reading the response");
+	free(v);
+}
+
+/* sandbox_app_dir - <sandbox root>/<name>/app */
+static void sandbox_app_dir(struct server *s, const char *name, char *out, size_t cap)
+{
+	snprintf(out, cap, "%s/%s/app", s->sandbox_root, name);
+}
+
+/* section_calls - a to d in the open session */
+static void section_calls(struct server *s, const struct opts *o)
+{
+	int n = o->calls;
+	struct call_rec *c = calloc((size_t)n, sizeof(*c)), first;
+	double med_b = NAN;
+	char note[300], fig[96], a[32];
+
+	/* the first call starts the sandbox: measured, but kept out of series a */
+	fprintf(stderr, "  first call of the session\n");
+	if (call_once(s, code_stdlib('w', 0), "first call of the session (ms)", &first) == 0)
+		row_add("first call of the session (ms)", fmt_num(a, sizeof(a), first.e2e_ms), "-", 1,
+			"stdlib snippet; includes starting the sandbox; build_ms %.0f, duration_ms %.0f",
+			first.build_ms, first.duration_ms);
+	else
+		goto out;
+
+	if (run_series(s, "a. stdlib snippet, new source each call", code_stdlib, 'a', n, c) == 0)
+		series_rows("a. stdlib snippet, new source each call", "a", c, n, 500, NULL);
+
+	/* b, with its normalized files captured for d from the first, unmeasured storage call */
+	struct hand h = { 0 };
+	char err[400] = "";
+	bool hand_ok = true;
+	fprintf(stderr, "  b. first storage call (unmeasured)\n");
+	if (call_once(s, code_storage('b', 9999), "b. storage snippet, first call", &first) < 0)
+		goto out;
+	row_add("b. storage snippet, first call (ms)", fmt_num(a, sizeof(a), first.e2e_ms), "-", 1,
+		"not in series b; build_ms %.0f", first.build_ms);
+	snprintf(h.root, sizeof(h.root), "%s/hand", o->tmp);
+	snprintf(h.runtime_dir, sizeof(h.runtime_dir), "%s", o->runtime_dir);
+	char app[PATH_MAX + 80], gocache[PATH_MAX + 16];
+	sandbox_app_dir(s, first.sandbox, app, sizeof(app));
+	snprintf(gocache, sizeof(gocache), "%s/gocache", o->runtime_dir);
+	if (mkdir(h.root, 0700) < 0 && errno != EEXIST) {
+		snprintf(err, sizeof(err), "mkdir %s: %s", h.root, strerror(errno));
+		hand_ok = false;
+	} else if (access(gocache, W_OK) != 0) {
+		snprintf(err, sizeof(err), "%s is not writable: a by-hand build there would not mirror "
+					   "the agent's", gocache);
+		hand_ok = false;
+	} else if (find_go(h.go, sizeof(h.go)) < 0) {
+		snprintf(err, sizeof(err), "no go on the agent's PATH %s", AGENT_GO_PATH);
+		hand_ok = false;
+	} else if (hand_env(&h) < 0) {
+		snprintf(err, sizeof(err), "cannot prepare the by-hand environment");
+		hand_ok = false;
+	} else if (hand_capture(&h, app, err, sizeof(err)) < 0) {
+		hand_ok = false;
+	}
+
+	/* b and d interleaved, so both see the same machine load and cache state */
+	double *hb = calloc((size_t)n, sizeof(double)), *hr = calloc((size_t)n, sizeof(double)),
+	       *ht = calloc((size_t)n, sizeof(double));
+	double *sb = calloc((size_t)n, sizeof(double)), *sr = calloc((size_t)n, sizeof(double)),
+	       *st = calloc((size_t)n, sizeof(double));
+	int nh = 0, ns = 0;
+	bool b_ok = true, s_ok = o->ldflags_compare && hand_ok;
+	char serr[400] = "";
+	for (int i = 0; i < n; i++) {
+		fprintf(stderr, "\r  b. storage snippet + d. by hand: %d/%d", i + 1, n);
+		if (call_once(s, code_storage('b', i), "b. storage snippet, new source each call", &c[i]) < 0) {
+			b_ok = false;
+			break;
+		}
+		if (hand_ok) {
+			if (hand_iteration(&h, i, NULL, &hb[nh], &hr[nh], err, sizeof(err)) < 0)
+				hand_ok = false;
+			else
+				ht[nh] = hb[nh] + hr[nh], nh++;
+		}
+		if (s_ok) {
+			if (hand_iteration(&h, i, "-s -w", &sb[ns], &sr[ns], serr, sizeof(serr)) < 0)
+				s_ok = false;
+			else
+				st[ns] = sb[ns] + sr[ns], ns++;
+		}
+	}
+	fprintf(stderr, "\n");
+	if (b_ok)
+		series_rows("b. storage snippet, new source each call", "b", c, n, 2000, &med_b);
+	if (hand_ok && nh == n && b_ok) {
+		double mb, mr, mt, p;
+		stats(hb, nh, &mb, &p);
+		stats(hr, nh, &mr, &p);
+		stats(ht, nh, &mt, &p);
+		char x[32], y[32];
+		snprintf(note, sizeof(note), "go build %s ms + run %s ms (medians); GOCACHE=%s, shared "
+					     "with the agent as it uses it",
+			 fmt_num(x, sizeof(x), mb), fmt_num(y, sizeof(y), mr), gocache);
+		row_series("d. same build by hand: go build + run (ms)", ht, nh, note);
+		double ratio = med_b / mt;
+		char aim[64], rv[32];
+		snprintf(rv, sizeof(rv), "%.2f", ratio);
+		row_add("d. ratio: median b / median by hand", rv, "-", n, "%s",
+			aim_text(aim, sizeof(aim), ratio, 1.10, ""));
+	} else if (!hand_ok) {
+		row_fail("d. same build by hand", "%s", err);
+	}
+	if (o->ldflags_compare) {
+		if (s_ok && ns == n) {
+			double mb, p;
+			stats(sb, ns, &mb, &p);
+			char x[32];
+			snprintf(note, sizeof(note), "for information: what -ldflags=\"-s -w\" (no symbol "
+						     "table, no DWARF) would save; go build %s ms",
+				 fmt_num(x, sizeof(x), mb));
+			row_series("d2. by hand with -ldflags=\"-s -w\" (ms)", st, ns, note);
+		} else if (hand_ok) {
+			row_fail("d2. by hand with -ldflags=\"-s -w\"", "%s", serr);
+		}
+	}
+	free(hb), free(hr), free(ht), free(sb), free(sr), free(st);
+	for (int f = 0; f < h.nfiles; f++)
+		free(h.files[f].data);
+
+	/* c: one build, then the same source again and again */
+	fprintf(stderr, "  c. resubmitted unchanged\n");
+	char *same = code_storage('c', 0);
+	if (same && call_once(s, strdup(same), "c. storage snippet, resubmitted unchanged", &first) == 0) {
+		int i;
+		for (i = 0; i < n; i++)
+			if (call_once(s, strdup(same), "c. storage snippet, resubmitted unchanged", &c[i]) < 0)
+				break;
+		if (i == n) {
+			double *ov = calloc((size_t)n, sizeof(double));
+			for (i = 0; i < n; i++)
+				ov[i] = c[i].e2e_ms - (isnan(c[i].duration_ms) ? 0 : c[i].duration_ms);
+			series_rows("c. storage snippet, resubmitted unchanged", "c", c, n, 0, NULL);
+			double med, p90;
+			stats(ov, n, &med, &p90);
+			char aim[64];
+			snprintf(fig, sizeof(fig), "  c: end to end − duration_ms (ms)");
+			row_series(fig, ov, n, aim_text(aim, sizeof(aim), med, 100, " ms plus run time"));
+			free(ov);
+		}
+	}
+	free(same);
+out:
+	free(c);
+}
+
+/* module_cached - is path@anything in the module cache's download cache? */
+static bool module_cached(const char *runtime_dir, const char *module)
+{
+	char p[PATH_MAX];
+	snprintf(p, sizeof(p), "%s/gomodcache/cache/download/%s/@v", runtime_dir, module);
+	struct stat st;
+	return stat(p, &st) == 0;
+}
+
+/* section_tidy - e: in a fresh session, an indirect lockfile import, then one outside it */
+static void section_tidy(const struct opts *o)
+{
+	struct server s;
+	char root[PATH_MAX + 8], log[PATH_MAX + 16], a[32];
+	snprintf(root, sizeof(root), "%s/sb2", o->tmp);
+	snprintf(log, sizeof(log), "%s/serve2.log", o->tmp);
+	fprintf(stderr, "  e. fresh session\n");
+	if (session_open(&s, o->bin, root, o->runtime_dir, log) < 0) {
+		row_fail("e. fresh session", "could not start and initialize a second session");
+		return;
+	}
+	struct call_rec c;
+	if (call_once(&s, code_stdlib('x', 0), "e. fresh session, first call", &c) < 0)
+		goto out;
+	fprintf(stderr, "  e1. github.com/google/uuid\n");
+	if (call_once(&s, code_uuid('u', 0), "e1. import github.com/google/uuid", &c) == 0)
+		row_add("e1. import github.com/google/uuid (ms)", fmt_num(a, sizeof(a), c.e2e_ms), "-", 1,
+			"listed in the lockfile (indirect), so no tidy expected: tidied %s, cached_build "
+			"%s, build_ms %.0f",
+			c.tidied ? "true" : "false", c.cached ? "true" : "false", c.build_ms);
+	bool was = module_cached(o->runtime_dir, TIDY_MODULE);
+	fprintf(stderr, "  e2. %s\n", TIDY_MODULE);
+	if (call_once(&s, code_tidy('t', 0), "e2. first import outside the lockfile", &c) == 0)
+		row_add("e2. first import outside the lockfile (ms)", fmt_num(a, sizeof(a), c.e2e_ms), "-",
+			1, "%s; tidied %s, build_ms %.0f; %s", TIDY_MODULE, c.tidied ? "true" : "false",
+			c.build_ms,
+			was ? "module already in the base module cache (an earlier run put it there)"
+			    : "module fetched from the proxy");
+out:
+	server_stop(&s);
+}
+
+/* usage - how to call */
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: mcpbench [--quick] [--only ping|rss|calls] [--pings N] [--calls N]\n"
+		"                [--no-ldflags-compare] [KODE-GOPHER-BINARY]\n"
+		"  binary: argument, else $KODE_GOPHER_BIN, else " DEFAULT_BIN "\n"
+		"  runtime: $RUNTIME_DIR, else $KODE_GOPHER_RUNTIME_DIR, else " DEFAULT_RUNTIME "\n"
+		"  --quick: 100 pings, 5 calls per series (a smoke run)\n");
+}
+
+/* header - what was measured where */
+static void header(const struct opts *o)
+{
+	char date[64], gov[64] = "?";
+	time_t t = time(NULL);
+	strftime(date, sizeof(date), "%Y-%m-%d %H:%M %Z", localtime(&t));
+	FILE *p = popen("go env GOVERSION 2>/dev/null", "r");
+	if (p) {
+		if (fgets(gov, sizeof(gov), p))
+			gov[strcspn(gov, "\n")] = '\0';
+		pclose(p);
+	}
+	double load[3] = { 0 };
+	getloadavg(load, 3);
+	printf("kode-gopher benchmarks, %s: %ld CPUs, load %.2f at start, %s, %s, runtime %s\n\n", date,
+	       sysconf(_SC_NPROCESSORS_ONLN), load[0], gov, o->bin, o->runtime_dir);
+}
+
+int main(int argc, char **argv)
+{
+	struct opts o = { .pings = 1000, .calls = 20, .rss = true, .ping = true, .calls_on = true,
+			  .ldflags_compare = true };
+	bool quick = false;
+	int pings = -1, calls = -1;
+	static const struct option lo[] = {
+		{ "quick", no_argument, 0, 'q' },      { "only", required_argument, 0, 'o' },
+		{ "pings", required_argument, 0, 'p' }, { "calls", required_argument, 0, 'c' },
+		{ "no-ldflags-compare", no_argument, 0, 'L' }, { "help", no_argument, 0, 'h' },
+		{ 0, 0, 0, 0 }
+	};
+	int ch;
+	while ((ch = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+		switch (ch) {
+		case 'q': quick = true; break;
+		case 'o':
+			o.rss = strcmp(optarg, "rss") == 0;
+			o.ping = strcmp(optarg, "ping") == 0;
+			o.calls_on = strcmp(optarg, "calls") == 0;
+			if (!o.rss && !o.ping && !o.calls_on) {
+				fprintf(stderr, "mcpbench: --only wants ping, rss or calls\n");
+				return 2;
+			}
+			break;
+		case 'p': pings = atoi(optarg); break;
+		case 'c': calls = atoi(optarg); break;
+		case 'L': o.ldflags_compare = false; break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (quick)
+		o.pings = 100, o.calls = 5;
+	if (pings > 0)
+		o.pings = pings;
+	if (calls > 0)
+		o.calls = calls;
+	if (o.pings > MAX_SERIES * 100 || o.calls > MAX_SERIES) {
+		fprintf(stderr, "mcpbench: at most %d pings and %d calls\n", MAX_SERIES * 100, MAX_SERIES);
+		return 2;
+	}
+	o.bin = optind < argc ? argv[optind] : getenv("KODE_GOPHER_BIN") ? getenv("KODE_GOPHER_BIN")
+									 : DEFAULT_BIN;
+	o.runtime_dir = getenv("RUNTIME_DIR")		 ? getenv("RUNTIME_DIR")
+			: getenv("KODE_GOPHER_RUNTIME_DIR") ? getenv("KODE_GOPHER_RUNTIME_DIR")
+							    : DEFAULT_RUNTIME;
+	if (access(o.bin, X_OK) != 0) {
+		fprintf(stderr, "mcpbench: %s is not an executable (build it with `make`)\n", o.bin);
+		return 1;
+	}
+	signal(SIGPIPE, SIG_IGN);
+	unsigned char rnd[4];
+	if (getrandom(rnd, sizeof(rnd), 0) != sizeof(rnd)) {
+		uint32_t x = (uint32_t)time(NULL) ^ (uint32_t)getpid();
+		memcpy(rnd, &x, 4);
+	}
+	snprintf(nonce, sizeof(nonce), "%02x%02x%02x%02x", rnd[0], rnd[1], rnd[2], rnd[3]);
+	const char *tmpdir = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+	snprintf(o.tmp, sizeof(o.tmp), "%s/kgbench-XXXXXX", tmpdir);
+	if (!mkdtemp(o.tmp)) {
+		fprintf(stderr, "mcpbench: cannot create a temporary directory in %s: %s\n", tmpdir,
+			strerror(errno));
+		return 1;
+	}
+	char root[PATH_MAX + 8], log[PATH_MAX + 16];
+	snprintf(root, sizeof(root), "%s/sb", o.tmp);
+	snprintf(log, sizeof(log), "%s/serve.log", o.tmp);
+
+	struct server s;
+	int rc = 0;
+	fprintf(stderr, "mcpbench: %s serve, sandboxes in %s\n", o.bin, root);
+	if (session_open(&s, o.bin, root, o.runtime_dir, log) < 0) {
+		rc = 1;
+		goto done;
+	}
+	if (o.rss) {
+		usleep(500000); /* let the worker settle after initialize */
+		rss_rows(&s, "idle after initialize");
+	}
+	if (o.ping)
+		section_ping(&s, o.pings);
+	if (o.calls_on) {
+		section_calls(&s, &o);
+		rss_rows(&s, "after the calls");
+	} else if (o.rss) {
+		struct call_rec c;
+		if (call_once(&s, code_stdlib('r', 0), "RSS: one stdlib call", &c) == 0)
+			rss_rows(&s, "after one call");
+	}
+	server_stop(&s);
+	if (o.calls_on)
+		section_tidy(&o);
+
+	header(&o);
+	table_print();
+	rc = failures ? 1 : 0;
+done:
+	rm_tree(o.tmp);
+	return rc;
+}

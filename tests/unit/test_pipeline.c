@@ -1,0 +1,760 @@
+/*
+ * test_pipeline.c - end-to-end tests of agent/pipeline.c with the real Go toolchain: snippets
+ * (ok, error, panic in run and in another goroutine, timeout), programs (exit status, panic),
+ * build errors with diagnostics, the binary cache, /app wiping (persist kept, planted symlinks
+ * never followed), import resolution through a local file:// module proxy, and go doc.
+ *
+ * Everything lives in a temporary directory with a scratch lockfile (`module app`, no
+ * requirements), so only the standard library is needed. GOCACHE is kept between runs in
+ * $KG_TEST_GOCACHE (default /tmp/kg-test-gocache) so that only the first run compiles std.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "agent/gobuild.h"
+#include "agent/pipeline.h"
+
+static char root[] = "/tmp/kg-pipeline-XXXXXX";
+static char app_dir[512], state_dir[512], runtime_dir[512], modcache[512], proxy_dir[512];
+static struct pipeline_config cfg;
+
+/* writef - create a file (and its parents' last level) with the given content */
+static void writef(const char *path, const char *content)
+{
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fputs(content, f);
+	fclose(f);
+}
+
+/* exists - lstat succeeds */
+static int exists(const char *path)
+{
+	struct stat st;
+	return lstat(path, &st) == 0;
+}
+
+/* get - a member by dotted path ("result.kind") */
+static json_t *get(json_t *o, const char *path)
+{
+	char buf[128];
+	snprintf(buf, sizeof(buf), "%s", path);
+	json_t *cur = o;
+	for (char *tok = strtok(buf, "."); tok && cur; tok = strtok(NULL, "."))
+		cur = json_object_get(cur, tok);
+	return cur;
+}
+
+static const char *gets(json_t *o, const char *path)
+{
+	const char *s = json_string_value(get(o, path));
+	return s ? s : "<missing>";
+}
+
+/* dump - print a result when a test is about to fail on it */
+static void dump(json_t *o)
+{
+	char *s = json_dumps(o, JSON_INDENT(1));
+	fprintf(stderr, "%s\n", s);
+	free(s);
+}
+
+/* execute - one call with the given files (path, content, path, content, ..., NULL) */
+static json_t *execute_v(int timeout_ms, json_t *env, va_list ap)
+{
+	json_t *files = json_array();
+	for (;;) {
+		const char *p = va_arg(ap, const char *);
+		if (!p)
+			break;
+		const char *c = va_arg(ap, const char *);
+		json_array_append_new(files, json_pack("{s:s,s:s}", "path", p, "content", c));
+	}
+	json_t *req = json_pack("{s:o}", "files", files);
+	if (timeout_ms)
+		json_object_set_new(req, "timeout_ms", json_integer(timeout_ms));
+	if (env)
+		json_object_set_new(req, "env", env);
+	json_t *res = pipeline_execute(&cfg, req, NULL, NULL);
+	json_decref(req);
+	assert_non_null(res);
+	return res;
+}
+
+static json_t *execute(const char *first, ...)
+{
+	va_list ap;
+	va_start(ap, first);
+	json_t *files = json_array();
+	const char *p = first;
+	while (p) {
+		const char *c = va_arg(ap, const char *);
+		json_array_append_new(files, json_pack("{s:s,s:s}", "path", p, "content", c));
+		p = va_arg(ap, const char *);
+	}
+	va_end(ap);
+	json_t *req = json_pack("{s:o}", "files", files);
+	json_t *res = pipeline_execute(&cfg, req, NULL, NULL);
+	json_decref(req);
+	assert_non_null(res);
+	return res;
+}
+
+static json_t *execute_opts(int timeout_ms, json_t *env, ...)
+{
+	va_list ap;
+	va_start(ap, env);
+	json_t *r = execute_v(timeout_ms, env, ap);
+	va_end(ap);
+	return r;
+}
+
+/* expect_kind - assert phase and result kind, dumping the result otherwise */
+static void expect_kind(json_t *r, const char *phase, const char *kind)
+{
+	if (strcmp(gets(r, "phase"), phase) != 0 || strcmp(gets(r, "result.kind"), kind) != 0)
+		dump(r);
+	assert_string_equal(gets(r, "phase"), phase);
+	assert_string_equal(gets(r, "result.kind"), kind);
+}
+
+/* ---- a local module proxy: one module example.com/kghello v1.0.0 ---- */
+
+static uint32_t crc32_buf(const char *p, size_t n)
+{
+	uint32_t c = 0xFFFFFFFFu;
+	for (size_t i = 0; i < n; i++) {
+		c ^= (unsigned char)p[i];
+		for (int k = 0; k < 8; k++)
+			c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1u)));
+	}
+	return ~c;
+}
+
+static void put16(FILE *f, unsigned v)
+{
+	fputc((int)(v & 0xff), f);
+	fputc((int)((v >> 8) & 0xff), f);
+}
+
+static void put32(FILE *f, uint32_t v)
+{
+	put16(f, v & 0xffff);
+	put16(f, v >> 16);
+}
+
+/* write_zip - a stored (uncompressed) zip of n name/content pairs */
+static void write_zip(const char *path, const char *const *names, const char *const *data, int n)
+{
+	FILE *f = fopen(path, "wb");
+	assert_non_null(f);
+	long offs[8];
+	for (int i = 0; i < n; i++) {
+		offs[i] = ftell(f);
+		size_t nl = strlen(names[i]), dl = strlen(data[i]);
+		put32(f, 0x04034b50);
+		put16(f, 20), put16(f, 0), put16(f, 0), put16(f, 0), put16(f, 0x21);
+		put32(f, crc32_buf(data[i], dl)), put32(f, (uint32_t)dl), put32(f, (uint32_t)dl);
+		put16(f, (unsigned)nl), put16(f, 0);
+		fwrite(names[i], 1, nl, f);
+		fwrite(data[i], 1, dl, f);
+	}
+	long cd = ftell(f);
+	for (int i = 0; i < n; i++) {
+		size_t nl = strlen(names[i]), dl = strlen(data[i]);
+		put32(f, 0x02014b50);
+		put16(f, 20), put16(f, 20), put16(f, 0), put16(f, 0), put16(f, 0), put16(f, 0x21);
+		put32(f, crc32_buf(data[i], dl)), put32(f, (uint32_t)dl), put32(f, (uint32_t)dl);
+		put16(f, (unsigned)nl), put16(f, 0), put16(f, 0), put16(f, 0), put16(f, 0);
+		put32(f, 0), put32(f, (uint32_t)offs[i]);
+		fwrite(names[i], 1, nl, f);
+	}
+	long end = ftell(f);
+	put32(f, 0x06054b50);
+	put16(f, 0), put16(f, 0), put16(f, (unsigned)n), put16(f, (unsigned)n);
+	put32(f, (uint32_t)(end - cd)), put32(f, (uint32_t)cd), put16(f, 0);
+	fclose(f);
+}
+
+static void make_proxy(void)
+{
+	char p[600];
+	snprintf(proxy_dir, sizeof(proxy_dir), "%s/proxy", root);
+	snprintf(p, sizeof(p), "mkdir -p %s/example.com/kghello/@v", proxy_dir);
+	assert_int_equal(system(p), 0);
+	const char *mod = "module example.com/kghello\n\ngo 1.21\n";
+	snprintf(p, sizeof(p), "%s/example.com/kghello/@v/list", proxy_dir);
+	writef(p, "v1.0.0\n");
+	snprintf(p, sizeof(p), "%s/example.com/kghello/@v/v1.0.0.info", proxy_dir);
+	writef(p, "{\"Version\":\"v1.0.0\",\"Time\":\"2024-01-01T00:00:00Z\"}\n");
+	snprintf(p, sizeof(p), "%s/example.com/kghello/@v/v1.0.0.mod", proxy_dir);
+	writef(p, mod);
+	snprintf(p, sizeof(p), "%s/example.com/kghello/@v/v1.0.0.zip", proxy_dir);
+	const char *names[] = { "example.com/kghello@v1.0.0/go.mod",
+				"example.com/kghello@v1.0.0/hello.go" };
+	const char *data[] = { mod, "package kghello\n\n// Hello greets.\nfunc Hello() string "
+				    "{ return \"hello from kghello\" }\n" };
+	write_zip(p, names, data, 2);
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	if (!mkdtemp(root))
+		return -1;
+	snprintf(app_dir, sizeof(app_dir), "%s/app", root);
+	snprintf(state_dir, sizeof(state_dir), "%s/state", root);
+	snprintf(runtime_dir, sizeof(runtime_dir), "%s/runtime", root);
+	snprintf(modcache, sizeof(modcache), "%s/modcache", root);
+	char p[600];
+	mkdir(runtime_dir, 0755);
+	snprintf(p, sizeof(p), "%s/lock", runtime_dir);
+	mkdir(p, 0755);
+	snprintf(p, sizeof(p), "%s/lock/go.mod", runtime_dir);
+	writef(p, "module app\n\ngo 1.26\n");
+	snprintf(p, sizeof(p), "%s/lock/go.sum", runtime_dir);
+	writef(p, "");
+	const char *gocache = getenv("KG_TEST_GOCACHE");
+	cfg = (struct pipeline_config){
+		.app_dir = app_dir,
+		.state_dir = state_dir,
+		.runtime_dir = runtime_dir,
+		.gomodcache_dir = modcache,
+		.gocache_dir = gocache ? gocache : "/tmp/kg-test-gocache",
+		.default_timeout_ms = 60000,
+		.max_timeout_ms = 300000,
+		.output_cap = 1024 * 1024,
+		.doc_cap = 64 * 1024,
+	};
+	make_proxy();
+	snprintf(p, sizeof(p), "file://%s", proxy_dir);
+	setenv("GOPROXY", p, 1);
+	setenv("GOSUMDB", "off", 1);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	char cmd[600];
+	/* the module cache is read-only by design */
+	snprintf(cmd, sizeof(cmd), "chmod -R u+w %s 2>/dev/null; rm -rf %s", root, root);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+static const char *snippet_ok = "package snippet\n"
+				"\n"
+				"import (\n"
+				"\t\"context\"\n"
+				"\t\"fmt\"\n"
+				")\n"
+				"\n"
+				"type Point struct {\n"
+				"\tName string `json:\"name\"`\n"
+				"\tN    int    `json:\"n\"`\n"
+				"}\n"
+				"\n"
+				"func run(ctx context.Context) (any, error) {\n"
+				"\tfmt.Println(\"hello\")\n"
+				"\treturn Point{Name: \"x\", N: 3}, nil\n"
+				"}\n";
+
+static void test_snippet_ok_then_cached(void **state)
+{
+	(void)state;
+	struct timespec a, b;
+	json_t *r = execute("main.go", snippet_ok, NULL);
+	expect_kind(r, "run", "ok");
+	assert_string_equal(gets(r, "mode"), "wrapped");
+	assert_string_equal(gets(r, "result.value.name"), "x");
+	assert_int_equal(json_integer_value(get(r, "result.value.n")), 3);
+	assert_string_equal(gets(r, "stdout"), "hello\n");
+	assert_int_equal(json_integer_value(get(r, "exit_code")), 0);
+	assert_true(json_is_null(get(r, "signal")));
+	assert_true(json_is_false(get(r, "cached_build")));
+	assert_true(json_is_false(get(r, "tidied")));
+	assert_true(json_is_false(get(r, "stdout_truncated")));
+	assert_non_null(get(r, "timings.total_ms"));
+	assert_non_null(get(r, "timings.max_rss_kb"));
+	json_decref(r);
+
+	/* identical resubmit: same binary, no build */
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	r = execute("main.go", snippet_ok, NULL);
+	clock_gettime(CLOCK_MONOTONIC, &b);
+	expect_kind(r, "run", "ok");
+	assert_true(json_is_true(get(r, "cached_build")));
+	assert_int_equal(json_integer_value(get(r, "build_ms")), 0);
+	fprintf(stderr, "cached snippet: %ld ms end to end\n",
+		(b.tv_sec - a.tv_sec) * 1000 + (b.tv_nsec - a.tv_nsec) / 1000000);
+	json_decref(r);
+
+	/* a different snippet with a warm build cache: the time the report quotes */
+	char src[1024];
+	snprintf(src, sizeof(src), "%s\n// %ld\n", snippet_ok, (long)time(NULL));
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	r = execute("main.go", src, NULL);
+	clock_gettime(CLOCK_MONOTONIC, &b);
+	expect_kind(r, "run", "ok");
+	assert_true(json_is_false(get(r, "cached_build")));
+	fprintf(stderr, "warm-cache stdlib snippet: %ld ms end to end (build_ms %lld, run %lld)\n",
+		(b.tv_sec - a.tv_sec) * 1000 + (b.tv_nsec - a.tv_nsec) / 1000000,
+		(long long)json_integer_value(get(r, "build_ms")),
+		(long long)json_integer_value(get(r, "duration_ms")));
+	json_decref(r);
+}
+
+static void test_snippet_error(void **state)
+{
+	(void)state;
+	json_t *r = execute("main.go",
+			    "package x\n\nimport (\n\t\"context\"\n\t\"errors\"\n)\n\n"
+			    "func run(ctx context.Context) (any, error) {\n"
+			    "\treturn nil, errors.New(\"boom\")\n}\n",
+			    NULL);
+	expect_kind(r, "run", "error");
+	assert_string_equal(gets(r, "result.message"), "boom");
+	assert_string_equal(gets(r, "result.type"), "*errors.errorString");
+	assert_int_equal(json_integer_value(get(r, "exit_code")), 1);
+	json_decref(r);
+}
+
+static void test_snippet_panic(void **state)
+{
+	(void)state;
+	json_t *r = execute("main.go",
+			    "package x\n\nimport \"context\"\n\n"
+			    "func run(ctx context.Context) (any, error) {\n"
+			    "\tpanic(\"oh no\")\n}\n",
+			    NULL);
+	expect_kind(r, "run", "panic");
+	assert_string_equal(gets(r, "result.message"), "oh no");
+	assert_non_null(strstr(gets(r, "result.stack"), "goroutine"));
+	json_decref(r);
+
+	/* a panic in another goroutine reaches the crash file, not the result file */
+	r = execute("main.go",
+		    "package x\n\nimport (\n\t\"context\"\n\t\"time\"\n)\n\n"
+		    "func run(ctx context.Context) (any, error) {\n"
+		    "\tgo func() { panic(\"in a goroutine\") }()\n"
+		    "\ttime.Sleep(10 * time.Second)\n\treturn 1, nil\n}\n",
+		    NULL);
+	expect_kind(r, "run", "panic");
+	assert_string_equal(gets(r, "result.message"), "in a goroutine");
+	assert_non_null(strstr(gets(r, "result.stack"), "goroutine "));
+	assert_int_equal(json_integer_value(get(r, "exit_code")), 2);
+	json_decref(r);
+}
+
+static void test_snippet_timeout(void **state)
+{
+	(void)state;
+	/* ignores its context: killed after the grace */
+	json_t *r = execute_opts(500, NULL, "main.go",
+				 "package x\n\nimport (\n\t\"context\"\n\t\"time\"\n)\n\n"
+				 "func run(ctx context.Context) (any, error) {\n"
+				 "\ttime.Sleep(time.Hour)\n\treturn 1, nil\n}\n",
+				 NULL);
+	expect_kind(r, "run", "timeout");
+	assert_string_equal(gets(r, "result.message"),
+			    "the program ran past its 0.5 s timeout and was killed");
+	assert_true(json_integer_value(get(r, "duration_ms")) < 5000);
+	json_decref(r);
+
+	/* honours its context: still a timeout, with run's error */
+	r = execute_opts(1000, NULL, "main.go",
+			 "package x\n\nimport \"context\"\n\n"
+			 "func run(ctx context.Context) (any, error) {\n"
+			 "\t<-ctx.Done()\n\treturn nil, ctx.Err()\n}\n",
+			 NULL);
+	expect_kind(r, "run", "timeout");
+	assert_non_null(strstr(gets(r, "result.message"), "context deadline exceeded"));
+	json_decref(r);
+}
+
+static void test_program_exit_and_panic(void **state)
+{
+	(void)state;
+	json_t *r = execute("main.go",
+			    "package main\n\nimport (\n\t\"fmt\"\n\t\"os\"\n)\n\n"
+			    "func main() {\n\tfmt.Fprintln(os.Stderr, \"bad\")\n\tos.Exit(3)\n}\n",
+			    NULL);
+	expect_kind(r, "run", "exit");
+	assert_string_equal(gets(r, "mode"), "program");
+	assert_int_equal(json_integer_value(get(r, "exit_code")), 3);
+	assert_string_equal(gets(r, "result.message"), "the program exited with status 3");
+	assert_string_equal(gets(r, "stderr"), "bad\n");
+	json_decref(r);
+
+	r = execute("main.go", "package main\n\nfunc main() {\n\tvar m map[string]int\n"
+			       "\tm[\"a\"] = 1\n}\n",
+		    NULL);
+	expect_kind(r, "run", "panic");
+	assert_string_equal(gets(r, "result.message"), "assignment to entry in nil map");
+	assert_non_null(strstr(gets(r, "result.stack"), "main.main()"));
+	json_decref(r);
+
+	r = execute("main.go", "package main\n\nimport \"fmt\"\n\nfunc main() { fmt.Print(\"ok\") }\n",
+		    NULL);
+	expect_kind(r, "run", "ok");
+	assert_string_equal(gets(r, "stdout"), "ok");
+	json_decref(r);
+}
+
+static void test_build_error(void **state)
+{
+	(void)state;
+	json_t *r = execute("main.go",
+			    "package main\n\nimport \"app/helper\"\n\n"
+			    "func main() {\n\thelper.H()\n\tx = 1\n}\n",
+			    "helper/h.go", "package helper\n\nfunc H() int { return y }\n", NULL);
+	expect_kind(r, "build", "build_error");
+	assert_string_equal(gets(r, "mode"), "program");
+	assert_string_equal(gets(r, "result.message"), "helper/h.go:3:23: undefined: y");
+	json_t *d = get(r, "diagnostics");
+	assert_true(json_array_size(d) >= 1);
+	assert_string_equal(json_string_value(json_object_get(json_array_get(d, 0), "file")),
+			    "helper/h.go");
+	assert_int_equal(json_integer_value(json_object_get(json_array_get(d, 0), "line")), 3);
+	assert_int_equal(json_integer_value(json_object_get(json_array_get(d, 0), "column")), 23);
+	assert_non_null(strstr(gets(r, "build_output"), "# app/helper\nhelper/h.go:3:23"));
+	assert_null(strstr(gets(r, "build_output"), app_dir));
+	assert_true(json_is_null(get(r, "exit_code")));
+	json_decref(r);
+
+	/* the main package after the helper is fixed */
+	r = execute("main.go",
+		    "package main\n\nimport \"app/helper\"\n\n"
+		    "func main() {\n\thelper.H()\n\tx = 1\n}\n",
+		    "helper/h.go", "package helper\n\nfunc H() int { return 1 }\n", NULL);
+	expect_kind(r, "build", "build_error");
+	assert_string_equal(gets(r, "result.message"), "main.go:7:2: undefined: x");
+	json_decref(r);
+}
+
+static void test_normalize_errors(void **state)
+{
+	(void)state;
+	json_t *r = execute("main.go", "package main\n\nfunc helper() {}\n", NULL);
+	expect_kind(r, "normalize", "normalize_error");
+	assert_true(json_is_null(get(r, "mode")));
+	assert_true(strlen(gets(r, "result.message")) > 10);
+	json_decref(r);
+
+	json_t *req = json_pack("{s:[{s:s,s:i}]}", "files", "path", "main.go", "content", 5);
+	r = pipeline_execute(&cfg, req, NULL, NULL);
+	json_decref(req);
+	expect_kind(r, "normalize", "normalize_error");
+	assert_non_null(strstr(gets(r, "result.message"), "files[0]"));
+	json_decref(r);
+
+	req = json_pack("{s:s}", "files", "nope");
+	r = pipeline_execute(&cfg, req, NULL, NULL);
+	json_decref(req);
+	expect_kind(r, "normalize", "normalize_error");
+	json_decref(r);
+}
+
+static void test_persist_and_env(void **state)
+{
+	(void)state;
+	const char *writer = "package main\n\nimport \"os\"\n\nfunc main() {\n"
+			     "\tos.WriteFile(\"persist/data.txt\", []byte(\"kept\"), 0o644)\n"
+			     "\tos.WriteFile(\"junk.txt\", []byte(\"gone\"), 0o644)\n"
+			     "\tos.MkdirAll(\"deep/a/b\", 0o755)\n}\n";
+	json_t *r = execute("main.go", writer, NULL);
+	expect_kind(r, "run", "ok");
+	json_decref(r);
+	char p[700];
+	snprintf(p, sizeof(p), "%s/junk.txt", app_dir);
+	assert_true(exists(p));
+
+	const char *reader = "package main\n\nimport (\n\t\"fmt\"\n\t\"os\"\n)\n\nfunc main() {\n"
+			     "\tb, err := os.ReadFile(\"persist/data.txt\")\n"
+			     "\t_, err2 := os.Stat(\"junk.txt\")\n"
+			     "\tfmt.Println(string(b), err, os.IsNotExist(err2), os.Getenv(\"FOO\"), "
+			     "os.Getenv(\"HOME\"))\n}\n";
+	r = execute_opts(0, json_pack("{s:s}", "FOO", "bar"), "main.go", reader, NULL);
+	expect_kind(r, "run", "ok");
+	char want[700];
+	snprintf(want, sizeof(want), "kept <nil> true bar %s\n", app_dir);
+	assert_string_equal(gets(r, "stdout"), want);
+	json_decref(r);
+	snprintf(p, sizeof(p), "%s/deep", app_dir);
+	assert_false(exists(p));
+
+	/* the contract variables cannot be overridden */
+	r = execute_opts(0, json_pack("{s:s}", "KODE_GOPHER_RESULT", "/tmp/x"), "main.go", reader,
+			 NULL);
+	expect_kind(r, "internal", "internal_error");
+	json_decref(r);
+}
+
+static void test_wipe_never_follows_symlinks(void **state)
+{
+	(void)state;
+	char outside[600], p[700], q[700];
+	snprintf(outside, sizeof(outside), "%s/outside", root);
+	mkdir(outside, 0755);
+	snprintf(p, sizeof(p), "%s/keep.txt", outside);
+	writef(p, "precious");
+	snprintf(p, sizeof(p), "%s/sub", outside);
+	mkdir(p, 0755);
+	snprintf(p, sizeof(p), "%s/sub/keep2.txt", outside);
+	writef(p, "precious");
+
+	/* what a hostile program could leave in /app */
+	mkdir(app_dir, 0755);
+	snprintf(p, sizeof(p), "%s/link", app_dir);
+	assert_int_equal(symlink(outside, p), 0);
+	snprintf(p, sizeof(p), "%s/dir", app_dir);
+	mkdir(p, 0755);
+	snprintf(p, sizeof(p), "%s/dir/link2", app_dir);
+	snprintf(q, sizeof(q), "%s/sub", outside);
+	assert_int_equal(symlink(q, p), 0);
+	snprintf(p, sizeof(p), "%s/locked", app_dir);
+	mkdir(p, 0755);
+	snprintf(p, sizeof(p), "%s/locked/f", app_dir);
+	writef(p, "x");
+	snprintf(p, sizeof(p), "%s/locked", app_dir);
+	chmod(p, 0);
+	/* persist itself replaced by a link to the outside */
+	snprintf(p, sizeof(p), "%s/persist", app_dir);
+	char cmd[800];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", p);
+	assert_int_equal(system(cmd), 0);
+	assert_int_equal(symlink(outside, p), 0);
+	/* a deep tree (more levels than the wipe keeps open at once) */
+	snprintf(cmd, sizeof(cmd), "cd %s && d=deep; for i in $(seq 1 150); do d=$d/d; done; "
+				   "mkdir -p $d && touch $d/f",
+		 app_dir);
+	assert_int_equal(system(cmd), 0);
+
+	json_t *r = execute("main.go", "package main\n\nfunc main() {}\n", NULL);
+	expect_kind(r, "run", "ok");
+	json_decref(r);
+
+	snprintf(p, sizeof(p), "%s/keep.txt", outside);
+	assert_true(exists(p));
+	snprintf(p, sizeof(p), "%s/sub/keep2.txt", outside);
+	assert_true(exists(p));
+	snprintf(p, sizeof(p), "%s/link", app_dir);
+	assert_false(exists(p));
+	snprintf(p, sizeof(p), "%s/dir", app_dir);
+	assert_false(exists(p));
+	snprintf(p, sizeof(p), "%s/locked", app_dir);
+	assert_false(exists(p));
+	snprintf(p, sizeof(p), "%s/deep", app_dir);
+	assert_false(exists(p));
+	struct stat st;
+	snprintf(p, sizeof(p), "%s/persist", app_dir);
+	assert_int_equal(lstat(p, &st), 0);
+	assert_true(S_ISDIR(st.st_mode));
+	/* nothing else is left, not even the pieces of the deep tree moved up while wiping */
+	snprintf(cmd, sizeof(cmd), "test \"$(ls -A %s | tr '\\n' ' ')\" = "
+				   "'go.mod go.sum main.go persist '",
+		 app_dir);
+	assert_int_equal(system(cmd), 0);
+}
+
+static void test_resolve_through_proxy(void **state)
+{
+	(void)state;
+	const char *src = "package x\n\nimport (\n\t\"context\"\n\n\t\"example.com/kghello\"\n)\n\n"
+			  "func run(ctx context.Context) (any, error) {\n"
+			  "\treturn kghello.Hello(), nil\n}\n";
+	json_t *r = execute("main.go", src, NULL);
+	expect_kind(r, "run", "ok");
+	assert_true(json_is_true(get(r, "tidied")));
+	assert_string_equal(gets(r, "result.value"), "hello from kghello");
+	json_decref(r);
+
+	/* the session's go.mod now covers it: no second resolve, and the binary is cached */
+	r = execute("main.go", src, NULL);
+	expect_kind(r, "run", "ok");
+	assert_true(json_is_false(get(r, "tidied")));
+	assert_true(json_is_true(get(r, "cached_build")));
+	json_decref(r);
+
+	char p[700];
+	snprintf(p, sizeof(p), "%s/go.mod", state_dir);
+	FILE *f = fopen(p, "r");
+	assert_non_null(f);
+	char buf[4096];
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	assert_non_null(strstr(buf, "example.com/kghello v1.0.0"));
+
+	/* go doc sees the session's modules */
+	json_t *req = json_pack("{s:s,s:s}", "package", "example.com/kghello", "symbol", "Hello");
+	r = pipeline_doc(&cfg, req);
+	json_decref(req);
+	if (!json_is_true(get(r, "ok")))
+		dump(r);
+	assert_true(json_is_true(get(r, "ok")));
+	assert_non_null(strstr(gets(r, "text"), "Hello greets."));
+	json_decref(r);
+
+	/* a module no proxy has is a build error the model can act on */
+	r = execute("main.go",
+		    "package main\n\nimport \"example.com/nothere/pkg\"\n\nfunc main() { pkg.X() }\n",
+		    NULL);
+	expect_kind(r, "build", "build_error");
+	assert_true(json_is_false(get(r, "tidied")));
+	assert_non_null(strstr(gets(r, "result.message"), "example.com/nothere/pkg"));
+	assert_true(json_array_size(get(r, "diagnostics")) >= 1);
+	assert_null(strstr(gets(r, "build_output"), "GOPROXY=off"));
+	json_decref(r);
+}
+
+static void test_tidy_keeps_lockfile_requirements(void **state)
+{
+	(void)state;
+	/* `go mod tidy` (the fallback when go get fails) drops requirements nothing imports; the
+	 * lockfile's must survive it, sums included, or later calls lose the precompiled set.
+	 * Runs after test_resolve_through_proxy, whose module is now in the module cache. */
+	char dir[600], p[700];
+	snprintf(dir, sizeof(dir), "%s/tidy", root);
+	mkdir(dir, 0755);
+	snprintf(p, sizeof(p), "%s/go.mod", dir);
+	writef(p, "module app\n\ngo 1.26\n\nrequire example.com/kghello v1.0.0\n");
+	char sum[700];
+	snprintf(sum, sizeof(sum), "%s/go.sum", state_dir);
+	FILE *f = fopen(sum, "r");
+	assert_non_null(f);
+	char sums[4096];
+	size_t n = fread(sums, 1, sizeof(sums) - 1, f);
+	fclose(f);
+	sums[n] = '\0';
+	assert_non_null(strstr(sums, "example.com/kghello v1.0.0 h1:"));
+	snprintf(p, sizeof(p), "%s/go.sum", dir);
+	writef(p, sums);
+	snprintf(p, sizeof(p), "%s/main.go", dir);
+	writef(p, "package main\n\nfunc main() {}\n");
+
+	char home[700], tmp[700];
+	snprintf(home, sizeof(home), "%s/home", state_dir);
+	snprintf(tmp, sizeof(tmp), "%s/tmp", state_dir);
+	struct gobuild_env e = {
+		.go_bin = "go",
+		.path = getenv("PATH"),
+		.home = home,
+		.gomodcache = modcache,
+		.gocache = cfg.gocache_dir,
+		.tmpdir = tmp,
+	};
+	char *why = NULL;
+	assert_int_equal(gobuild_resolve(&e, dir, NULL, 0, &why), 0);
+	assert_null(why);
+	snprintf(p, sizeof(p), "%s/go.mod", dir);
+	f = fopen(p, "r");
+	assert_non_null(f);
+	char buf[4096];
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	assert_non_null(strstr(buf, "example.com/kghello v1.0.0"));
+	snprintf(p, sizeof(p), "%s/go.sum", dir);
+	f = fopen(p, "r");
+	assert_non_null(f);
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	assert_non_null(strstr(buf, "example.com/kghello v1.0.0 h1:"));
+}
+
+static void test_doc(void **state)
+{
+	(void)state;
+	json_t *req = json_pack("{s:s,s:s}", "package", "fmt", "symbol", "Println");
+	json_t *r = pipeline_doc(&cfg, req);
+	json_decref(req);
+	if (!json_is_true(get(r, "ok")))
+		dump(r);
+	assert_true(json_is_true(get(r, "ok")));
+	assert_non_null(strstr(gets(r, "text"), "func Println(a ...any) (n int, err error)"));
+	assert_true(json_is_false(get(r, "truncated")));
+	json_decref(r);
+
+	req = json_pack("{s:s}", "package", "cloud.google.com/go/nope");
+	r = pipeline_doc(&cfg, req);
+	json_decref(req);
+	assert_true(json_is_false(get(r, "ok")));
+	assert_non_null(strstr(gets(r, "error"),
+			       "no package cloud.google.com/go/nope in the session's module: "));
+	assert_null(strstr(gets(r, "error"), "GOPATH"));
+	json_decref(r);
+
+	req = json_pack("{s:s}", "package", "nope");
+	r = pipeline_doc(&cfg, req);
+	json_decref(req);
+	assert_true(json_is_false(get(r, "ok")));
+	assert_non_null(strstr(gets(r, "error"), "cannot find package \"nope\""));
+	assert_null(strstr(gets(r, "error"), state_dir));
+	json_decref(r);
+
+	req = json_pack("{s:s,s:s}", "package", "fmt", "symbol", "Nope");
+	r = pipeline_doc(&cfg, req);
+	json_decref(req);
+	assert_true(json_is_false(get(r, "ok")));
+	assert_non_null(strstr(gets(r, "error"), "no symbol Nope in package fmt"));
+	json_decref(r);
+
+	/* full package docs are capped */
+	struct pipeline_config small = cfg;
+	small.doc_cap = 200;
+	req = json_pack("{s:s}", "package", "net/http");
+	r = pipeline_doc(&small, req);
+	json_decref(req);
+	assert_true(json_is_true(get(r, "ok")));
+	assert_true(json_is_true(get(r, "truncated")));
+	assert_true(strlen(gets(r, "text")) <= 200);
+	json_decref(r);
+
+	const char *bad[] = { "-toolexec=x", "", "../etc", "a b", "/abs" };
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		req = json_pack("{s:s}", "package", bad[i]);
+		r = pipeline_doc(&cfg, req);
+		json_decref(req);
+		assert_true(json_is_false(get(r, "ok")));
+		assert_non_null(strstr(gets(r, "error"), "package must be an import path"));
+		json_decref(r);
+	}
+	req = json_pack("{s:s,s:s}", "package", "fmt", "symbol", "-x");
+	r = pipeline_doc(&cfg, req);
+	json_decref(req);
+	assert_true(json_is_false(get(r, "ok")));
+	json_decref(r);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_snippet_ok_then_cached),
+		cmocka_unit_test(test_snippet_error),
+		cmocka_unit_test(test_snippet_panic),
+		cmocka_unit_test(test_snippet_timeout),
+		cmocka_unit_test(test_program_exit_and_panic),
+		cmocka_unit_test(test_build_error),
+		cmocka_unit_test(test_normalize_errors),
+		cmocka_unit_test(test_persist_and_env),
+		cmocka_unit_test(test_wipe_never_follows_symlinks),
+		cmocka_unit_test(test_resolve_through_proxy),
+		cmocka_unit_test(test_tidy_keeps_lockfile_requirements),
+		cmocka_unit_test(test_doc),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
