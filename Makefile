@@ -5,6 +5,7 @@
 #   make runtime    download + precompile the Go runtime caches (incremental)
 #   make check      deps + runtime + build + every test; ends "N passed, N failed"
 #   make asan       the same tests against an ASan/UBSan build
+#   make debug      -O0 build whose worker logs a denied syscall instead of dying
 #   make fuzz       build the libFuzzer targets (clang)
 #   make bench      print the benchmark tables
 #   make demo       set everything up and run the main job once
@@ -28,7 +29,7 @@ LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(ASM:%.S=$(BUILD)/%.o)
 UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all deps runtime check asan test fuzz bench demo clean install
+.PHONY: all deps runtime check asan test fuzz bench demo clean install debug unit
 all: kode-gopher
 
 kode-gopher: $(BUILD)/kode-gopher
@@ -71,11 +72,17 @@ asan:
 		CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
 		LDFLAGS="-fsanitize=address,undefined" test
 
+debug:
+	@$(MAKE) --no-print-directory BUILD=build-debug CFLAGS="-O0 -g3 -DKG_SECCOMP_DEFAULT='\"log\"'" build-debug/kode-gopher
+	@echo "built build-debug/kode-gopher (seccomp denials are logged, not fatal)"
+
 fuzz:
 	@$(MAKE) --no-print-directory -f tests/fuzz/Makefile
 
 bench: all runtime
-	@bench/run.sh
+	@mkdir -p $(BUILD)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) $(LDFLAGS) -o $(BUILD)/mcpbench bench/mcpbench.c -ljansson -lm
+	@BUILD=$(BUILD) RUNTIME_DIR=$(RUNTIME_DIR) bench/run.sh $(BENCH_ARGS)
 
 demo: deps runtime all
 	@./demo.sh
@@ -84,6 +91,6 @@ install: all
 	install -D -m 0755 kode-gopher $(DESTDIR)$(PREFIX)/bin/kode-gopher
 
 clean:
-	rm -rf build build-asan build-fuzz kode-gopher
+	rm -rf build build-asan build-debug build-fuzz kode-gopher
 
 -include $(OBJ:.o=.d)

@@ -440,7 +440,7 @@ static void cache_prune(const char *bindir)
 		if (strlen(de->d_name) != 64 || fstatat(dirfd(d), de->d_name, &st,
 							AT_SYMLINK_NOFOLLOW) < 0)
 			continue;
-		snprintf(ents[n].name, sizeof(ents[n].name), "%s", de->d_name);
+		memcpy(ents[n].name, de->d_name, 65); /* 64 hex digits and the NUL */
 		ents[n].mtime = st.st_mtim;
 		n++;
 	}
@@ -690,12 +690,26 @@ static char *failure_sentence(const char *what, const struct runproc_result *r)
 	return s;
 }
 
+/* log_append - add a command's output to the resolve log handed back to the caller */
+static void log_append(char **log, const char *cmd, const struct runproc_result *r)
+{
+	if (!log)
+		return;
+	char *n = NULL;
+	if (asprintf(&n, "%s$ %s\n%s", *log ? *log : "", cmd, r->out.data ? r->out.data : "") < 0)
+		return;
+	free(*log);
+	*log = n;
+}
+
 /* gobuild_resolve - see gobuild.h */
 int gobuild_resolve(const struct gobuild_env *e, const char *app_dir, char *const *pkgs,
-		    size_t n, char **msg)
+		    size_t n, char **msg, char **output)
 {
 	struct runproc_result r;
 	*msg = NULL;
+	if (output)
+		*output = NULL;
 	int rc;
 	if (n) {
 		const char *argv[GOBUILD_MAX_MISSING + 4];
@@ -708,6 +722,12 @@ int gobuild_resolve(const struct gobuild_env *e, const char *app_dir, char *cons
 		rc = run_go(e, true, app_dir, argv, GOBUILD_TIMEOUT_MS, GOBUILD_OUTPUT_CAP, true, &r);
 		if (rc < 0)
 			return rc;
+		char cmd[1024] = "go get";
+		for (size_t i = 0; i < n && i < GOBUILD_MAX_MISSING; i++) {
+			size_t cl = strlen(cmd);
+			snprintf(cmd + cl, sizeof(cmd) - cl, " %s", pkgs[i]);
+		}
+		log_append(output, cmd, &r);
 		bool ok = r.exit_code == 0 && !r.timed_out;
 		if (ok) {
 			runproc_result_free(&r);
@@ -720,6 +740,7 @@ int gobuild_resolve(const struct gobuild_env *e, const char *app_dir, char *cons
 	rc = tidy_keeping(e, app_dir, &r);
 	if (rc < 0)
 		return rc;
+	log_append(output, "go mod tidy", &r);
 	if (r.exit_code == 0 && !r.timed_out) {
 		free(*msg);
 		*msg = NULL;
@@ -732,13 +753,25 @@ int gobuild_resolve(const struct gobuild_env *e, const char *app_dir, char *cons
 	return *msg ? -EAGAIN : -ENOMEM;
 }
 
-/* clean_doc_error - go doc's stderr without GOPATH listings and "exit status" lines */
-static char *clean_doc_error(const char *s, const char *doc_dir, const char *pkg)
+/* strip_suffix_all - remove every occurrence of needle from s, in place */
+static void strip_all(char *s, const char *needle)
+{
+	size_t nl = strlen(needle);
+	char *hit;
+	while ((hit = strstr(s, needle)))
+		memmove(hit, hit + nl, strlen(hit + nl) + 1);
+}
+
+/* clean_doc_error - the lines of go doc's stderr that say what is wrong: its own "doc: ..."
+ * lines when there are any, without the module-lookup noise of its search through the module
+ * graph (which is incomplete offline) and without GOPATH listings */
+static char *clean_doc_error(const char *s)
 {
 	size_t cap = 2048;
 	char *o = malloc(cap);
 	if (!o)
 		return NULL;
+	bool have_doc = strstr(s, "doc: ") != NULL;
 	size_t n = 0;
 	for (const char *p = s; *p;) {
 		size_t l = strcspn(p, "\n");
@@ -747,23 +780,20 @@ static char *clean_doc_error(const char *s, const char *doc_dir, const char *pkg
 		if (*p)
 			p++;
 		if (l == 0 || line[0] == '\t' || line[0] == ' ' ||
-		    (l >= 12 && memcmp(line, "exit status ", 12) == 0))
+		    (l >= 12 && memcmp(line, "exit status ", 12) == 0) ||
+		    (l >= 4 && memcmp(line, "go: ", 4) == 0))
 			continue;
 		if (l >= 5 && memcmp(line, "doc: ", 5) == 0) {
 			line += 5;
 			l -= 5;
+		} else if (have_doc) {
+			continue;
 		}
 		/* "... in any of:" introduced a GOPATH listing we dropped */
 		while (l && (line[l - 1] == ':' || line[l - 1] == ' '))
 			l--;
-		char repl[600];
-		if (memmem(line, l, doc_dir, strlen(doc_dir))) {
-			/* a lone name that is not a package makes go doc look for a symbol in the
-			 * doc dir; say what the user meant instead */
-			snprintf(repl, sizeof(repl), "cannot find package \"%.500s\"", pkg);
-			line = repl;
-			l = strlen(repl);
-		}
+		if (l > 1000)
+			l = 1000;
 		if (n + 2 + l + 1 > cap)
 			break;
 		if (n) {
@@ -793,9 +823,46 @@ int gobuild_doc(const struct gobuild_env *e, const char *doc_dir, const struct g
 	close(dfd);
 	if (rc < 0)
 		return rc;
-	const char *argv[] = { e->go_bin, "doc", pkg, sym, NULL };
+
+	/* `go doc <import path>` walks the whole module graph (`go list -m all`), which the
+	 * offline cache does not hold: ask go list for the one package's directory (it loads only
+	 * what that package needs, like a build) and show that directory */
+	const char *largv[] = { e->go_bin, "list", "-e", "-f",
+				"{{.Dir}}\t{{with .Error}}{{.Err}}{{end}}", pkg, NULL };
 	struct runproc_result r;
+	rc = run_go(e, false, doc_dir, largv, GOBUILD_DOC_TIMEOUT_MS, 64 * 1024, false, &r);
+	if (rc < 0)
+		return rc;
+	char *dir = NULL;
+	if (r.timed_out) {
+		*err = strdup("go list took longer than a minute");
+	} else {
+		size_t dl = strcspn(r.out.data, "\t\n");
+		if (r.exit_code == 0 && dl > 0 && r.out.data[0] == '/') {
+			dir = strndup(r.out.data, dl);
+			if (!dir)
+				rc = -ENOMEM;
+		} else {
+			const char *why = r.out.data[dl] == '\t' ? r.out.data + dl + 1 : "";
+			if (!*why)
+				why = r.err.data;
+			*err = strndup(why, strcspn(why, "\n"));
+			if (*err) {
+				strip_all(*err, ": module lookup disabled by GOPROXY=off");
+				if (!**err) {
+					free(*err);
+					*err = strdup("go list could not find it");
+				}
+			}
+		}
+	}
+	runproc_result_free(&r);
+	if (!dir)
+		return *err ? 0 : (rc < 0 ? rc : -ENOMEM);
+
+	const char *argv[] = { e->go_bin, "doc", dir, sym, NULL };
 	rc = run_go(e, false, doc_dir, argv, GOBUILD_DOC_TIMEOUT_MS, cap, false, &r);
+	free(dir);
 	if (rc < 0)
 		return rc;
 	if (r.exit_code == 0 && !r.timed_out) {
@@ -805,7 +872,7 @@ int gobuild_doc(const struct gobuild_env *e, const char *doc_dir, const struct g
 	} else if (r.timed_out) {
 		*err = strdup("go doc took longer than a minute");
 	} else {
-		*err = clean_doc_error(r.err.data, doc_dir, pkg);
+		*err = clean_doc_error(r.err.data);
 		if (*err && !**err) {
 			free(*err);
 			*err = strdup("go doc failed without saying why");

@@ -81,11 +81,12 @@ void gobuild_strv_free(char **v);
 /*
  * gobuild_resolve - `go get <pkgs>` online in app_dir; if that fails (or pkgs is empty),
  * `go mod tidy`, keeping the requirements tidy would drop (the precompiled modules). On
- * failure *msg gets a sentence with go's own first error (caller frees).
+ * failure *msg gets a sentence with go's own first error. output (may be NULL) gets what the
+ * go commands printed, each after a "$ go get ..." line. The caller frees both.
  * Returns 0 when go.mod now covers the imports, -EAGAIN when go refused, negative errno else.
  */
 int gobuild_resolve(const struct gobuild_env *e, const char *app_dir, char *const *pkgs,
-		    size_t n, char **msg);
+		    size_t n, char **msg, char **output);
 
 /*
  * gobuild_doc - `go doc <pkg> [<sym>]` offline in doc_dir (created, go.mod/go.sum written

@@ -984,9 +984,19 @@ json_t *pipeline_execute(const struct pipeline_config *cfg, json_t *req,
 		progress_say(progress, ctx, "tidy", "adding the modules for %s%s",
 			     npkgs ? pkgs[0] : "the imports", npkgs > 1 ? " and others" : "");
 		clock_gettime(CLOCK_MONOTONIC, &ts);
-		char *why = NULL;
-		rc = gobuild_resolve(&c.env, c.app_dir, pkgs, npkgs, &why);
+		char *why = NULL, *tlog = NULL;
+		rc = gobuild_resolve(&c.env, c.app_dir, pkgs, npkgs, &why, &tlog);
 		tm.tidy_ms += runproc_elapsed_ms(&ts);
+		if (tlog) {
+			size_t tl = 0;
+			char *clean = diag_clean_output(tlog, strlen(tlog), c.app_dir, &tl);
+			if (clean && tl > GOBUILD_OUTPUT_CAP)
+				tl = GOBUILD_OUTPUT_CAP;
+			if (clean)
+				set_text(o, "tidy_output", clean, tl);
+			free(clean);
+			free(tlog);
+		}
 		gobuild_strv_free(pkgs);
 		pkgs = NULL;
 		if (rc == -EAGAIN) {

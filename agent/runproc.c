@@ -150,10 +150,12 @@ static int cap_finish(struct cap_buf *c, struct runproc_capture *out)
 		memcpy(d, c->head, c->head_len);
 	memcpy(d + c->head_len, marker, mlen);
 	char *t = d + c->head_len + mlen;
-	if (c->ring_len < c->tail_cap) {
+	if (c->ring_len == 0) {
+		/* nothing past the head */
+	} else if (c->ring_len < c->tail_cap) {
 		/* never wrapped: the ring holds bytes 0..ring_len in order */
 		memcpy(t, c->ring, c->ring_len);
-	} else if (c->ring_len) {
+	} else {
 		memcpy(t, c->ring + c->ring_pos, c->tail_cap - c->ring_pos);
 		memcpy(t + c->tail_cap - c->ring_pos, c->ring, c->ring_pos);
 	}

@@ -391,7 +391,9 @@ static void srv_stream_free(void *cls)
 	pthread_mutex_lock(&job->mu);
 	if (!job->done) {
 		job->abandoned = true;
-		log_info("the client went away during execute; the call runs to its end unseen");
+		log_info("%s; the execute call runs to its end unseen",
+			 atomic_load(&job->srv->stopping) ? "the agent is stopping"
+							  : "the client went away");
 	}
 	pthread_mutex_unlock(&job->mu);
 	srv_job_unref(job);

@@ -39,8 +39,10 @@
 
 #define DEFAULT_BIN        "./build/kode-gopher"
 #define DEFAULT_RUNTIME    "/var/cache/kode-gopher/runtime"
-/* the PATH agent/gobuild.c gives the toolchain; the by-hand build must find the same go */
+/* the PATH agent/gobuild.c gives the toolchain when the agent has none (it passes its own,
+ * inherited from serve and so from us, otherwise); the by-hand build must find the same go */
 #define AGENT_GO_PATH      "/usr/local/go/bin:/usr/local/bin:/usr/bin:/bin"
+#define AGENT_RUN_PATH     "/usr/local/bin:/usr/bin:/bin"
 #define TIDY_MODULE        "github.com/google/btree"
 #define PING_TIMEOUT_MS    10000
 #define INIT_TIMEOUT_MS    60000
@@ -125,7 +127,7 @@ static void table_print(void)
 	const char *head[5] = { "figure", "median", "p90", "n", "note" };
 	int w[5];
 	for (int c = 0; c < 5; c++)
-		w[c] = utf8_width(head[c]);
+		w[c] = utf8_width(head[c]) < 3 ? 3 : utf8_width(head[c]); /* markdown wants "--:" */
 	for (int i = 0; i < nrows; i++) {
 		const char *cell[5] = { rows[i].figure, rows[i].median, rows[i].p90, rows[i].n, rows[i].note };
 		for (int c = 0; c < 5; c++)
@@ -904,7 +906,7 @@ static int call_once(struct server *s, char *code, const char *figure, struct ca
 
 /* series_rows - end to end (with its aim), build_ms and duration_ms rows of a series */
 static void series_rows(const char *figure, const char *short_name, struct call_rec *c, int n,
-			double aim_ms, double *median_out)
+			double aim_ms, int want_cached, double *median_out)
 {
 	double *e = calloc((size_t)n, sizeof(double)), *b = calloc((size_t)n, sizeof(double)),
 	       *d = calloc((size_t)n, sizeof(double));
@@ -923,9 +925,11 @@ static void series_rows(const char *figure, const char *short_name, struct call_
 	if (median_out)
 		*median_out = med;
 	char note[300], aim[64];
-	snprintf(note, sizeof(note), "%s%scached_build %d/%d, tidied %d/%d",
+	bool odd = (want_cached == 0 && cached > 0) || (want_cached == 1 && cached < n);
+	snprintf(note, sizeof(note), "%s%scached_build %d/%d%s, tidied %d/%d%s",
 		 aim_ms > 0 ? aim_text(aim, sizeof(aim), med, aim_ms, " ms") : "", aim_ms > 0 ? "; " : "",
-		 cached, n, tidied, n);
+		 cached, n, odd ? (want_cached ? " (UNEXPECTED: all should be)" : " (UNEXPECTED: none should be)") : "",
+		 tidied, n, tidied ? " (UNEXPECTED)" : "");
 	char fig[96];
 	snprintf(fig, sizeof(fig), "%s (ms)", figure);
 	row_series(fig, e, n, note);
@@ -963,19 +967,32 @@ struct hand {
 	int nfiles;
 };
 
+/* env_path - PATH as agent/pipeline.c computes it: the inherited one, else its default */
+static const char *env_path(const char *fallback)
+{
+	const char *p = getenv("PATH");
+	return p && *p ? p : fallback;
+}
+
 /* find_go - go on the agent's toolchain PATH */
 static int find_go(char *out, size_t cap)
 {
-	char path[] = AGENT_GO_PATH;
-	for (char *dir = strtok(path, ":"); dir; dir = strtok(NULL, ":")) {
-		snprintf(out, cap, "%s/go", dir);
-		if (access(out, X_OK) == 0)
+	char *path = strdup(env_path(AGENT_GO_PATH)), *save = NULL;
+	if (!path)
+		return -ENOMEM;
+	for (char *dir = strtok_r(path, ":", &save); dir; dir = strtok_r(NULL, ":", &save)) {
+		snprintf(out, cap, "%s/go", *dir ? dir : ".");
+		if (access(out, X_OK) == 0) {
+			free(path);
 			return 0;
+		}
 	}
+	free(path);
 	return -ENOENT;
 }
 
-/* hand_env - mirror go_env() of agent/gobuild.c (offline) for go, and a plain run env */
+/* hand_env - mirror go_env() of agent/gobuild.c (offline) for go, and build_run_env() of
+ * agent/pipeline.c for the program (HOME is the app dir there: here the work dir's parent) */
 static int hand_env(struct hand *h)
 {
 	int n = 0;
@@ -985,7 +1002,7 @@ static int hand_env(struct hand *h)
 	snprintf(tmp, sizeof(tmp), "%s/tmp", h->root);
 	if ((mkdir(home, 0700) && errno != EEXIST) || (mkdir(tmp, 0700) && errno != EEXIST))
 		return -errno;
-	if (asprintf(&e[n++], "PATH=%s", AGENT_GO_PATH) < 0 ||
+	if (asprintf(&e[n++], "PATH=%s", env_path(AGENT_GO_PATH)) < 0 ||
 	    asprintf(&e[n++], "HOME=%s", home) < 0 ||
 	    asprintf(&e[n++], "GOMODCACHE=%s/gomodcache", h->runtime_dir) < 0 ||
 	    asprintf(&e[n++], "GOCACHE=%s/gocache", h->runtime_dir) < 0 ||
@@ -1003,11 +1020,13 @@ static int hand_env(struct hand *h)
 	e[n] = NULL;
 	char **r = h->env_run;
 	n = 0;
-	if (asprintf(&r[n++], "PATH=%s", AGENT_GO_PATH) < 0 ||
-	    asprintf(&r[n++], "HOME=%s", home) < 0 || asprintf(&r[n++], "TMPDIR=%s", tmp) < 0)
+	const char *t = getenv("TMPDIR");
+	if (asprintf(&r[n++], "PATH=%s", env_path(AGENT_RUN_PATH)) < 0 ||
+	    asprintf(&r[n++], "HOME=%s", h->root) < 0 ||
+	    asprintf(&r[n++], "TMPDIR=%s", t && *t ? t : "/tmp") < 0)
 		return -ENOMEM;
 	r[n++] = "KODE_GOPHER_TIMEOUT_MS=60000";
-	r[n] = NULL; /* KODE_GOPHER_RESULT is added per run */
+	r[n] = NULL; /* KODE_GOPHER_RESULT and KODE_GOPHER_CRASH are added per run */
 	return 0;
 }
 
@@ -1143,7 +1162,10 @@ static int hand_iteration(struct hand *h, int i, const char *ldflags, double *bu
 	int n = 0;
 	for (; h->env_run[n]; n++)
 		envr[n] = h->env_run[n];
+	char crashenv[PATH_MAX + 40];
+	snprintf(crashenv, sizeof(crashenv), "KODE_GOPHER_CRASH=%s/crash.txt", dir);
 	envr[n++] = resenv;
+	envr[n++] = crashenv;
 	envr[n] = NULL;
 	char *argv_run[] = { bin, NULL };
 	char runlog[PATH_MAX + 16];
@@ -1234,7 +1256,7 @@ static void section_calls(struct server *s, const struct opts *o)
 		goto out;
 
 	if (run_series(s, "a. stdlib snippet, new source each call", code_stdlib, 'a', n, c) == 0)
-		series_rows("a. stdlib snippet, new source each call", "a", c, n, 500, NULL);
+		series_rows("a. stdlib snippet, new source each call", "a", c, n, 500, 0, NULL);
 
 	/* b, with its normalized files captured for d from the first, unmeasured storage call */
 	struct hand h = { 0 };
@@ -1258,7 +1280,7 @@ static void section_calls(struct server *s, const struct opts *o)
 					   "the agent's", gocache);
 		hand_ok = false;
 	} else if (find_go(h.go, sizeof(h.go)) < 0) {
-		snprintf(err, sizeof(err), "no go on the agent's PATH %s", AGENT_GO_PATH);
+		snprintf(err, sizeof(err), "no go on the agent's PATH %s", env_path(AGENT_GO_PATH));
 		hand_ok = false;
 	} else if (hand_env(&h) < 0) {
 		snprintf(err, sizeof(err), "cannot prepare the by-hand environment");
@@ -1296,7 +1318,7 @@ static void section_calls(struct server *s, const struct opts *o)
 	}
 	fprintf(stderr, "\n");
 	if (b_ok)
-		series_rows("b. storage snippet, new source each call", "b", c, n, 2000, &med_b);
+		series_rows("b. storage snippet, new source each call", "b", c, n, 2000, 0, &med_b);
 	if (hand_ok && nh == n && b_ok) {
 		double mb, mr, mt, p;
 		stats(hb, nh, &mb, &p);
@@ -1344,7 +1366,7 @@ static void section_calls(struct server *s, const struct opts *o)
 			double *ov = calloc((size_t)n, sizeof(double));
 			for (i = 0; i < n; i++)
 				ov[i] = c[i].e2e_ms - (isnan(c[i].duration_ms) ? 0 : c[i].duration_ms);
-			series_rows("c. storage snippet, resubmitted unchanged", "c", c, n, 0, NULL);
+			series_rows("c. storage snippet, resubmitted unchanged", "c", c, n, 0, 1, NULL);
 			double med, p90;
 			stats(ov, n, &med, &p90);
 			char aim[64];
@@ -1385,14 +1407,14 @@ static void section_tidy(const struct opts *o)
 	fprintf(stderr, "  e1. github.com/google/uuid\n");
 	if (call_once(&s, code_uuid('u', 0), "e1. import github.com/google/uuid", &c) == 0)
 		row_add("e1. import github.com/google/uuid (ms)", fmt_num(a, sizeof(a), c.e2e_ms), "-", 1,
-			"listed in the lockfile (indirect), so no tidy expected: tidied %s, cached_build "
-			"%s, build_ms %.0f",
-			c.tidied ? "true" : "false", c.cached ? "true" : "false", c.build_ms);
+			"in the lockfile (as indirect), so no tidy expected: tidied %s, build_ms %.0f",
+			c.tidied ? "true (UNEXPECTED)" : "false", c.build_ms);
 	bool was = module_cached(o->runtime_dir, TIDY_MODULE);
 	fprintf(stderr, "  e2. %s\n", TIDY_MODULE);
 	if (call_once(&s, code_tidy('t', 0), "e2. first import outside the lockfile", &c) == 0)
 		row_add("e2. first import outside the lockfile (ms)", fmt_num(a, sizeof(a), c.e2e_ms), "-",
-			1, "%s; tidied %s, build_ms %.0f; %s", TIDY_MODULE, c.tidied ? "true" : "false",
+			1, "%s; tidied %s, build_ms %.0f; %s", TIDY_MODULE,
+			c.tidied ? "true" : "false (UNEXPECTED: it is not in the lockfile)",
 			c.build_ms,
 			was ? "module already in the base module cache (an earlier run put it there)"
 			    : "module fetched from the proxy");
@@ -1412,7 +1434,7 @@ static void usage(FILE *f)
 }
 
 /* header - what was measured where */
-static void header(const struct opts *o)
+static void header(const struct opts *o, double load_start)
 {
 	char date[64], gov[64] = "?";
 	time_t t = time(NULL);
@@ -1425,8 +1447,9 @@ static void header(const struct opts *o)
 	}
 	double load[3] = { 0 };
 	getloadavg(load, 3);
-	printf("kode-gopher benchmarks, %s: %ld CPUs, load %.2f at start, %s, %s, runtime %s\n\n", date,
-	       sysconf(_SC_NPROCESSORS_ONLN), load[0], gov, o->bin, o->runtime_dir);
+	printf("kode-gopher benchmarks, %s: %ld CPUs, load average %.2f at start, %.2f at end; %s; "
+	       "%s; runtime %s\n\n",
+	       date, sysconf(_SC_NPROCESSORS_ONLN), load_start, load[0], gov, o->bin, o->runtime_dir);
 }
 
 int main(int argc, char **argv)
@@ -1500,6 +1523,8 @@ int main(int argc, char **argv)
 
 	struct server s;
 	int rc = 0;
+	double load_start = 0;
+	getloadavg(&load_start, 1);
 	fprintf(stderr, "mcpbench: %s serve, sandboxes in %s\n", o.bin, root);
 	if (session_open(&s, o.bin, root, o.runtime_dir, log) < 0) {
 		rc = 1;
@@ -1523,7 +1548,7 @@ int main(int argc, char **argv)
 	if (o.calls_on)
 		section_tidy(&o);
 
-	header(&o);
+	header(&o, load_start);
 	table_print();
 	rc = failures ? 1 : 0;
 done:

@@ -15,6 +15,11 @@
 #include "master/master.h"
 #include "master/stdio.h"
 
+/* `make debug` builds with "log": a denied syscall is logged by name instead of killing */
+#ifndef KG_SECCOMP_DEFAULT
+#define KG_SECCOMP_DEFAULT "kill"
+#endif
+
 static const char serve_usage[] =
 	"usage: kode-gopher serve [options]\n"
 	"\n"
@@ -31,7 +36,8 @@ static const char serve_usage[] =
 	"  --max-timeout SECONDS   largest timeout_seconds a call may ask for (default 300)\n"
 	"  --persistent            keep the sandbox when the session ends (reattach with --claim)\n"
 	"  --claim NAME            reattach to a kept sandbox, with its /app/persist and caches\n"
-	"  --seccomp MODE          the worker's syscall filter: kill (default), log (debugging:\n"
+	"  --seccomp MODE          the worker's syscall filter: kill (default; log in a\n"
+	"                          `make debug` build), log (debugging:\n"
 	"                          log a denied syscall and fail it instead of killing), off\n"
 	"  -h, --help              this text\n"
 	"\n"
@@ -57,7 +63,7 @@ void serve_config_defaults(struct serve_config *cfg)
 {
 	memset(cfg, 0, sizeof(*cfg));
 	cfg->log_level = LOG_LVL_INFO;
-	cfg->seccomp = "kill";
+	cfg->seccomp = KG_SECCOMP_DEFAULT;
 	cfg->runtime_dir = getenv("KODE_GOPHER_RUNTIME_DIR") ? getenv("KODE_GOPHER_RUNTIME_DIR")
 							       : KG_RUNTIME_DIR;
 	cfg->sandbox_root = getenv("KODE_GOPHER_SANDBOX_ROOT") ? getenv("KODE_GOPHER_SANDBOX_ROOT")

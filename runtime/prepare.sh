@@ -32,6 +32,14 @@ die() { say "error: $*"; exit 1; }
 GO=$(command -v "$GO") || die "no 'go' on PATH; install Go 1.26 or set GO=/path/to/go."
 go_version=$("$GO" version) || die "'$GO version' failed; is the Go toolchain installed correctly?"
 
+# remove_tree - delete a tree whose module cache is read-only. Only the
+# directories are made writable: the files may be hard links shared with the
+# live cache, and must stay read-only there.
+remove_tree() {
+	find "$1" -type d ! -perm -u+w -exec chmod u+w {} + 2>/dev/null || true
+	rm -rf "$1"
+}
+
 # compute_stamp - hash of every input that changes what the caches hold
 compute_stamp() {
 	{
@@ -76,10 +84,7 @@ fi
 
 # Holding the lock, any stage or old tree left here is from a killed run.
 for d in "$parent/.$name.new."* "$parent/.$name.old."*; do
-	if [ -e "$d" ]; then
-		chmod -R u+w "$d" 2>/dev/null || true
-		rm -rf "$d"
-	fi
+	if [ -e "$d" ]; then remove_tree "$d"; fi
 done
 
 stage=$(mktemp -d "$parent/.$name.new.XXXXXX")
@@ -88,10 +93,7 @@ old=""
 # cleanup - remove the stage (and a swapped-out old tree) on any exit
 cleanup() {
 	for d in "$stage" "$old"; do
-		if [ -n "$d" ] && [ -e "$d" ]; then
-			chmod -R u+w "$d" 2>/dev/null || true
-			rm -rf "$d"
-		fi
+		if [ -n "$d" ] && [ -e "$d" ]; then remove_tree "$d"; fi
 	done
 }
 trap cleanup EXIT

@@ -105,6 +105,18 @@ static bool result_is_error(json_t *res)
 	return !phase || strcmp(phase, "run") != 0 || !kind || strcmp(kind, "ok") != 0;
 }
 
+/* call_once - one request to the agent; waits out a cancelled call that is still finishing */
+static int call_once(struct agent_endpoint *ep, struct job *j, json_t *req, bool doc, void *ctx,
+		     json_t **res, char *err, size_t errlen)
+{
+	for (int tries = 0;; tries++) {
+		int r = doc ? agent_client_doc(ep, req, res, err, errlen)
+			    : agent_client_execute(ep, req, call_progress, ctx, &j->cancel, res, err, errlen);
+		if (r != -EBUSY || tries == 1 || agent_client_wait_idle(ep, 120000, err, errlen) != 0)
+			return r;
+	}
+}
+
 /* call_agent - one tool call against the sandbox, retried once in a fresh one if it died */
 static json_t *call_agent(struct session *s, struct job *j, json_t *req, bool doc)
 {
@@ -115,8 +127,7 @@ static json_t *call_agent(struct session *s, struct job *j, json_t *req, bool do
 	bool retried = false;
 	int r = sandbox_get(s, &ep, err, sizeof(err));
 	for (int attempt = 0; r == 0; attempt++) {
-		r = doc ? agent_client_doc(ep, req, &res, err, sizeof(err))
-			: agent_client_execute(ep, req, call_progress, ctx, &j->cancel, &res, err, sizeof(err));
+		r = call_once(ep, j, req, doc, ctx, &res, err, sizeof(err));
 		if (r == 0 || !agent_client_gone(r) || attempt == 1 || j->cancel)
 			break;
 		log_warn("sandbox %s died mid-call (%s); retrying once in a fresh sandbox", sandbox_name(s), err);

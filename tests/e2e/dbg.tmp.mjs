@@ -1,17 +1,20 @@
 import { connect, callTool, sc, text } from './lib.mjs';
 const s = await connect();
-const snip = (body, imports='') => `package snippet\nimport ("context"; ${imports})\nfunc run(ctx context.Context) (any, error) {\n${body}\n}\n`;
-const cases = {
-  ok: snip('type P struct{ Name string `json:"name"`; N int `json:"n"` }\nreturn P{"gopher", 42}, nil'),
-  err: snip('return nil, errors.New("boom")', '"errors"'),
-  build: snip('x := 1\nreturn y, nil'),
-};
-for (const [k, code] of Object.entries(cases)) {
-  const t0 = Date.now();
-  try {
-    const r = await callTool(s.client, 'execute_go_code', {code});
-    console.log(k, Date.now()-t0, 'ms', r.isError, JSON.stringify(sc(r)).slice(0, 1500));
-  } catch (e) { console.log(k, 'ERR', e.message); }
-}
+const code = `package snippet
+import ("bufio";"context";"fmt";"os";"strings")
+func run(ctx context.Context) (any, error) {
+	line := strings.Repeat("z", 1023) + "\\n"
+	w := bufio.NewWriter(os.Stdout)
+	fmt.Fprint(w, "HEAD-MARK\\n")
+	for i := 0; i < 10*1024; i++ { w.WriteString(line) }
+	fmt.Fprint(w, "TAIL-MARK\\n")
+	w.Flush()
+	return "done", nil
+}`;
+try {
+  const r = await callTool(s.client, 'execute_go_code', {code});
+  console.log(JSON.stringify(sc(r)).length);
+} catch (e) { console.log('ERR', e.message); }
+console.log(s.stderr.split('\n').filter(l => !/debug/.test(l)).join('\n').slice(-5000));
 await s.close();
 process.exit(0);

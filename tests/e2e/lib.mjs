@@ -15,7 +15,7 @@ import { randomUUID } from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { after, afterEach } from 'node:test';
+import { after, afterEach, beforeEach } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
@@ -241,9 +241,29 @@ function removeTree(dir) {
 	}
 }
 
-afterEach(async () => {
+/* logTail - a failed test shows what the server said while it ran (debug lines left out) */
+function logTail(h, why) {
+	const all = h.stderrText ? h.stderrText() : '';
+	const mine = all.slice(h.mark && h.mark <= all.length ? h.mark : 0);
+	const lines = mine.split('\n').filter((l) => l && !/\bdebug\b/.test(l.slice(0, 40)));
+	const errs = (h.clientErrors || []).map((e) => `#   client error: ${e}`);
+	if (lines.length === 0 && errs.length === 0)
+		return;
+	process.stderr.write(`# serve ${h.pid} stderr (${why}), last lines:\n` +
+		[...lines.slice(-40).map((l) => `#   ${l.slice(0, 400)}`), ...errs].join('\n') + '\n');
+}
+
+beforeEach(() => {
+	for (const h of live)
+		h.mark = h.stderrText ? h.stderrText().length : 0;
+});
+
+afterEach(async (t) => {
 	const mine = fresh;
 	fresh = [];
+	if (t && t.passed === false)
+		for (const h of live)
+			logTail(h, `test "${t.name}" failed`);
 	for (const h of mine)
 		if (!h.keep)
 			await reap(h, 'after test');
@@ -289,7 +309,7 @@ function newHandle(keep) {
  *   opts.listTools   true (default): call tools/list once, so the client validates
  *                    structuredContent against each tool's outputSchema
  *   opts.clientInfo  {name, version}
- * Returns {client, transport, pid, stderr (text so far), sandboxRoot, close()}.
+ * Returns {client, transport, pid, stderr (text so far), sandboxRoot, closed, close()}.
  */
 export async function connect(opts = {}) {
 	const h = newHandle(opts.keep);
@@ -309,6 +329,17 @@ export async function connect(opts = {}) {
 		capabilities: {},
 	});
 	h.shutdown = () => transport.close();
+	h.stderrText = () => stderr;
+	let closed = false;
+	transport.onclose = () => {
+		closed = true; /* the SDK chains its own handler after this one */
+	};
+	/* what the SDK could not make sense of (for instance a line of stdout that is not JSON) */
+	h.clientErrors = [];
+	transport.onerror = (e) => {
+		if (h.clientErrors.length < 20)
+			h.clientErrors.push(String(e?.message || e).slice(0, 500));
+	};
 	try {
 		await client.connect(transport);
 	} catch (e) {
@@ -325,6 +356,10 @@ export async function connect(opts = {}) {
 		sandboxRoot: h.sandboxRoot,
 		get stderr() {
 			return stderr;
+		},
+		/* true once the server's stdout closed (it exited or crashed) */
+		get closed() {
+			return closed;
 		},
 		close: () => reap(h, 'close'),
 	};
@@ -371,6 +406,7 @@ export function rawSession(args = [], opts = {}) {
 		stdio: ['pipe', 'pipe', 'pipe'],
 	});
 	h.pid = child.pid;
+	h.stderrText = () => s.stderr;
 	const s = {
 		child,
 		pid: child.pid,

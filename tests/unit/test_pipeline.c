@@ -579,6 +579,8 @@ static void test_resolve_through_proxy(void **state)
 	expect_kind(r, "run", "ok");
 	assert_true(json_is_true(get(r, "tidied")));
 	assert_string_equal(gets(r, "result.value"), "hello from kghello");
+	assert_non_null(strstr(gets(r, "tidy_output"), "$ go get"));
+	assert_non_null(strstr(gets(r, "tidy_output"), "go: added example.com/kghello v1.0.0"));
 	json_decref(r);
 
 	/* the session's go.mod now covers it: no second resolve, and the binary is cached */
@@ -657,7 +659,10 @@ static void test_tidy_keeps_lockfile_requirements(void **state)
 		.tmpdir = tmp,
 	};
 	char *why = NULL;
-	assert_int_equal(gobuild_resolve(&e, dir, NULL, 0, &why), 0);
+	char *tlog = NULL;
+	assert_int_equal(gobuild_resolve(&e, dir, NULL, 0, &why, &tlog), 0);
+	assert_non_null(strstr(tlog, "$ go mod tidy"));
+	free(tlog);
 	assert_null(why);
 	snprintf(p, sizeof(p), "%s/go.mod", dir);
 	f = fopen(p, "r");
@@ -702,7 +707,8 @@ static void test_doc(void **state)
 	r = pipeline_doc(&cfg, req);
 	json_decref(req);
 	assert_true(json_is_false(get(r, "ok")));
-	assert_non_null(strstr(gets(r, "error"), "cannot find package \"nope\""));
+	assert_non_null(strstr(gets(r, "error"), "no package nope in the session's module: "
+						 "package nope is not in std"));
 	assert_null(strstr(gets(r, "error"), state_dir));
 	json_decref(r);
 
