@@ -52,6 +52,7 @@ static const char am_usage[] =
 	"  --gocache DIR       build cache to build with (default RUNTIME-DIR/gocache)\n"
 	"  --go PATH           the go command (default: go from PATH)\n"
 	"  --log-level LEVEL   debug, info, warn, error or off (default info)\n"
+	"  --max-timeout SECONDS  largest run timeout a call may ask for (default 300)\n"
 	"  --help              print this text\n";
 
 static int am_sig_pipe[2] = { -1, -1 };
@@ -128,7 +129,7 @@ static int am_default_state(const char *app_dir, char *out, size_t cap)
 int agent_main(int argc, char **argv)
 {
 	enum { OPT_LISTEN = 1, OPT_APP, OPT_STATE, OPT_RUNTIME, OPT_MODCACHE, OPT_GOCACHE, OPT_GO,
-	       OPT_LOG, OPT_HELP };
+	       OPT_LOG, OPT_MAX_TIMEOUT, OPT_HELP };
 	static const struct option longopts[] = {
 		{ "listen", required_argument, NULL, OPT_LISTEN },
 		{ "app-dir", required_argument, NULL, OPT_APP },
@@ -138,12 +139,14 @@ int agent_main(int argc, char **argv)
 		{ "gocache", required_argument, NULL, OPT_GOCACHE },
 		{ "go", required_argument, NULL, OPT_GO },
 		{ "log-level", required_argument, NULL, OPT_LOG },
+		{ "max-timeout", required_argument, NULL, OPT_MAX_TIMEOUT },
 		{ "help", no_argument, NULL, OPT_HELP },
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *listen = AM_DEFAULT_LISTEN, *app_dir = AM_DEFAULT_APP, *state_dir = NULL;
 	const char *runtime_dir = KG_RUNTIME_DIR, *modcache = NULL, *gocache = NULL, *go = NULL;
 	enum log_level level = LOG_LVL_INFO;
+	long max_timeout_s = 300;
 
 	opterr = 0;
 	optind = 0; /* glibc: a full re-initialization, in case someone parsed before us */
@@ -157,6 +160,14 @@ int agent_main(int argc, char **argv)
 		case OPT_MODCACHE: modcache = optarg; break;
 		case OPT_GOCACHE: gocache = optarg; break;
 		case OPT_GO: go = optarg; break;
+		case OPT_MAX_TIMEOUT:
+			max_timeout_s = strtol(optarg, NULL, 10);
+			if (max_timeout_s < 1 || max_timeout_s > 86400) {
+				fprintf(stderr, "kode-gopher agent: --max-timeout wants seconds from 1 "
+					"to 86400\n");
+				return 2;
+			}
+			break;
 		case OPT_LOG:
 			if (log_parse_level(optarg, &level) < 0) {
 				fprintf(stderr, "kode-gopher agent: --log-level %s: expected debug, info, "
@@ -216,7 +227,7 @@ int agent_main(int argc, char **argv)
 		.gocache_dir = gocache,
 		.go_bin = go,
 		.default_timeout_ms = 60000,
-		.max_timeout_ms = 300000,
+		.max_timeout_ms = (int)max_timeout_s * 1000,
 		.output_cap = 1024 * 1024,
 		.doc_cap = 64 * 1024,
 	};

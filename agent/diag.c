@@ -178,7 +178,7 @@ static int push(struct diag_list *dl, const struct diag_opts *o, const char *fil
 		d.column = o->run_file ? (o->run_line ? 1 : 0) : col;
 		const char *fmt = "the generated main cannot call your run function (%s:%d:%d: %.*s); a "
 				  "snippet must declare func run(ctx context.Context) (any, error) and "
-				  "must not declare main or init";
+				  "must not declare main or names starting with kodeGopher";
 		int need = snprintf(NULL, 0, fmt, o->gen_file, line, col, (int)mlen, msg);
 		d.message = need > 0 ? malloc((size_t)need + 1) : NULL;
 		if (d.message)

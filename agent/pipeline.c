@@ -239,8 +239,8 @@ static int pl_wipe_app(const char *app_dir)
 /* ---- writing the normalized files ---- */
 
 /* pl_write_file - create one file below dirfd through descriptors, never following a link.
- * Files under persist/ may replace what an earlier call left there; anywhere else the
- * freshly wiped tree makes O_EXCL the right check. */
+ * Files under persist/ may replace what an earlier call left there (by rename); anywhere else
+ * the freshly wiped tree makes O_EXCL the right check. */
 static int pl_write_file(int topfd, const struct src_file *f)
 {
 	char path[NORM_MAX_PATH + 1];
@@ -277,9 +277,15 @@ static int pl_write_file(int topfd, const struct src_file *f)
 	if (rc == 0 && (!*comp || strcmp(comp, ".") == 0 || strcmp(comp, "..") == 0))
 		rc = -EINVAL;
 	if (rc == 0) {
-		int flags = O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC |
-			    (in_persist ? O_TRUNC : O_EXCL);
-		int fd = openat(dfd, comp, flags, 0644);
+		/* under persist/ the new content goes to a fresh file renamed over the old name, so
+		 * a hard link planted there never makes us write into another file */
+		char tmp[64];
+		snprintf(tmp, sizeof(tmp), ".kg-write-%d", (int)getpid());
+		const char *target = in_persist ? tmp : comp;
+		if (in_persist)
+			unlinkat(dfd, tmp, 0);
+		int fd = openat(dfd, target, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+				0644);
 		if (fd < 0) {
 			rc = -errno;
 		} else {
@@ -298,6 +304,12 @@ static int pl_write_file(int topfd, const struct src_file *f)
 			}
 			if (close(fd) < 0 && rc == 0)
 				rc = -errno;
+			if (in_persist) {
+				if (rc == 0 && renameat(dfd, tmp, dfd, comp) < 0)
+					rc = -errno;
+				if (rc < 0)
+					unlinkat(dfd, tmp, 0);
+			}
 		}
 	}
 	close(dfd);
@@ -399,7 +411,8 @@ static int read_small(int dirfd, const char *name, size_t max, char **data, size
 	if (fd < 0)
 		return -errno;
 	struct stat st;
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+	/* a second link would be a file the program linked here for us to read out */
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1) {
 		close(fd);
 		return -EINVAL;
 	}
@@ -787,6 +800,13 @@ static json_t *run_outcome(const struct pl_cfg *c, bool snippet, int timeout_ms,
 				 runproc_signame(r->signal),
 				 r->signal == SIGKILL ? " (out of memory?)" : "");
 			return kind_msg("killed", msg);
+		}
+		const char *wfail = r->exit_code == 3 ? strstr(r->err.data, "kode-gopher: cannot write")
+						      : NULL;
+		if (wfail) {
+			/* the generated main's own exit status for an unwritable result file */
+			snprintf(msg, sizeof(msg), "%.*s", (int)strcspn(wfail, "\n"), wfail);
+			return kind_msg("internal_error", msg);
 		}
 		snprintf(msg, sizeof(msg), "the program exited with status %d before run returned "
 					   "(did something call os.Exit or log.Fatal?)",

@@ -42,9 +42,12 @@ typedef void (*pipeline_progress_fn)(void *ctx, const char *phase, const char *m
  *        (the worker has already turned a bare `code` string into files[{"main.go",code}])
  * Returns a new reference to the result object (docs/snippets-and-results.md):
  *   {"phase","mode","exit_code","signal","build_ms","duration_ms","tidied","cached_build",
- *    "result":{"kind", "value"|"message"|"stack"...}, "diagnostics"?, "build_output"?,
- *    "stdout","stderr","stdout_truncated","stderr_truncated",
- *    "timings":{"normalize_ms","tidy_ms","build_ms","run_ms","total_ms"}}
+ *    "result":{"kind", "value"|"message"|"type"|"stack"...}, "diagnostics"?, "build_output"?,
+ *    "tidy_output"?, "stdout","stderr","stdout_truncated","stderr_truncated",
+ *    "timings":{"normalize_ms","write_ms","tidy_ms","build_ms","run_ms","total_ms",
+ *               "cpu_user_ms","cpu_sys_ms","max_rss_kb"}}
+ * Snippets read state_dir/run/result.json and crash.txt; binaries are cached in state_dir/bin
+ * (agent/gobuild.h); the session's go.mod/go.sum after a resolve live in state_dir.
  * Never NULL: internal failures become {"phase":"internal","result":{"kind":"internal_error",...}}.
  */
 json_t *pipeline_execute(const struct pipeline_config *cfg, json_t *req,

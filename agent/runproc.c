@@ -165,6 +165,7 @@ static int cap_finish(struct cap_buf *c, struct runproc_capture *out)
 	return 0;
 }
 
+/* cap_free - release both buffers */
 static void cap_free(struct cap_buf *c)
 {
 	free(c->head);

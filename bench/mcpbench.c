@@ -1289,7 +1289,8 @@ static void section_calls(struct server *s, const struct opts *o)
 		hand_ok = false;
 	}
 
-	/* b and d interleaved, so both see the same machine load and cache state */
+	/* b, d and d2 interleaved, so all see the same machine load and cache state, and in a
+	 * rotating order, so none always runs right after another */
 	double *hb = calloc((size_t)n, sizeof(double)), *hr = calloc((size_t)n, sizeof(double)),
 	       *ht = calloc((size_t)n, sizeof(double));
 	double *sb = calloc((size_t)n, sizeof(double)), *sr = calloc((size_t)n, sizeof(double)),
@@ -1297,23 +1298,32 @@ static void section_calls(struct server *s, const struct opts *o)
 	int nh = 0, ns = 0;
 	bool b_ok = true, s_ok = o->ldflags_compare && hand_ok;
 	char serr[400] = "";
-	for (int i = 0; i < n; i++) {
+	for (int i = 0; i < n && b_ok; i++) {
 		fprintf(stderr, "\r  b. storage snippet + d. by hand: %d/%d", i + 1, n);
-		if (call_once(s, code_storage('b', i), "b. storage snippet, new source each call", &c[i]) < 0) {
-			b_ok = false;
-			break;
-		}
-		if (hand_ok) {
-			if (hand_iteration(&h, i, NULL, &hb[nh], &hr[nh], err, sizeof(err)) < 0)
-				hand_ok = false;
-			else
-				ht[nh] = hb[nh] + hr[nh], nh++;
-		}
-		if (s_ok) {
-			if (hand_iteration(&h, i, "-s -w", &sb[ns], &sr[ns], serr, sizeof(serr)) < 0)
-				s_ok = false;
-			else
-				st[ns] = sb[ns] + sr[ns], ns++;
+		for (int k = 0; k < 3; k++) {
+			switch ((i + k) % 3) {
+			case 0:
+				if (call_once(s, code_storage('b', i), "b. storage snippet, new source each call",
+					      &c[i]) < 0)
+					b_ok = false;
+				break;
+			case 1:
+				if (!hand_ok)
+					break;
+				if (hand_iteration(&h, i, NULL, &hb[nh], &hr[nh], err, sizeof(err)) < 0)
+					hand_ok = false;
+				else
+					ht[nh] = hb[nh] + hr[nh], nh++;
+				break;
+			case 2:
+				if (!s_ok)
+					break;
+				if (hand_iteration(&h, i, "-s -w", &sb[ns], &sr[ns], serr, sizeof(serr)) < 0)
+					s_ok = false;
+				else
+					st[ns] = sb[ns] + sr[ns], ns++;
+				break;
+			}
 		}
 	}
 	fprintf(stderr, "\n");

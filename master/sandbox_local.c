@@ -163,9 +163,12 @@ int sandbox_local_spawn(struct worker *w, const struct serve_config *cfg, const 
 		sigemptyset(&none);
 		sigprocmask(SIG_SETMASK, &none, NULL);
 		signal(SIGPIPE, SIG_DFL);
+		char maxtmo[16];
+		snprintf(maxtmo, sizeof(maxtmo), "%d", cfg->max_timeout_s);
 		char *argv[] = { "kode-gopher", "agent", "--listen", listen, "--app-dir", app,
 				 "--state-dir", state, "--runtime-dir", (char *)cfg->runtime_dir,
-				 "--log-level", (char *)names[cfg->log_level], NULL };
+				 "--log-level", (char *)names[cfg->log_level], "--max-timeout", maxtmo,
+				 NULL };
 		closefrom(3);
 		execv("/proc/self/exe", argv);
 		_exit(127);

@@ -17,6 +17,7 @@
 # at the end, and the stamp is written last, so an interrupted run never
 # leaves a half-filled cache that looks finished.
 set -euo pipefail
+umask 022
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 RUNTIME_DIR=${RUNTIME_DIR:-/var/cache/kode-gopher/runtime}
@@ -88,22 +89,26 @@ for d in "$parent/.$name.new."* "$parent/.$name.old."*; do
 done
 
 stage=$(mktemp -d "$parent/.$name.new.XXXXXX")
+src=""
 old=""
 
 # cleanup - remove the stage (and a swapped-out old tree) on any exit
 cleanup() {
-	for d in "$stage" "$old"; do
+	for d in "$stage" "$src" "$old"; do
 		if [ -n "$d" ] && [ -e "$d" ]; then remove_tree "$d"; fi
 	done
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-mkdir -p "$stage/lock" "$stage/src/warmup"
+# The warm-up module is built from a copy, so that -mod=mod can never rewrite
+# the tracked lockfile, and from outside the stage, so the stage holds only
+# what sandboxes see.
+src="$stage.src"
+mkdir -p "$stage/lock" "$src/warmup"
 cp "$here/go.mod" "$here/go.sum" "$stage/lock/"
-# Build in a copy so that -mod=mod can never rewrite the tracked lockfile.
-cp "$here/go.mod" "$here/go.sum" "$stage/src/"
-cp "$here"/warmup/*.go "$stage/src/warmup/"
+cp "$here/go.mod" "$here/go.sum" "$src/"
+cp "$here"/warmup/*.go "$src/warmup/"
 
 # Reuse what an earlier run fetched and compiled. Module files are immutable
 # and read-only, so hard links are safe; build-cache files can be rewritten
@@ -125,7 +130,7 @@ if [ -d "$RUNTIME_DIR/gocache" ]; then
 		-exec touch -h -d "@$((now - 7200))" {} +
 fi
 mkdir -p "$stage/gomodcache" "$stage/gocache"
-touch -d "@$((now - 3600))" "$stage/.seed-cutoff"
+touch -d "@$((now - 3600))" "$src/.seed-cutoff"
 # The go command trims entries unused for five days once a day; a fresh
 # trim.txt keeps it from deleting the backdated seed before it is reused.
 printf '%s' "$now" >"$stage/gocache/trim.txt"
@@ -141,45 +146,46 @@ for v in http_proxy https_proxy no_proxy HTTP_PROXY HTTPS_PROXY NO_PROXY \
 	if [ -n "${!v:-}" ]; then dl_env+=("$v=${!v}"); fi
 done
 
-# kg_env - run a command in the build environment the agent uses: nothing
-# from the caller's environment or go env file can change a cache key.
+# kg_env - run a command in the build environment the agent uses, with the
+# caches under $1: nothing from the caller's environment or go env file can
+# change a cache key.
 kg_env() {
-	env -i PATH="$PATH" HOME="${HOME:-/root}" TMPDIR="${TMPDIR:-/tmp}" \
+	local root=$1
+	shift
+	(cd "$src" && env -i PATH="$PATH" HOME="${HOME:-/root}" TMPDIR="${TMPDIR:-/tmp}" \
 		GOENV=off GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod \
-		GOMODCACHE="$stage/gomodcache" GOCACHE="$stage/gocache" "$@"
+		GOMODCACHE="$root/gomodcache" GOCACHE="$root/gocache" "$@")
 }
 
-# kg_build - go build exactly as the agent does, with the proxy off
+# kg_build - go build in the stage exactly as the agent does, proxy off.
+# The module index is keyed on the module cache's path, so it is left
+# unwritten here and filled in once the caches are at their final path.
 kg_build() {
-	kg_env GOPROXY=off "$GO" build -trimpath "$@"
+	kg_env "$stage" GOPROXY=off GODEBUG=goindex=0 "$GO" build -trimpath "$@"
 }
 
 say "downloading modules…"
-(cd "$stage/src" && kg_env "${dl_env[@]}" "$GO" mod download) ||
+kg_env "$stage" "${dl_env[@]}" "$GO" mod download ||
 	die "go mod download failed; check that the Go module proxy ($("$GO" env GOPROXY)) is reachable."
 
 say "precompiling (this takes a few minutes the first time)…"
-(cd "$stage/src" && kg_build -o /dev/null ./warmup) ||
+kg_build -o /dev/null ./warmup ||
 	die "building runtime/warmup failed; run 'go mod tidy' in runtime/ and check that warmup imports resolve."
-if ! cmp -s "$stage/src/go.mod" "$here/go.mod" || ! cmp -s "$stage/src/go.sum" "$here/go.sum"; then
+if ! cmp -s "$src/go.mod" "$here/go.mod" || ! cmp -s "$src/go.sum" "$here/go.sum"; then
 	die "runtime/go.mod or go.sum is not tidy (the build had to change it); run 'go mod tidy' in runtime/."
 fi
 # All of std, so that any standard-library import in a snippet is a cache hit.
-(cd "$stage/src" && kg_build std) || die "building the standard library failed; is the Go installation complete?"
+kg_build std || die "building the standard library failed; is the Go installation complete?"
 
 # Drop seeded build-cache entries that this lockfile no longer uses.
 find "$stage/gocache" -type f \( -name '*-a' -o -name '*-d' \) \
-	! -newer "$stage/.seed-cutoff" -delete
-rm -rf "$stage/src" "$stage/.seed-cutoff"
+	! -newer "$src/.seed-cutoff" -delete
 
 # Sandboxes run as other uids: everything readable, the module cache
 # read-only as the go command leaves it, the build cache writable by no one
 # but its owner (sandboxes write to a per-session overlay).
 chmod -R a+rX,go-w "$stage"
 chmod -R a-w "$stage/gomodcache"
-printf '%s\n' "$stamp" >"$stage/stamp"
-chmod a+r "$stage/stamp"
-chmod 755 "$stage"
 
 if [ -e "$RUNTIME_DIR" ]; then
 	old=$(mktemp -u "$parent/.$name.old.XXXXXX")
@@ -187,4 +193,12 @@ if [ -e "$RUNTIME_DIR" ]; then
 fi
 mv -T "$stage" "$RUNTIME_DIR"
 stage=""
+
+# Index the modules at their final path: without it every sandbox's first
+# build reads the headers of every file in every module again (seconds).
+# The stamp is written after this, so an interruption here reruns it all.
+kg_env "$RUNTIME_DIR" GOPROXY=off "$GO" list -deps ./warmup std >/dev/null ||
+	die "indexing the module cache failed; rerun 'make runtime'."
+chmod -R a+rX,go-w "$RUNTIME_DIR/gocache"
+printf '%s\n' "$stamp" >"$RUNTIME_DIR/stamp"
 say "ready ($RUNTIME_DIR, $(du -sh "$RUNTIME_DIR" | cut -f1))"

@@ -221,7 +221,7 @@ static json_t *mcp_dispatch_request(struct session *s, uint32_t seq, json_t *id,
 		return mcp_error(id, RPC_INVALID_REQUEST,
 				 "the session is not initialized: send initialize first");
 	if (strcmp(method, "tools/list") == 0)
-		return mcp_result(id, json_pack("{s:o}", "tools", tools_list()));
+		return mcp_result(id, json_pack("{s:o}", "tools", tools_list(s->max_timeout_s)));
 	if (strcmp(method, "tools/call") == 0)
 		return on_tools_call(s, seq, id, params);
 	if (strcmp(method, "logging/setLevel") == 0)

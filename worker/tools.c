@@ -101,7 +101,7 @@ static json_t *execute_output_schema(void)
 }
 
 /* tools_list - the tools/list result's array */
-json_t *tools_list(void)
+json_t *tools_list(int max_timeout_s)
 {
 	json_t *exec_in = json_pack(
 		"{s:s, s:{s:{s:s, s:s}, s:{s:s, s:s, s:i, s:{s:s, s:{s:{s:s, s:s}, s:{s:s, s:s}}, "
@@ -118,7 +118,7 @@ json_t *tools_list(void)
 		"description", "The file's contents", "required", "path", "content",
 		"additionalProperties", 0,
 		"timeout_seconds", "type", "integer", "description",
-		"Run timeout in seconds (default 60).", "minimum", 1, "maximum", 3600,
+		"Run timeout in seconds (default 60).", "minimum", 1, "maximum", max_timeout_s,
 		"additionalProperties", 0);
 	json_t *doc_in = json_pack(
 		"{s:s, s:{s:{s:s, s:s}, s:{s:s, s:s}}, s:[s], s:b}", "type", "object", "properties",

@@ -74,7 +74,7 @@ void mcp_log(struct session *s, const char *level, const char *fmt, ...)
 json_t *mcp_scan_id(const char *head, size_t hlen, const char *tail, size_t tlen);
 
 /* worker/tools.c: the tools' descriptions and argument checks */
-json_t *tools_list(void);
+json_t *tools_list(int max_timeout_s);
 bool tools_known(const char *name);
 /* tools_check_args - NULL if fine, else a sentence naming the problem (static storage) */
 const char *tools_check_args(const char *name, json_t *args, int max_timeout_s, char *buf, size_t cap);

@@ -47,14 +47,28 @@ test('JSON that is not JSON-RPC → -32600', T, async () => {
 		{ jsonrpc: '2.0', id: { a: 1 }, method: 'ping' },
 		{ jsonrpc: '2.0', id: 10, method: 'ping', params: 'nope' },
 		[{ jsonrpc: '2.0', id: 11, method: 'ping' }],
-		'just a string',
-		42,
+		[],
+		{ jsonrpc: '2.0', id: 12, method: 'ping', params: null },
 	];
 	for (const c of cases) {
 		await r.send(c);
 		const e = await r.next({ match: (m) => 'error' in m });
 		assert.equal(e.error.code, -32600, `${JSON.stringify(c)} → ${JSON.stringify(e)}`);
 		assert.equal(typeof e.error.message, 'string');
+	}
+	await pingWorks(r);
+});
+
+test('JSON that is a string, number, true or null (valid JSON, not a request) → -32600', T, async () => {
+	// JSON-RPC 2.0: -32700 is for "Invalid JSON was received"; these parse, so they are
+	// Invalid Requests (-32600), like any other valid JSON that is not a request object
+	const r = rawSession();
+	await r.initialize();
+	for (const c of ['"just a string"', '42', 'true', 'null']) {
+		await r.write(c + '\n');
+		const e = await r.next({ match: (m) => 'error' in m });
+		assert.equal(e.error.code, -32600, `${c} → ${JSON.stringify(e)}`);
+		assert.equal(e.id, null);
 	}
 	await pingWorks(r);
 });

@@ -338,7 +338,7 @@ export async function connect(opts = {}) {
 	h.clientErrors = [];
 	transport.onerror = (e) => {
 		if (h.clientErrors.length < 20)
-			h.clientErrors.push(String(e?.message || e).slice(0, 500));
+			h.clientErrors.push(String(e?.message || e).replace(/\s+/g, " ").slice(0, 500));
 	};
 	try {
 		await client.connect(transport);

@@ -413,6 +413,99 @@ static void test_program_exit_and_panic(void **state)
 	json_decref(r);
 }
 
+static void test_result_edges(void **state)
+{
+	(void)state;
+	/* a value JSON cannot hold */
+	json_t *r = execute("main.go",
+			    "package x\n\nimport \"context\"\n\n"
+			    "func run(ctx context.Context) (any, error) {\n"
+			    "\treturn make(chan int), nil\n}\n",
+			    NULL);
+	expect_kind(r, "run", "unencodable");
+	assert_string_equal(gets(r, "result.type"), "chan int");
+	json_decref(r);
+
+	/* integers beyond int64 survive as numbers */
+	r = execute("main.go",
+		    "package x\n\nimport (\n\t\"context\"\n\t\"math\"\n)\n\n"
+		    "func run(ctx context.Context) (any, error) {\n"
+		    "\treturn []uint64{math.MaxUint64, 7}, nil\n}\n",
+		    NULL);
+	expect_kind(r, "run", "ok");
+	assert_true(json_is_number(json_array_get(get(r, "result.value"), 0)));
+	assert_true(json_number_value(json_array_get(get(r, "result.value"), 1)) == 7.0);
+	json_decref(r);
+
+	/* killed by a signal nobody sent on purpose */
+	r = execute("main.go",
+		    "package main\n\nimport (\n\t\"os\"\n\t\"syscall\"\n)\n\n"
+		    "func main() { syscall.Kill(os.Getpid(), syscall.SIGKILL) }\n",
+		    NULL);
+	expect_kind(r, "run", "killed");
+	assert_string_equal(gets(r, "signal"), "SIGKILL");
+	assert_true(json_is_null(get(r, "exit_code")));
+	assert_string_equal(gets(r, "result.message"),
+			    "the program was killed by SIGKILL (out of memory?)");
+	json_decref(r);
+
+	/* a program past its timeout gets SIGTERM */
+	r = execute_opts(300, NULL, "main.go",
+			 "package main\n\nimport \"time\"\n\nfunc main() { time.Sleep(time.Hour) }\n",
+			 NULL);
+	expect_kind(r, "run", "timeout");
+	assert_string_equal(gets(r, "signal"), "SIGTERM");
+	assert_string_equal(gets(r, "result.message"),
+			    "the program ran past its 0.3 s timeout and was killed");
+	json_decref(r);
+
+	/* output over the cap keeps head and tail; invalid UTF-8 is repaired */
+	struct pipeline_config small = cfg;
+	small.output_cap = 1000;
+	json_t *req = json_pack(
+		"{s:[{s:s,s:s}]}", "files", "path", "main.go", "content",
+		"package main\n\nimport (\n\t\"fmt\"\n\t\"os\"\n\t\"strings\"\n)\n\n"
+		"func main() {\n\tfmt.Print(\"HEAD\", strings.Repeat(\"x\", 1<<20), \"TAIL\")\n"
+		"\tos.Stderr.Write([]byte{'a', 0xff, 'b'})\n}\n");
+	r = pipeline_execute(&small, req, NULL, NULL);
+	json_decref(req);
+	expect_kind(r, "run", "ok");
+	assert_true(json_is_true(get(r, "stdout_truncated")));
+	assert_true(json_is_false(get(r, "stderr_truncated")));
+	const char *out = gets(r, "stdout");
+	assert_memory_equal(out, "HEAD", 4);
+	assert_string_equal(out + strlen(out) - 4, "TAIL");
+	assert_non_null(strstr(out, "bytes omitted]"));
+	assert_string_equal(gets(r, "stderr"), "a\xef\xbf\xbd" "b");
+	json_decref(r);
+}
+
+struct progress_log {
+	char seen[256];
+};
+
+static void on_progress(void *ctx, const char *phase, const char *message)
+{
+	struct progress_log *l = ctx;
+	assert_non_null(message);
+	size_t n = strlen(l->seen);
+	snprintf(l->seen + n, sizeof(l->seen) - n, "%s ", phase);
+}
+
+static void test_progress(void **state)
+{
+	(void)state;
+	struct progress_log l = { "" };
+	char src[1024];
+	snprintf(src, sizeof(src), "%s\n// progress %ld\n", snippet_ok, (long)time(NULL));
+	json_t *req = json_pack("{s:[{s:s,s:s}]}", "files", "path", "main.go", "content", src);
+	json_t *r = pipeline_execute(&cfg, req, on_progress, &l);
+	json_decref(req);
+	expect_kind(r, "run", "ok");
+	assert_string_equal(l.seen, "normalize build run ");
+	json_decref(r);
+}
+
 static void test_build_error(void **state)
 {
 	(void)state;
@@ -494,6 +587,28 @@ static void test_persist_and_env(void **state)
 	json_decref(r);
 	snprintf(p, sizeof(p), "%s/deep", app_dir);
 	assert_false(exists(p));
+
+	/* files sent into persist/ replace what is there, never writing through a link */
+	char victim[600];
+	snprintf(victim, sizeof(victim), "%s/victim.txt", root);
+	writef(victim, "untouched");
+	snprintf(p, sizeof(p), "%s/persist/hard.txt", app_dir);
+	assert_int_equal(link(victim, p), 0);
+	snprintf(p, sizeof(p), "%s/persist/soft.txt", app_dir);
+	assert_int_equal(symlink(victim, p), 0);
+	r = execute("main.go", reader, "persist/hard.txt", "new", "persist/soft.txt", "new", NULL);
+	expect_kind(r, "run", "ok");
+	json_decref(r);
+	FILE *f = fopen(victim, "r");
+	char vb[32] = "";
+	assert_non_null(fgets(vb, sizeof(vb), f));
+	fclose(f);
+	assert_string_equal(vb, "untouched");
+	snprintf(p, sizeof(p), "%s/persist/hard.txt", app_dir);
+	f = fopen(p, "r");
+	assert_non_null(fgets(vb, sizeof(vb), f));
+	fclose(f);
+	assert_string_equal(vb, "new");
 
 	/* the contract variables cannot be overridden */
 	r = execute_opts(0, json_pack("{s:s}", "KODE_GOPHER_RESULT", "/tmp/x"), "main.go", reader,
@@ -754,6 +869,8 @@ int main(void)
 		cmocka_unit_test(test_snippet_panic),
 		cmocka_unit_test(test_snippet_timeout),
 		cmocka_unit_test(test_program_exit_and_panic),
+		cmocka_unit_test(test_result_edges),
+		cmocka_unit_test(test_progress),
 		cmocka_unit_test(test_build_error),
 		cmocka_unit_test(test_normalize_errors),
 		cmocka_unit_test(test_persist_and_env),
