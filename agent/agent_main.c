@@ -19,6 +19,8 @@
 #include <unistd.h>
 
 #include "agent/pipeline.h"
+#include "policy/seccomp.h"
+#include <linux/filter.h>
 #include "agent/server.h"
 #include "ipc/log.h"
 
@@ -231,6 +233,12 @@ int agent_main(int argc, char **argv)
 		.output_cap = 1024 * 1024,
 		.doc_cap = 64 * 1024,
 	};
+	/* user programs may not signal the agent, the sandbox's init, or everyone */
+	static struct sock_fprog user_filter;
+	if (seccomp_user_prepare((int)getpid(), &user_filter) == 0)
+		pcfg.user_filter = &user_filter;
+	else
+		log_warn("cannot compile the user programs' seccomp filter; running without it");
 
 	if (pipe2(am_sig_pipe, O_CLOEXEC | O_NONBLOCK) < 0) {
 		log_error("cannot create the signal pipe: %s", strerror(errno));

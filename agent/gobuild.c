@@ -504,7 +504,10 @@ bool gobuild_needs_resolve(const char *out, size_t len)
 	for (size_t i = 0; i < sizeof(resolve_markers) / sizeof(resolve_markers[0]); i++)
 		if (strstr(out, resolve_markers[i]))
 			return true;
-	return strstr(out, "missing go.sum entry") != NULL;
+	/* a module the lockfile names indirectly but the offline cache lacks (say an earlier
+	 * download was cut short): only an online resolve can fill it in */
+	return strstr(out, "missing go.sum entry") != NULL ||
+	       strstr(out, "module lookup disabled by GOPROXY=off") != NULL;
 }
 
 /* fetchable_path - an import path go get may be asked for: no flag, no odd bytes, a dotted

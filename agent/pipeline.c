@@ -54,6 +54,7 @@ struct pl_cfg {
 	const char *go_bin;
 	int default_timeout_ms, max_timeout_ms;
 	size_t output_cap, doc_cap;
+	const struct sock_fprog *user_filter;
 	struct gobuild_env env;
 };
 
@@ -89,6 +90,7 @@ static int pl_cfg_init(const struct pipeline_config *in, struct pl_cfg *c)
 	c->max_timeout_ms = in->max_timeout_ms > 0 ? in->max_timeout_ms : 300000;
 	c->output_cap = in->output_cap ? in->output_cap : 1024 * 1024;
 	c->doc_cap = in->doc_cap ? in->doc_cap : 64 * 1024;
+	c->user_filter = in->user_filter;
 	int rc = 0;
 	if (in->gomodcache_dir)
 		rc |= pathf(c->gomodcache, sizeof(c->gomodcache), "%s", in->gomodcache_dir);
@@ -507,10 +509,11 @@ static json_t *load_result_file(int rundirfd, char *why, size_t whylen)
 		return NULL;
 	}
 	json_error_t err;
-	json_t *doc = json_loadb(data, len, 0, &err);
+	/* strings may hold NUL (Go writes it as \u0000), which jansson refuses by default */
+	json_t *doc = json_loadb(data, len, JSON_ALLOW_NUL, &err);
 	if (!doc && strstr(err.text, "too big"))
 		/* Go encodes uint64 and big.Int exactly; jansson's integers are 64-bit signed */
-		doc = json_loadb(data, len, JSON_DECODE_INT_AS_REAL, &err);
+		doc = json_loadb(data, len, JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL, &err);
 	free(data);
 	if (!doc) {
 		snprintf(why, whylen, "the result file is not valid JSON: %s", err.text);
@@ -1089,6 +1092,7 @@ json_t *pipeline_execute(const struct pipeline_config *cfg, json_t *req,
 		.out_cap = c.output_cap,
 		.err_cap = c.output_cap,
 		.keep_tail = true,
+		.seccomp = c.user_filter,
 	};
 	struct runproc_result rr;
 	clock_gettime(CLOCK_MONOTONIC, &ts);

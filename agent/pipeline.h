@@ -19,6 +19,8 @@
 #include <jansson.h>
 #include <stddef.h>
 
+struct sock_fprog;
+
 struct pipeline_config {
 	const char *app_dir;
 	const char *state_dir;
@@ -30,6 +32,9 @@ struct pipeline_config {
 	int max_timeout_ms;          /* 300000 */
 	size_t output_cap;           /* per stream, bytes; default 1 MiB */
 	size_t doc_cap;              /* go doc output cap; default 64 KiB */
+	/* a seccomp program installed on the user's binary just before exec (the agent's own
+	 * protection: policy/seccomp.c, seccomp_user_prepare); NULL: none */
+	const struct sock_fprog *user_filter;
 };
 
 /* Called from the pipeline's thread as work progresses; phase is "normalize", "build", "tidy",

@@ -17,6 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -247,6 +249,10 @@ static void child_exec(const char *path, const struct runproc_opts *o, pid_t par
 			if (fd != report)
 				fcntl(fd, F_SETFD, FD_CLOEXEC);
 	}
+	/* the filter was compiled before the fork: installing it is two plain syscalls */
+	if (o->seccomp && (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
+			   prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, o->seccomp) < 0))
+		goto fail;
 	execve(path, (char *const *)o->argv, (char *const *)(o->envp ? o->envp : empty_env));
 fail:
 	e = errno;

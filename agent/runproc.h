@@ -14,6 +14,8 @@
 #include <stdint.h>
 #include <time.h>
 
+struct sock_fprog;
+
 struct runproc_opts {
 	const char *const *argv;  /* argv[0] without a slash is looked up in envp's PATH */
 	const char *const *envp;  /* the child's whole environment; NULL: an empty one */
@@ -27,6 +29,7 @@ struct runproc_opts {
 	bool keep_tail;           /* over the cap keep head and tail halves with a marker line;
 				   * false keeps only the head */
 	bool merge_stderr;        /* stderr goes into the stdout capture (compiler output) */
+	const struct sock_fprog *seccomp; /* installed in the child just before exec; NULL: none */
 };
 
 struct runproc_capture {

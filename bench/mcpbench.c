@@ -50,6 +50,7 @@
 #define MAX_LINE           (64 * 1024 * 1024)
 #define MAX_ROWS           64
 #define MAX_SERIES         1000
+#define CAPTURE_POLL_MS    5
 
 /* ---------------------------------------------------------------- the table */
 
@@ -339,6 +340,12 @@ static void log_tail(const char *path)
 
 /* ---------------------------------------------------------------- the server */
 
+struct go_capture;
+static struct go_capture *capture_active;
+static void capture_poll(void);
+static bool capture_watching(void);
+static int task_children(pid_t pid, pid_t *out, int max);
+
 struct server {
 	pid_t pid;
 	int to, from;          /* its stdin, its stdout */
@@ -470,14 +477,20 @@ static int server_read_line(struct server *s, int timeout_ms, char **line, size_
 		double left = (deadline - now_us()) / 1000.0;
 		if (left <= 0)
 			return -ETIMEDOUT;
+		/* while the agent's go command is being looked for, wake up every few ms to look */
+		bool watch = capture_watching();
+		int wait = watch && left > CAPTURE_POLL_MS ? CAPTURE_POLL_MS : (int)left + 1;
 		struct pollfd p = { .fd = s->from, .events = POLLIN };
-		int r = poll(&p, 1, (int)left + 1);
+		int r = poll(&p, 1, wait);
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r < 0)
 			return -errno;
-		if (r == 0)
+		if (r == 0) {
+			if (watch)
+				capture_poll();
 			continue;
+		}
 		if (s->cap - s->len < 65536) {
 			size_t ncap = s->cap ? s->cap * 2 : 131072;
 			char *nb = realloc(s->buf, ncap);
@@ -705,19 +718,32 @@ static void rss_rows(struct server *s, const char *when)
 	else
 		row_fail(fig, "cannot read /proc/%d/status", (int)s->pid);
 
-	pid_t kids[64];
-	int nk = proc_children(s->pid, kids, 64);
+	/* the worker and the agent are the master's children today; a jail may put a process
+	 * between the master and the agent, so look three levels down, not into the agent */
+	pid_t level[64], next[64];
+	int nl = 1;
+	level[0] = s->pid;
 	long wrss = 0, whwm = 0, arss = 0, ahwm = 0;
 	int nw = 0, na = 0;
-	for (int i = 0; i < nk; i++) {
-		char cmd[512];
-		if (proc_cmdline(kids[i], cmd, sizeof(cmd)) < 0 || proc_mem(kids[i], &m) < 0)
-			continue;
-		if (strncmp(cmd, "kode-gopher: worker", 19) == 0) {
-			wrss += m.rss_kb, whwm += m.hwm_kb, nw++;
-		} else if (strstr(cmd, "agent")) {
-			arss += m.rss_kb, ahwm += m.hwm_kb, na++;
+	for (int depth = 0; depth < 3 && nl > 0; depth++) {
+		int nn = 0;
+		for (int i = 0; i < nl && nn < 64; i++)
+			nn += task_children(level[i], next + nn, 64 - nn);
+		int keep = 0;
+		for (int i = 0; i < nn; i++) {
+			char cmd[512];
+			if (proc_cmdline(next[i], cmd, sizeof(cmd)) < 0 || proc_mem(next[i], &m) < 0)
+				continue;
+			if (strncmp(cmd, "kode-gopher: worker", 19) == 0) {
+				wrss += m.rss_kb, whwm += m.hwm_kb, nw++;
+			} else if (strstr(cmd, "agent")) {
+				arss += m.rss_kb, ahwm += m.hwm_kb, na++;
+			} else {
+				next[keep++] = next[i];
+			}
 		}
+		memcpy(level, next, sizeof(pid_t) * (size_t)keep);
+		nl = keep;
 	}
 	snprintf(fig, sizeof(fig), "RSS worker, %s (MiB)", when);
 	if (nw)
@@ -957,12 +983,146 @@ static int run_series(struct server *s, const char *figure, char *(*gen)(char, i
 
 /* ---------------------------------------------------------------- by hand */
 
+/* The by-hand build mirrors the agent's own `go build`: while the first storage call runs,
+ * mcpbench watches the server's descendants for a process whose argv is `go build ...` and
+ * copies its argv and environment (so a flag or variable added to agent/gobuild.c is mirrored
+ * without touching this file). Only the paths that are the agent's own (HOME, TMPDIR, the -o
+ * target) are replaced with ours. If no such process is seen, a static copy of gobuild.c's
+ * go_env() as of this writing is used, and the table says so. */
+struct go_capture {
+	pid_t root;          /* the serve process */
+	bool done;
+	bool jailed;         /* in another mount namespace: its paths are not ours */
+	char **argv, **envp; /* NULL-terminated, owned */
+};
+
+/* capture_watching - is a call in flight whose go command we still look for? */
+static bool capture_watching(void)
+{
+	return capture_active && !capture_active->done;
+}
+
+/* strv_free - free a NULL-terminated array of strings */
+static void strv_free(char **v)
+{
+	if (!v)
+		return;
+	for (char **p = v; *p; p++)
+		free(*p);
+	free(v);
+}
+
+/* proc_strv - /proc/PID/<what> (cmdline or environ) as a NULL-terminated array */
+static char **proc_strv(pid_t pid, const char *what)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, what);
+	size_t len;
+	char *d = read_file(path, &len);
+	if (!d)
+		return NULL;
+	size_t n = 0;
+	for (size_t i = 0; i < len; i++)
+		n += d[i] == '\0';
+	char **v = calloc(n + 2, sizeof(char *));
+	size_t k = 0;
+	for (size_t i = 0; v && i < len; i += strlen(d + i) + 1)
+		if (!(v[k++] = strdup(d + i))) {
+			strv_free(v);
+			v = NULL;
+		}
+	free(d);
+	return v;
+}
+
+/* task_children - children of every thread of pid (a fork from any thread is listed under
+ * that thread); falls back to scanning /proc without CONFIG_PROC_CHILDREN */
+static int task_children(pid_t pid, pid_t *out, int max)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	DIR *d = opendir(path);
+	if (!d)
+		return 0;
+	int n = 0;
+	bool have = false;
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL && n < max) {
+		if (e->d_name[0] == '.')
+			continue;
+		char cp[96];
+		snprintf(cp, sizeof(cp), "/proc/%d/task/%s/children", (int)pid, e->d_name);
+		char *c = read_file(cp, NULL);
+		if (!c)
+			continue;
+		have = true;
+		for (char *p = c, *end; n < max; p = end) {
+			long v = strtol(p, &end, 10);
+			if (end == p)
+				break;
+			out[n++] = (pid_t)v;
+		}
+		free(c);
+	}
+	closedir(d);
+	return have ? n : proc_children(pid, out, max);
+}
+
+/* capture_poll - look for `go build` among the server's descendants (four levels deep) */
+static void capture_poll(void)
+{
+	struct go_capture *c = capture_active;
+	if (!c || c->done)
+		return;
+	pid_t level[64], next[64];
+	int nl = 1;
+	level[0] = c->root;
+	for (int depth = 0; depth < 4 && nl > 0; depth++) {
+		int nn = 0;
+		for (int i = 0; i < nl && nn < 64; i++)
+			nn += task_children(level[i], next + nn, 64 - nn);
+		for (int i = 0; i < nn; i++) {
+			char **argv = proc_strv(next[i], "cmdline");
+			const char *base = argv && argv[0] ? strrchr(argv[0], '/') : NULL;
+			base = base ? base + 1 : argv ? argv[0] : NULL;
+			if (base && strcmp(base, "go") == 0 && argv[1] && strcmp(argv[1], "build") == 0) {
+				char **envp = proc_strv(next[i], "environ");
+				/* an environ read between fork and exec would be the agent's: go's own
+				 * always has GOCACHE, which the agent sets for every go command */
+				bool ok = false;
+				for (char **p = envp; p && *p; p++)
+					ok |= strncmp(*p, "GOCACHE=", 8) == 0;
+				if (ok) {
+					char mine[64] = "", theirs[64] = "", path[64];
+					snprintf(path, sizeof(path), "/proc/%d/ns/mnt", (int)next[i]);
+					if (readlink("/proc/self/ns/mnt", mine, sizeof(mine) - 1) < 0 ||
+					    readlink(path, theirs, sizeof(theirs) - 1) < 0)
+						theirs[0] = '?';
+					c->jailed = strcmp(mine, theirs) != 0;
+					c->argv = argv;
+					c->envp = envp;
+					c->done = true;
+					return;
+				}
+				strv_free(envp);
+			}
+			strv_free(argv);
+		}
+		memcpy(level, next, sizeof(pid_t) * (size_t)nn);
+		nl = nn;
+	}
+}
+
 struct hand {
 	char root[PATH_MAX];        /* our temp dir for the by-hand builds */
 	char runtime_dir[PATH_MAX];
-	char go[PATH_MAX];          /* the go the agent's PATH finds */
-	char *env_build[20];
+	char go[PATH_MAX];          /* argv[0] of go build, resolved on the mirrored PATH */
+	char **env_build;           /* NULL-terminated, owned */
+	char **argv_build;          /* NULL-terminated, owned; argv_build[out_index] is the -o target */
+	int out_index;
 	char *env_run[8];
+	char source[200];           /* where the go command came from, for the table */
+	char gocache[PATH_MAX];
 	struct { char name[256]; char *data; size_t len; } files[32];
 	int nfiles;
 };
@@ -974,14 +1134,18 @@ static const char *env_path(const char *fallback)
 	return p && *p ? p : fallback;
 }
 
-/* find_go - go on the agent's toolchain PATH */
-static int find_go(char *out, size_t cap)
+/* find_go - an absolute go as is, else the first on path */
+static int find_go(const char *go, const char *path_list, char *out, size_t cap)
 {
-	char *path = strdup(env_path(AGENT_GO_PATH)), *save = NULL;
+	if (strchr(go, '/')) {
+		snprintf(out, cap, "%s", go);
+		return access(out, X_OK) == 0 ? 0 : -ENOENT;
+	}
+	char *path = strdup(path_list), *save = NULL;
 	if (!path)
 		return -ENOMEM;
 	for (char *dir = strtok_r(path, ":", &save); dir; dir = strtok_r(NULL, ":", &save)) {
-		snprintf(out, cap, "%s/go", *dir ? dir : ".");
+		snprintf(out, cap, "%s/%s", *dir ? dir : ".", go);
 		if (access(out, X_OK) == 0) {
 			free(path);
 			return 0;
@@ -991,33 +1155,129 @@ static int find_go(char *out, size_t cap)
 	return -ENOENT;
 }
 
-/* hand_env - mirror go_env() of agent/gobuild.c (offline) for go, and build_run_env() of
- * agent/pipeline.c for the program (HOME is the app dir there: here the work dir's parent) */
-static int hand_env(struct hand *h)
+/* strv_dup_add - *v gets "NAME=value" appended (a NULL-terminated array that grows) */
+static int strv_add(char ***v, int *n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int strv_add(char ***v, int *n, const char *fmt, ...)
 {
-	int n = 0;
-	char **e = h->env_build;
-	char home[PATH_MAX + 8], tmp[PATH_MAX + 8];
+	char **nv = realloc(*v, sizeof(char *) * (size_t)(*n + 2));
+	if (!nv)
+		return -ENOMEM;
+	*v = nv;
+	va_list ap;
+	va_start(ap, fmt);
+	int r = vasprintf(&nv[*n], fmt, ap);
+	va_end(ap);
+	if (r < 0)
+		return -ENOMEM;
+	nv[++*n] = NULL;
+	return 0;
+}
+
+/* env_value - the value of NAME in a NULL-terminated environment, or NULL */
+static const char *env_value(char **envp, const char *name)
+{
+	size_t l = strlen(name);
+	for (char **p = envp; p && *p; p++)
+		if (strncmp(*p, name, l) == 0 && (*p)[l] == '=')
+			return *p + l + 1;
+	return NULL;
+}
+
+/* hand_env - the go command and its environment (captured, or the static mirror), and the
+ * program's environment, a copy of build_run_env() in agent/pipeline.c (its HOME is the app
+ * dir: here the by-hand root) */
+static int hand_env(struct hand *h, const struct go_capture *cap, char *err, size_t errlen)
+{
+	char home[PATH_MAX + 8], tmp[PATH_MAX + 8], mod[PATH_MAX + 16];
 	snprintf(home, sizeof(home), "%s/home", h->root);
 	snprintf(tmp, sizeof(tmp), "%s/tmp", h->root);
-	if ((mkdir(home, 0700) && errno != EEXIST) || (mkdir(tmp, 0700) && errno != EEXIST))
+	if ((mkdir(home, 0700) && errno != EEXIST) || (mkdir(tmp, 0700) && errno != EEXIST)) {
+		snprintf(err, errlen, "mkdir %s: %s", home, strerror(errno));
 		return -errno;
-	if (asprintf(&e[n++], "PATH=%s", env_path(AGENT_GO_PATH)) < 0 ||
-	    asprintf(&e[n++], "HOME=%s", home) < 0 ||
-	    asprintf(&e[n++], "GOMODCACHE=%s/gomodcache", h->runtime_dir) < 0 ||
-	    asprintf(&e[n++], "GOCACHE=%s/gocache", h->runtime_dir) < 0 ||
-	    asprintf(&e[n++], "TMPDIR=%s", tmp) < 0)
+	}
+	snprintf(h->gocache, sizeof(h->gocache), "%s/gocache", h->runtime_dir);
+	snprintf(mod, sizeof(mod), "%s/gomodcache", h->runtime_dir);
+	int n = 0, na = 0;
+	if (cap && cap->done) {
+		/* the agent's caches and PATH, unless it sees another file system (a jail): then its
+		 * caches are overlays of the base ones we can only name by the base's path */
+		const char *gc = env_value(cap->envp, "GOCACHE"), *gm = env_value(cap->envp, "GOMODCACHE");
+		bool own_gc = !cap->jailed && gc && access(gc, W_OK) == 0;
+		bool own_gm = !cap->jailed && gm && access(gm, R_OK) == 0;
+		if (own_gc)
+			snprintf(h->gocache, sizeof(h->gocache), "%s", gc);
+		for (char **p = cap->envp; *p; p++) {
+			if (strncmp(*p, "HOME=", 5) == 0 || strncmp(*p, "TMPDIR=", 7) == 0 ||
+			    (!own_gc && strncmp(*p, "GOCACHE=", 8) == 0) ||
+			    (!own_gm && strncmp(*p, "GOMODCACHE=", 11) == 0) ||
+			    (cap->jailed && strncmp(*p, "PATH=", 5) == 0))
+				continue;
+			if (strv_add(&h->env_build, &n, "%s", *p) < 0)
+				return -ENOMEM;
+		}
+		if ((!own_gc && strv_add(&h->env_build, &n, "GOCACHE=%s", h->gocache) < 0) ||
+		    (!own_gm && strv_add(&h->env_build, &n, "GOMODCACHE=%s", mod) < 0) ||
+		    (cap->jailed && strv_add(&h->env_build, &n, "PATH=%s", env_path(AGENT_GO_PATH)) < 0))
+			return -ENOMEM;
+		h->out_index = -1;
+		for (char **p = cap->argv; *p; p++) {
+			if (strv_add(&h->argv_build, &na, "%s", *p) < 0)
+				return -ENOMEM;
+			if (strcmp(*p, "-o") == 0 && p[1])
+				h->out_index = na;
+		}
+		if (h->out_index < 0 || !h->argv_build[h->out_index]) {
+			snprintf(err, errlen, "the agent's go build has no -o: cannot mirror it");
+			return -EINVAL;
+		}
+		char shown[160] = "";
+		for (int i = 1; i < na && strlen(shown) < 120; i++)
+			if (i != h->out_index && strcmp(h->argv_build[i], "-o") && strcmp(h->argv_build[i], "."))
+				snprintf(shown + strlen(shown), sizeof(shown) - strlen(shown), "%s%s",
+					 i > 1 ? " " : "", h->argv_build[i]);
+		const char *gogc = env_value(h->env_build, "GOGC");
+		snprintf(h->source, sizeof(h->source), "go %s%s%s, env copied from the agent's own%s",
+			 shown, gogc ? ", GOGC=" : "", gogc ? gogc : "",
+			 cap->jailed ? " (it runs jailed: caches by their base paths)" : "");
+	} else {
+		/* static copy of go_env() and gobuild_build() in agent/gobuild.c */
+		static const char *const fixed[] = { "GOFLAGS=-mod=mod", "GOTOOLCHAIN=local",
+						     "CGO_ENABLED=0",    "GOENV=off",
+						     "GOTELEMETRY=off",  "GOGC=400",
+						     "GOPROXY=off",      "GOSUMDB=off" };
+		if (strv_add(&h->env_build, &n, "PATH=%s", env_path(AGENT_GO_PATH)) < 0 ||
+		    strv_add(&h->env_build, &n, "GOMODCACHE=%s", mod) < 0 ||
+		    strv_add(&h->env_build, &n, "GOCACHE=%s", h->gocache) < 0)
+			return -ENOMEM;
+		for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
+			if (strv_add(&h->env_build, &n, "%s", fixed[i]) < 0)
+				return -ENOMEM;
+		if (getenv("GOROOT") && strv_add(&h->env_build, &n, "GOROOT=%s", getenv("GOROOT")) < 0)
+			return -ENOMEM;
+		static const char *const args[] = { "go", "build", "-trimpath", "-buildvcs=false",
+						    "-ldflags=-s -w", "-o", "BIN", "." };
+		for (size_t i = 0; i < sizeof(args) / sizeof(args[0]); i++)
+			if (strv_add(&h->argv_build, &na, "%s", args[i]) < 0)
+				return -ENOMEM;
+		h->out_index = 6;
+		snprintf(h->source, sizeof(h->source), "the agent's go build was not seen: a static copy "
+						       "of agent/gobuild.c's flags and env");
+	}
+	if (strv_add(&h->env_build, &n, "HOME=%s", home) < 0 ||
+	    strv_add(&h->env_build, &n, "TMPDIR=%s", tmp) < 0)
 		return -ENOMEM;
-	e[n++] = "GOFLAGS=-mod=mod";
-	e[n++] = "GOTOOLCHAIN=local";
-	e[n++] = "CGO_ENABLED=0";
-	e[n++] = "GOENV=off";
-	e[n++] = "GOTELEMETRY=off";
-	if (getenv("GOROOT") && asprintf(&e[n++], "GOROOT=%s", getenv("GOROOT")) < 0)
-		return -ENOMEM;
-	e[n++] = "GOPROXY=off";
-	e[n++] = "GOSUMDB=off";
-	e[n] = NULL;
+	const char *path = env_value(h->env_build, "PATH");
+	if (find_go(h->argv_build[0], path ? path : AGENT_GO_PATH, h->go, sizeof(h->go)) < 0 &&
+	    find_go("go", env_path(AGENT_GO_PATH), h->go, sizeof(h->go)) < 0) {
+		snprintf(err, errlen, "%s is not on the agent's PATH %s", h->argv_build[0],
+			 path ? path : AGENT_GO_PATH);
+		return -ENOENT;
+	}
+	if (access(h->gocache, W_OK) != 0) {
+		snprintf(err, errlen, "%s is not writable: a by-hand build there would not mirror "
+				      "the agent's", h->gocache);
+		return -EACCES;
+	}
 	char **r = h->env_run;
 	n = 0;
 	const char *t = getenv("TMPDIR");
@@ -1025,7 +1285,8 @@ static int hand_env(struct hand *h)
 	    asprintf(&r[n++], "HOME=%s", h->root) < 0 ||
 	    asprintf(&r[n++], "TMPDIR=%s", t && *t ? t : "/tmp") < 0)
 		return -ENOMEM;
-	r[n++] = "KODE_GOPHER_TIMEOUT_MS=60000";
+	if (!(r[n++] = strdup("KODE_GOPHER_TIMEOUT_MS=60000")))
+		return -ENOMEM;
 	r[n] = NULL; /* KODE_GOPHER_RESULT and KODE_GOPHER_CRASH are added per run */
 	return 0;
 }
@@ -1104,9 +1365,10 @@ static void first_line(const char *path, char *buf, size_t cap)
 	free(d);
 }
 
-/* hand_iteration - write the files (series letter h, iteration i), then time go build + run */
-static int hand_iteration(struct hand *h, int i, const char *ldflags, double *build_ms,
-			  double *run_ms, char *err, size_t errlen)
+/* hand_iteration - write the files (series letter h, iteration i) as the agent writes /app,
+ * then time go build + run */
+static int hand_iteration(struct hand *h, int i, double *build_ms, double *run_ms, char *err,
+			  size_t errlen)
 {
 	char dir[PATH_MAX + 16], path[PATH_MAX + 300], lock[PATH_MAX + 32];
 	snprintf(dir, sizeof(dir), "%s/w%04d", h->root, i);
@@ -1117,7 +1379,7 @@ static int hand_iteration(struct hand *h, int i, const char *ldflags, double *bu
 	}
 	char from[40], to[40];
 	snprintf(from, sizeof(from), "kgbench-%s-b-", nonce);
-	snprintf(to, sizeof(to), "kgbench-%s-%c-", nonce, ldflags ? 's' : 'h');
+	snprintf(to, sizeof(to), "kgbench-%s-h-", nonce);
 	for (int f = 0; f < h->nfiles; f++) {
 		char *data = malloc(h->files[f].len + 1);
 		if (!data)
@@ -1149,31 +1411,32 @@ static int hand_iteration(struct hand *h, int i, const char *ldflags, double *bu
 			return r;
 		}
 	}
-	char log[PATH_MAX + 16], bin[PATH_MAX + 16], result[PATH_MAX + 16], resenv[PATH_MAX + 40];
-	snprintf(log, sizeof(log), "%s/build.log", dir);
-	snprintf(bin, sizeof(bin), "%s/bin", dir);
-	snprintf(result, sizeof(result), "%s/result.json", dir);
+	/* like the agent: the binary and the run's files outside the source dir, the binary in
+	 * TMPDIR beside go's own work dir */
+	char log[PATH_MAX + 32], bin[PATH_MAX + 32], result[PATH_MAX + 32], resenv[PATH_MAX + 60];
+	snprintf(log, sizeof(log), "%s/tmp/build-%04d.log", h->root, i);
+	snprintf(bin, sizeof(bin), "%s/tmp/bin-%04d", h->root, i);
+	snprintf(result, sizeof(result), "%s/tmp/result-%04d.json", h->root, i);
 	snprintf(resenv, sizeof(resenv), "KODE_GOPHER_RESULT=%s", result);
-	char ldarg[128];
-	snprintf(ldarg, sizeof(ldarg), "-ldflags=%s", ldflags ? ldflags : "");
-	char *argv_ld[] = { "go", "build", "-trimpath", "-buildvcs=false", ldarg, "-o", bin, ".", NULL };
-	char *argv_plain[] = { "go", "build", "-trimpath", "-buildvcs=false", "-o", bin, ".", NULL };
+	char *saved = h->argv_build[h->out_index];
+	h->argv_build[h->out_index] = bin;
 	char *envr[10];
 	int n = 0;
 	for (; h->env_run[n]; n++)
 		envr[n] = h->env_run[n];
-	char crashenv[PATH_MAX + 40];
-	snprintf(crashenv, sizeof(crashenv), "KODE_GOPHER_CRASH=%s/crash.txt", dir);
+	char crashenv[PATH_MAX + 60];
+	snprintf(crashenv, sizeof(crashenv), "KODE_GOPHER_CRASH=%s/tmp/crash-%04d.txt", h->root, i);
 	envr[n++] = resenv;
 	envr[n++] = crashenv;
 	envr[n] = NULL;
 	char *argv_run[] = { bin, NULL };
-	char runlog[PATH_MAX + 16];
-	snprintf(runlog, sizeof(runlog), "%s/run.log", dir);
+	char runlog[PATH_MAX + 32];
+	snprintf(runlog, sizeof(runlog), "%s/tmp/run-%04d.log", h->root, i);
 
 	double t0 = now_us();
-	int st = spawn_wait(h->go, ldflags ? argv_ld : argv_plain, h->env_build, dir, log);
+	int st = spawn_wait(h->go, h->argv_build, h->env_build, dir, log);
 	double t1 = now_us();
+	h->argv_build[h->out_index] = saved;
 	if (st != 0) {
 		char head[256];
 		first_line(log, head, sizeof(head));
@@ -1193,6 +1456,7 @@ static int hand_iteration(struct hand *h, int i, const char *ldflags, double *bu
 	}
 	free(res);
 	rm_tree(dir);
+	unlink(log), unlink(bin), unlink(result), unlink(runlog), unlink(crashenv + 18);
 	return ok ? 0 : -EPROTO;
 }
 
@@ -1203,7 +1467,6 @@ struct opts {
 	const char *runtime_dir;
 	int pings, calls;
 	bool rss, ping, calls_on;
-	bool ldflags_compare;
 	char tmp[PATH_MAX];
 };
 
@@ -1246,11 +1509,12 @@ static void section_calls(struct server *s, const struct opts *o)
 	double med_b = NAN;
 	char note[300], fig[96], a[32];
 
-	/* the first call starts the sandbox: measured, but kept out of series a */
+	/* the first call may still be setting up the sandbox: measured, but kept out of series a */
 	fprintf(stderr, "  first call of the session\n");
 	if (call_once(s, code_stdlib('w', 0), "first call of the session (ms)", &first) == 0)
 		row_add("first call of the session (ms)", fmt_num(a, sizeof(a), first.e2e_ms), "-", 1,
-			"stdlib snippet; includes starting the sandbox; build_ms %.0f, duration_ms %.0f",
+			"stdlib snippet, not in series a: includes whatever the session's sandbox still "
+			"sets up; build_ms %.0f, duration_ms %.0f",
 			first.build_ms, first.duration_ms);
 	else
 		goto out;
@@ -1258,71 +1522,52 @@ static void section_calls(struct server *s, const struct opts *o)
 	if (run_series(s, "a. stdlib snippet, new source each call", code_stdlib, 'a', n, c) == 0)
 		series_rows("a. stdlib snippet, new source each call", "a", c, n, 500, 0, NULL);
 
-	/* b, with its normalized files captured for d from the first, unmeasured storage call */
+	/* the first, unmeasured storage call: its normalized files and its go build command are
+	 * what d mirrors */
 	struct hand h = { 0 };
+	struct go_capture cap = { .root = s->pid };
 	char err[400] = "";
 	bool hand_ok = true;
 	fprintf(stderr, "  b. first storage call (unmeasured)\n");
-	if (call_once(s, code_storage('b', 9999), "b. storage snippet, first call", &first) < 0)
+	capture_active = &cap;
+	int r = call_once(s, code_storage('b', 9999), "b. storage snippet, first call", &first);
+	capture_active = NULL;
+	if (r < 0)
 		goto out;
 	row_add("b. storage snippet, first call (ms)", fmt_num(a, sizeof(a), first.e2e_ms), "-", 1,
 		"not in series b; build_ms %.0f", first.build_ms);
 	snprintf(h.root, sizeof(h.root), "%s/hand", o->tmp);
 	snprintf(h.runtime_dir, sizeof(h.runtime_dir), "%s", o->runtime_dir);
-	char app[PATH_MAX + 80], gocache[PATH_MAX + 16];
+	char app[PATH_MAX + 80];
 	sandbox_app_dir(s, first.sandbox, app, sizeof(app));
-	snprintf(gocache, sizeof(gocache), "%s/gocache", o->runtime_dir);
 	if (mkdir(h.root, 0700) < 0 && errno != EEXIST) {
 		snprintf(err, sizeof(err), "mkdir %s: %s", h.root, strerror(errno));
 		hand_ok = false;
-	} else if (access(gocache, W_OK) != 0) {
-		snprintf(err, sizeof(err), "%s is not writable: a by-hand build there would not mirror "
-					   "the agent's", gocache);
-		hand_ok = false;
-	} else if (find_go(h.go, sizeof(h.go)) < 0) {
-		snprintf(err, sizeof(err), "no go on the agent's PATH %s", env_path(AGENT_GO_PATH));
-		hand_ok = false;
-	} else if (hand_env(&h) < 0) {
-		snprintf(err, sizeof(err), "cannot prepare the by-hand environment");
-		hand_ok = false;
-	} else if (hand_capture(&h, app, err, sizeof(err)) < 0) {
+	} else if (hand_env(&h, &cap, err, sizeof(err)) < 0 ||
+		   hand_capture(&h, app, err, sizeof(err)) < 0) {
 		hand_ok = false;
 	}
+	strv_free(cap.argv);
+	strv_free(cap.envp);
 
-	/* b, d and d2 interleaved, so all see the same machine load and cache state, and in a
-	 * rotating order, so none always runs right after another */
+	/* b and d alternate, in turns, so both see the same machine load and cache state and
+	 * neither always runs right after the other */
 	double *hb = calloc((size_t)n, sizeof(double)), *hr = calloc((size_t)n, sizeof(double)),
 	       *ht = calloc((size_t)n, sizeof(double));
-	double *sb = calloc((size_t)n, sizeof(double)), *sr = calloc((size_t)n, sizeof(double)),
-	       *st = calloc((size_t)n, sizeof(double));
-	int nh = 0, ns = 0;
-	bool b_ok = true, s_ok = o->ldflags_compare && hand_ok;
-	char serr[400] = "";
+	int nh = 0;
+	bool b_ok = true;
 	for (int i = 0; i < n && b_ok; i++) {
 		fprintf(stderr, "\r  b. storage snippet + d. by hand: %d/%d", i + 1, n);
-		for (int k = 0; k < 3; k++) {
-			switch ((i + k) % 3) {
-			case 0:
+		for (int k = 0; k < 2; k++) {
+			if ((i + k) % 2 == 0) {
 				if (call_once(s, code_storage('b', i), "b. storage snippet, new source each call",
 					      &c[i]) < 0)
 					b_ok = false;
-				break;
-			case 1:
-				if (!hand_ok)
-					break;
-				if (hand_iteration(&h, i, NULL, &hb[nh], &hr[nh], err, sizeof(err)) < 0)
+			} else if (hand_ok) {
+				if (hand_iteration(&h, i, &hb[nh], &hr[nh], err, sizeof(err)) < 0)
 					hand_ok = false;
 				else
 					ht[nh] = hb[nh] + hr[nh], nh++;
-				break;
-			case 2:
-				if (!s_ok)
-					break;
-				if (hand_iteration(&h, i, "-s -w", &sb[ns], &sr[ns], serr, sizeof(serr)) < 0)
-					s_ok = false;
-				else
-					st[ns] = sb[ns] + sr[ns], ns++;
-				break;
 			}
 		}
 	}
@@ -1335,9 +1580,8 @@ static void section_calls(struct server *s, const struct opts *o)
 		stats(hr, nh, &mr, &p);
 		stats(ht, nh, &mt, &p);
 		char x[32], y[32];
-		snprintf(note, sizeof(note), "go build %s ms + run %s ms (medians); GOCACHE=%s, shared "
-					     "with the agent as it uses it",
-			 fmt_num(x, sizeof(x), mb), fmt_num(y, sizeof(y), mr), gocache);
+		snprintf(note, sizeof(note), "go build %s ms + run %s ms (medians); %s; GOCACHE=%s",
+			 fmt_num(x, sizeof(x), mb), fmt_num(y, sizeof(y), mr), h.source, h.gocache);
 		row_series("d. same build by hand: go build + run (ms)", ht, nh, note);
 		double ratio = med_b / mt;
 		char aim[64], rv[32];
@@ -1347,22 +1591,13 @@ static void section_calls(struct server *s, const struct opts *o)
 	} else if (!hand_ok) {
 		row_fail("d. same build by hand", "%s", err);
 	}
-	if (o->ldflags_compare) {
-		if (s_ok && ns == n) {
-			double mb, p;
-			stats(sb, ns, &mb, &p);
-			char x[32];
-			snprintf(note, sizeof(note), "for information: what -ldflags=\"-s -w\" (no symbol "
-						     "table, no DWARF) would save; go build %s ms",
-				 fmt_num(x, sizeof(x), mb));
-			row_series("d2. by hand with -ldflags=\"-s -w\" (ms)", st, ns, note);
-		} else if (hand_ok) {
-			row_fail("d2. by hand with -ldflags=\"-s -w\"", "%s", serr);
-		}
-	}
-	free(hb), free(hr), free(ht), free(sb), free(sr), free(st);
+	free(hb), free(hr), free(ht);
 	for (int f = 0; f < h.nfiles; f++)
 		free(h.files[f].data);
+	strv_free(h.env_build);
+	strv_free(h.argv_build);
+	for (int k = 0; h.env_run[k]; k++)
+		free(h.env_run[k]);
 
 	/* c: one build, then the same source again and again */
 	fprintf(stderr, "  c. resubmitted unchanged\n");
@@ -1437,7 +1672,7 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: mcpbench [--quick] [--only ping|rss|calls] [--pings N] [--calls N]\n"
-		"                [--no-ldflags-compare] [KODE-GOPHER-BINARY]\n"
+		"                [KODE-GOPHER-BINARY]\n"
 		"  binary: argument, else $KODE_GOPHER_BIN, else " DEFAULT_BIN "\n"
 		"  runtime: $RUNTIME_DIR, else $KODE_GOPHER_RUNTIME_DIR, else " DEFAULT_RUNTIME "\n"
 		"  --quick: 100 pings, 5 calls per series (a smoke run)\n");
@@ -1464,14 +1699,13 @@ static void header(const struct opts *o, double load_start)
 
 int main(int argc, char **argv)
 {
-	struct opts o = { .pings = 1000, .calls = 20, .rss = true, .ping = true, .calls_on = true,
-			  .ldflags_compare = true };
+	struct opts o = { .pings = 1000, .calls = 20, .rss = true, .ping = true, .calls_on = true };
 	bool quick = false;
 	int pings = -1, calls = -1;
 	static const struct option lo[] = {
 		{ "quick", no_argument, 0, 'q' },      { "only", required_argument, 0, 'o' },
 		{ "pings", required_argument, 0, 'p' }, { "calls", required_argument, 0, 'c' },
-		{ "no-ldflags-compare", no_argument, 0, 'L' }, { "help", no_argument, 0, 'h' },
+		{ "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 }
 	};
 	int ch;
@@ -1489,7 +1723,6 @@ int main(int argc, char **argv)
 			break;
 		case 'p': pings = atoi(optarg); break;
 		case 'c': calls = atoi(optarg); break;
-		case 'L': o.ldflags_compare = false; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -1527,6 +1760,9 @@ int main(int argc, char **argv)
 			strerror(errno));
 		return 1;
 	}
+	/* sandboxes run as other uids (the local jail maps one): they must be able to walk
+	 * through our directory to their own, though not list it */
+	chmod(o.tmp, 0711);
 	char root[PATH_MAX + 8], log[PATH_MAX + 16];
 	snprintf(root, sizeof(root), "%s/sb", o.tmp);
 	snprintf(log, sizeof(log), "%s/serve.log", o.tmp);

@@ -89,7 +89,8 @@ struct ipc_msg {
 		struct ipc_sandbox_ans sandbox_ans;
 		struct ipc_shutdown shutdown;
 	} u;
-	msgpack_unpacked unp; /* owns the memory the ipc_bytes point into */
+	msgpack_unpacked unp; /* the decoded tree; its strings point into raw */
+	char *raw;            /* our copy of the message bytes */
 };
 
 /* Growable output buffer for one encoded message. */

@@ -8,6 +8,7 @@
 #include "ipc/ipc.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const char *const ipc_names[IPC_TYPE_MAX] = {
@@ -202,8 +203,14 @@ int ipc_decode(const void *buf, size_t len, struct ipc_msg *out)
 	msgpack_unpacked_init(&out->unp);
 	if (len > IPC_MAX_MSG)
 		return -EMSGSIZE;
+	/* msgpack-c leaves str and bin objects pointing into the input: keep our own copy so the
+	 * decoded message outlives the caller's buffer (an nng message, freed at once) */
+	if (!(out->raw = malloc(len ? len : 1)))
+		return -ENOMEM;
+	if (len)
+		memcpy(out->raw, buf, len);
 	size_t off = 0;
-	if (msgpack_unpack_next(&out->unp, buf, len, &off) != MSGPACK_UNPACK_SUCCESS || off != len)
+	if (msgpack_unpack_next(&out->unp, out->raw, len, &off) != MSGPACK_UNPACK_SUCCESS || off != len)
 		goto bad; /* truncated, malformed, or trailing bytes */
 	const msgpack_object *env = &out->unp.data;
 	if (env->type != MSGPACK_OBJECT_ARRAY || env->via.array.size != 4)
@@ -229,6 +236,8 @@ void ipc_msg_free(struct ipc_msg *m)
 {
 	msgpack_unpacked_destroy(&m->unp);
 	msgpack_unpacked_init(&m->unp);
+	free(m->raw);
+	m->raw = NULL;
 }
 
 /* ipc_bytes_str - copy a decoded byte range into a C string, truncating */

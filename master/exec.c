@@ -39,6 +39,8 @@ static const char exec_usage[] =
 	"  --log-level LEVEL     server log level on stderr (default warn)\n"
 	"  --runtime-dir DIR     the precompiled Go caches (default " KG_RUNTIME_DIR ")\n"
 	"  --sandbox-root DIR    where sandboxes live\n"
+	"  --sandbox-network on|none, --sandbox-memory SIZE, --sandbox-pids N\n"
+	"                        sandbox limits, as for serve\n"
 	"  -h, --help            this text\n"
 	"\n"
 	"examples:\n"
@@ -98,7 +100,7 @@ static json_t *exec_read(FILE *from, int id, bool show_progress)
 	size_t cap = 0;
 	json_t *found = NULL;
 	while (!found && getline(&line, &cap, from) > 0) {
-		json_t *m = json_loads(line, 0, NULL);
+		json_t *m = json_loads(line, JSON_ALLOW_NUL, NULL);
 		if (!m)
 			continue;
 		json_t *jid = json_object_get(m, "id");
@@ -204,6 +206,8 @@ int exec_main(int argc, char **argv)
 		{ "claim", required_argument, 0, 0 },      { "timeout", required_argument, 0, 't' },
 		{ "log-level", required_argument, 0, 0 },  { "runtime-dir", required_argument, 0, 0 },
 		{ "sandbox-root", required_argument, 0, 0 }, { "help", no_argument, 0, 'h' },
+		{ "sandbox-network", required_argument, 0, 0 }, { "sandbox-memory", required_argument, 0, 0 },
+		{ "sandbox-pids", required_argument, 0, 0 },
 		{ 0, 0, 0, 0 }
 	};
 	int c, idx;
@@ -236,9 +240,13 @@ int exec_main(int argc, char **argv)
 	if (pipe2(to_srv, O_CLOEXEC) || pipe2(from_srv, O_CLOEXEC))
 		return 2;
 	static const char *const lv[] = { "debug", "info", "warn", "error", "off" };
-	const char *sargv[16] = { "kode-gopher", "serve", "--log-level", lv[cfg.log_level], "--runtime-dir",
-				  cfg.runtime_dir, "--sandbox-root", cfg.sandbox_root };
-	int na = 8;
+	char mem[32], pids[16];
+	snprintf(mem, sizeof(mem), "%lld", cfg.memory);
+	snprintf(pids, sizeof(pids), "%d", cfg.pids);
+	const char *sargv[24] = { "kode-gopher", "serve", "--log-level", lv[cfg.log_level], "--runtime-dir",
+				  cfg.runtime_dir, "--sandbox-root", cfg.sandbox_root, "--sandbox-network",
+				  cfg.network ? "on" : "none", "--sandbox-memory", mem, "--sandbox-pids", pids };
+	int na = 14;
 	if (keep)
 		sargv[na++] = "--persistent";
 	if (cfg.claim) {

@@ -23,6 +23,7 @@ static const char usage[] =
 	"  agent      the program that runs inside every sandbox\n"
 	"  version    print the version\n"
 	"  worker     (internal) one MCP session; started by serve\n"
+	"  jail       (internal) builds a local sandbox and runs the agent in it\n"
 	"\n"
 	"Run `kode-gopher <command> --help` for a command's options.\n"
 	"Register with Claude Code:  claude mcp add kode-gopher -- /path/to/kode-gopher serve\n";
@@ -46,6 +47,7 @@ static int version_main(int argc, char **argv)
 static const struct command commands[] = {
 	{ "serve", serve_main },   { "exec", exec_main },       { "worker", worker_main },
 	{ "agent", agent_main },   { "version", version_main }, { "sandboxes", sandboxes_main },
+	{ "jail", jail_main },
 };
 
 int main(int argc, char **argv)

@@ -24,6 +24,9 @@ struct serve_config {
 	int max_timeout_s;
 	bool persistent;
 	const char *claim;        /* --claim NAME: reattach to a kept sandbox */
+	bool network;             /* --sandbox-network on (default) | none */
+	long long memory;         /* --sandbox-memory, bytes */
+	int pids;                 /* --sandbox-pids */
 };
 
 /* One worker process and its channel (Postfix's master_proc, nginx's ngx_process_t). */
@@ -77,6 +80,7 @@ int serve_main(int argc, char **argv);
 int exec_main(int argc, char **argv);
 int worker_main(int argc, char **argv);
 int agent_main(int argc, char **argv);
+int jail_main(int argc, char **argv);
 int sandboxes_main(int argc, char **argv);
 
 #endif

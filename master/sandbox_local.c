@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "master/master.h"
+#include "policy/jail.h"
 
 /* sandbox_local_rm_tree - remove a directory tree without ever following a symlink out of it */
 int sandbox_local_rm_tree(int parent, const char *name)
@@ -72,6 +73,15 @@ static void sandbox_kill(struct worker *w)
 		waitpid(w->sandbox_pid, NULL, 0);
 		w->sandbox_pid = 0;
 	}
+	/* the jail's pid namespace empties a moment after its init dies */
+	for (int i = 0; w->sandbox_name[0] && i < 20; i++) {
+		jail_cgroup_remove(w->sandbox_name);
+		char p[600];
+		snprintf(p, sizeof(p), "/sys/fs/cgroup/pids/kode-gopher/%s", w->sandbox_name);
+		if (access(p, F_OK) != 0)
+			break;
+		usleep(5000);
+	}
 }
 
 /* sandbox_local_release - kill the worker's sandbox and remove it unless it is kept */
@@ -103,7 +113,7 @@ bool sandbox_local_reaped(struct worker *w, pid_t pid, int status)
 int sandbox_local_spawn(struct worker *w, const struct serve_config *cfg, const char *name,
 			char *err, size_t errlen)
 {
-	char dir[512], app[600], state[600], sock[600], listen[620];
+	char dir[512], sock[600];
 	bool reuse = name && *name;
 	char fresh[40];
 	if (!reuse) {
@@ -118,10 +128,7 @@ int sandbox_local_spawn(struct worker *w, const struct serve_config *cfg, const 
 			return -EINVAL;
 		}
 	snprintf(dir, sizeof(dir), "%s/%s", cfg->sandbox_root, name);
-	snprintf(app, sizeof(app), "%s/app", dir);
-	snprintf(state, sizeof(state), "%s/state", dir);
-	snprintf(sock, sizeof(sock), "%s/agent.sock", dir);
-	snprintf(listen, sizeof(listen), "unix:%s", sock);
+	snprintf(sock, sizeof(sock), "%s/sock/agent.sock", dir);
 	if (strlen(sock) >= 108) {
 		snprintf(err, errlen, "sandbox root %s is too long for a unix socket path", cfg->sandbox_root);
 		return -ENAMETOOLONG;
@@ -131,15 +138,38 @@ int sandbox_local_spawn(struct worker *w, const struct serve_config *cfg, const 
 		snprintf(err, errlen, "no kept sandbox named \"%s\" (see `kode-gopher sandboxes list`)", name);
 		return -ENOENT;
 	}
-	int r;
-	if ((r = mkdir_p(cfg->sandbox_root, 0700)) || (r = mkdir_p(dir, 0700)) ||
-	    (r = mkdir_p(app, 0755)) || (r = mkdir_p(state, 0700))) {
+	/* sandboxes run as uids of their own, which must pass through the root directory */
+	int r = mkdir_p(cfg->sandbox_root, 0711);
+	if (r == 0 && getuid() == 0)
+		chmod(cfg->sandbox_root, 0711);
+	static const char *const subs[] = { "", "/app", "/app/persist", "/state", "/sock", "/cache" };
+	for (size_t i = 0; r == 0 && i < sizeof(subs) / sizeof(subs[0]); i++) {
+		char p[700];
+		snprintf(p, sizeof(p), "%s%s", dir, subs[i]);
+		r = mkdir_p(p, 0700);
+	}
+	if (r) {
 		snprintf(err, errlen, "cannot create the sandbox directory %s: %s", dir, strerror(-r));
 		return r;
 	}
 	unlink(sock);
 
 	static const char *const names[] = { "debug", "info", "warn", "error", "off" };
+	char mem[32], pids[16], maxtmo[16], modcache[600], gocache[600];
+	snprintf(modcache, sizeof(modcache), "%s/gomodcache", cfg->runtime_dir);
+	snprintf(gocache, sizeof(gocache), "%s/gocache", cfg->runtime_dir);
+	snprintf(mem, sizeof(mem), "%lld", cfg->memory);
+	snprintf(pids, sizeof(pids), "%d", cfg->pids);
+	snprintf(maxtmo, sizeof(maxtmo), "%d", cfg->max_timeout_s);
+	const char *level = names[cfg->log_level];
+	char *argv[] = { "kode-gopher", "jail", "--dir", dir, "--name", (char *)name,
+			 "--runtime-dir", (char *)cfg->runtime_dir, "--memory", mem, "--pids", pids,
+			 "--network", cfg->network ? "on" : "none", "--log-level", (char *)level, "--",
+			 "kode-gopher", "agent", "--listen", "unix:" JAIL_SOCK_DIR "/agent.sock",
+			 "--app-dir", JAIL_APP, "--state-dir", JAIL_STATE,
+			 "--runtime-dir", (char *)cfg->runtime_dir, "--gomodcache", modcache,
+			 "--gocache", gocache,
+			 "--log-level", (char *)level, "--max-timeout", maxtmo, NULL };
 	pid_t parent = getpid();
 	pid_t pid = fork();
 	if (pid < 0) {
@@ -163,12 +193,6 @@ int sandbox_local_spawn(struct worker *w, const struct serve_config *cfg, const 
 		sigemptyset(&none);
 		sigprocmask(SIG_SETMASK, &none, NULL);
 		signal(SIGPIPE, SIG_DFL);
-		char maxtmo[16];
-		snprintf(maxtmo, sizeof(maxtmo), "%d", cfg->max_timeout_s);
-		char *argv[] = { "kode-gopher", "agent", "--listen", listen, "--app-dir", app,
-				 "--state-dir", state, "--runtime-dir", (char *)cfg->runtime_dir,
-				 "--log-level", (char *)names[cfg->log_level], "--max-timeout", maxtmo,
-				 NULL };
 		closefrom(3);
 		execv("/proc/self/exe", argv);
 		_exit(127);
@@ -200,7 +224,7 @@ void sandbox_local_answer(struct worker *w, uint32_t seq, const struct ipc_sandb
 		}
 		ok = sandbox_local_spawn(w, cfg, want, err, sizeof(err)) == 0;
 		if (ok)
-			snprintf(sock, sizeof(sock), "%s/agent.sock", w->sandbox_dir);
+			snprintf(sock, sizeof(sock), "%s/sock/agent.sock", w->sandbox_dir);
 	} else if (strcmp(op, "release") == 0) {
 		sandbox_local_release(w);
 		ok = true;

@@ -34,6 +34,10 @@ static const char serve_usage[] =
 	"                          as root, else ~/.local/state/kode-gopher/sandboxes)\n"
 	"  --timeout SECONDS       default run timeout of execute_go_code (default 60)\n"
 	"  --max-timeout SECONDS   largest timeout_seconds a call may ask for (default 300)\n"
+	"  --sandbox-network MODE  on (default): programs reach the network, e.g. Google's APIs;\n"
+	"                          none: the sandbox has no network at all\n"
+	"  --sandbox-memory SIZE   memory limit of a sandbox, builds included (default 4g)\n"
+	"  --sandbox-pids N        process and thread limit of a sandbox (default 512)\n"
 	"  --persistent            keep the sandbox when the session ends (reattach with --claim)\n"
 	"  --claim NAME            reattach to a kept sandbox, with its /app/persist and caches\n"
 	"  --seccomp MODE          the worker's syscall filter: kill (default; log in a\n"
@@ -70,6 +74,30 @@ void serve_config_defaults(struct serve_config *cfg)
 								 : serve_default_sandbox_root();
 	cfg->default_timeout_s = 60;
 	cfg->max_timeout_s = 300;
+	cfg->network = true;
+	cfg->memory = 4ll << 30;
+	cfg->pids = 512;
+}
+
+/* parse_bytes - "512m", "4g" or plain bytes; at least 64 MiB */
+static int parse_bytes(const char *s, long long *out)
+{
+	char *end;
+	long long v = strtoll(s, &end, 10);
+	int shift = 0;
+	if (end != s && end[0] && !end[1]) {
+		const char *units = "kmg", *u = strchr(units, end[0] | 0x20);
+		if (u)
+			shift = 10 * (int)(u - units + 1);
+		else
+			return -1;
+	} else if (end == s || *end) {
+		return -1;
+	}
+	if (v <= 0 || v > (1ll << 50) >> shift)
+		return -1;
+	*out = v << shift;
+	return *out >= (64ll << 20) ? 0 : -1;
 }
 
 /* serve_parse_int - a positive integer option, or a clear complaint */
@@ -108,6 +136,20 @@ int serve_config_option(struct serve_config *cfg, const char *name, const char *
 			return -1;
 		}
 		cfg->seccomp = val;
+	} else if (strcmp(name, "sandbox-network") == 0) {
+		if (strcmp(val, "on") && strcmp(val, "none")) {
+			fprintf(stderr, "kode-gopher: --sandbox-network wants on or none\n");
+			return -1;
+		}
+		cfg->network = strcmp(val, "on") == 0;
+	} else if (strcmp(name, "sandbox-memory") == 0) {
+		if (parse_bytes(val, &cfg->memory) != 0) {
+			fprintf(stderr, "kode-gopher: --sandbox-memory wants a size of at least 64m, "
+				"like 2g or 512m\n");
+			return -1;
+		}
+	} else if (strcmp(name, "sandbox-pids") == 0) {
+		return serve_parse_int("--sandbox-pids", val, 16, 1 << 20, &cfg->pids) ? -1 : 1;
 	} else if (strcmp(name, "claim") == 0) {
 		cfg->claim = val;
 	} else if (strcmp(name, "persistent") == 0) {
@@ -127,6 +169,8 @@ int serve_main(int argc, char **argv)
 		{ "sandbox-root", required_argument, 0, 0 }, { "timeout", required_argument, 0, 0 },
 		{ "max-timeout", required_argument, 0, 0 },  { "seccomp", required_argument, 0, 0 },
 		{ "claim", required_argument, 0, 0 },        { "persistent", no_argument, 0, 0 },
+		{ "sandbox-network", required_argument, 0, 0 }, { "sandbox-memory", required_argument, 0, 0 },
+		{ "sandbox-pids", required_argument, 0, 0 },
 		{ "help", no_argument, 0, 'h' },             { 0, 0, 0, 0 }
 	};
 	int c, idx;

@@ -26,7 +26,11 @@
 struct inflight {
 	uint32_t seq;
 	bool replay;
-	char *id; /* JSON text of the request id, once the worker said it accepted it */
+	char *id;     /* JSON text of the request id, once the worker said it accepted it */
+	char *msg;    /* the line itself until then: if the worker dies before reading it, the
+		       * next worker gets it (once) */
+	size_t len;
+	bool resent;
 };
 
 struct relay {
@@ -73,7 +77,7 @@ static void out_line(struct relay *r, const char *msg, size_t len)
 }
 
 /* fl_add - remember a message sent to the worker until it answers */
-static void fl_add(struct relay *r, uint32_t seq, bool replay)
+static struct inflight *fl_add(struct relay *r, uint32_t seq, bool replay)
 {
 	if (r->nfl == r->capfl) {
 		r->capfl = r->capfl ? r->capfl * 2 : 16;
@@ -81,7 +85,8 @@ static void fl_add(struct relay *r, uint32_t seq, bool replay)
 		if (!r->fl)
 			abort();
 	}
-	r->fl[r->nfl++] = (struct inflight){ .seq = seq, .replay = replay };
+	r->fl[r->nfl] = (struct inflight){ .seq = seq, .replay = replay };
+	return &r->fl[r->nfl++];
 }
 
 static struct inflight *fl_find(struct relay *r, uint32_t seq)
@@ -95,6 +100,7 @@ static struct inflight *fl_find(struct relay *r, uint32_t seq)
 static void fl_remove(struct relay *r, struct inflight *f)
 {
 	free(f->id);
+	free(f->msg);
 	*f = r->fl[--r->nfl];
 }
 
@@ -106,7 +112,11 @@ static void relay_send_line(void *ctx, const char *line, size_t len)
 	uint32_t seq = ++r->seq;
 	if (ipc_pack_req_mcp(&b, seq, line, len, false) != 0)
 		return;
-	fl_add(r, seq, false);
+	struct inflight *f = fl_add(r, seq, false);
+	if ((f->msg = malloc(len)) != NULL) {
+		memcpy(f->msg, line, len);
+		f->len = len;
+	}
 	if (spawn_send(&r->w, &b) != 0)
 		log_warn("could not pass a message to the worker; it will be answered when it restarts");
 }
@@ -166,26 +176,28 @@ static void relay_worker_died(struct relay *r, int status)
 		log_error("worker pid %d %s", (int)r->w.pid, how);
 	else
 		log_info("worker pid %d %s", (int)r->w.pid, how);
-	for (size_t i = 0; i < r->nfl; i++) {
+	for (size_t i = 0; i < r->nfl;) {
 		struct inflight *f = &r->fl[i];
-		if (f->replay || r->eof)
-			continue;
-		if (!f->id) {
-			log_warn("a message in flight had no id yet; it is lost with the worker");
+		if (!f->replay && !r->eof && !f->id && f->msg && !f->resent) {
+			f->resent = true; /* never read: the next worker gets it */
+			i++;
 			continue;
 		}
-		char msg[1400];
-		int n = snprintf(msg, sizeof(msg),
-				 "{\"jsonrpc\":\"2.0\",\"id\":%s,\"error\":{\"code\":-32603,\"message\":"
-				 "\"The sandbox process crashed while handling this request (worker %s). "
-				 "A fresh one has been started; the call can be retried, and files in "
-				 "/app/persist are gone.\",\"data\":{\"reason\":\"worker_crashed\"}}}",
-				 f->id, how);
-		if (n > 0 && (size_t)n < sizeof(msg))
-			out_line(r, msg, (size_t)n);
+		if (!f->replay && !r->eof && f->id) {
+			char msg[1400];
+			int n = snprintf(msg, sizeof(msg),
+					 "{\"jsonrpc\":\"2.0\",\"id\":%s,\"error\":{\"code\":-32603,\"message\":"
+					 "\"The sandbox process crashed while handling this request (worker %s). "
+					 "A fresh one has been started; the call can be retried, and files in "
+					 "/app/persist are gone.\",\"data\":{\"reason\":\"worker_crashed\"}}}",
+					 f->id, how);
+			if (n > 0 && (size_t)n < sizeof(msg))
+				out_line(r, msg, (size_t)n);
+		} else if (!f->replay && !r->eof) {
+			log_warn("a message was in flight through two worker crashes; dropping it");
+		}
+		fl_remove(r, f);
 	}
-	while (r->nfl)
-		fl_remove(r, &r->fl[0]);
 	r->w.pid = 0;
 	spawn_stop(&r->w, 0);
 	if (r->eof || r->done)
@@ -229,6 +241,12 @@ static void relay_from_worker(struct relay *r, struct ipc_msg *m)
 				log_info("replayed the session's initialize to the new worker");
 			}
 		}
+		for (size_t i = 0; i < r->nfl; i++) {
+			struct inflight *p = &r->fl[i];
+			struct ipc_buf b;
+			if (p->resent && p->msg && ipc_pack_req_mcp(&b, p->seq, p->msg, p->len, false) == 0)
+				spawn_send(&r->w, &b);
+		}
 		return;
 	case IPC_ANS_MCP:
 		if (!(f = fl_find(r, m->seq))) {
@@ -247,6 +265,8 @@ static void relay_from_worker(struct relay *r, struct ipc_msg *m)
 	case IPC_NOTE_ACCEPTED:
 		if ((f = fl_find(r, m->seq)) && !f->id) {
 			f->id = strndup(m->u.accepted.id.ptr, m->u.accepted.id.len);
+			free(f->msg); /* read and accepted: it will not be sent again */
+			f->msg = NULL;
 		}
 		return;
 	case IPC_NOTE_SESSION:

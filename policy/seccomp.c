@@ -17,6 +17,9 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <linux/filter.h>
+#include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <ucontext.h>
@@ -139,5 +142,111 @@ int seccomp_worker_lockdown(const char *mode)
 	seccomp_release(ctx);
 	if (r == 0)
 		log_debug("seccomp filter installed (mode %s)", mode);
+	return r;
+}
+
+/* ---- the sandbox's filters ---- */
+
+/* What user code never needs; EPERM so a program sees an error it can report, not a crash. */
+static const char *const jail_deny[] = {
+	"ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "mount", "umount2",
+	"pivot_root", "chroot", "unshare", "setns", "move_mount", "open_tree", "fsopen",
+	"fsconfig", "fsmount", "fspick", "mount_setattr", "bpf", "perf_event_open", "kexec_load",
+	"kexec_file_load", "keyctl", "add_key", "request_key", "init_module", "finit_module",
+	"delete_module", "swapon", "swapoff", "reboot", "acct", "quotactl", "quotactl_fd",
+	"open_by_handle_at", "name_to_handle_at", "userfaultfd", "iopl", "ioperm",
+	"lookup_dcookie", "clock_settime", "clock_adjtime", "settimeofday", "adjtimex", "syslog",
+	"fanotify_init", "vhangup", "sethostname", "setdomainname", "personality", "uselib",
+	"nfsservctl", "_sysctl", "pciconfig_read", "pciconfig_write", "io_uring_setup",
+};
+
+int seccomp_jail_apply(void)
+{
+	scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+	if (!ctx)
+		return -ENOMEM;
+	int r = 0;
+	uint32_t eperm = SCMP_ACT_ERRNO(EPERM);
+	for (size_t i = 0; r == 0 && i < sizeof(jail_deny) / sizeof(jail_deny[0]); i++)
+		r = add(ctx, eperm, jail_deny[i], 0, NULL);
+	/* new namespaces through clone: any CLONE_NEW* flag */
+	static const unsigned long ns_flags[] = { CLONE_NEWUSER, CLONE_NEWNS, CLONE_NEWPID,
+						  CLONE_NEWNET, CLONE_NEWUTS, CLONE_NEWIPC,
+						  CLONE_NEWCGROUP };
+	for (size_t i = 0; r == 0 && i < sizeof(ns_flags) / sizeof(ns_flags[0]); i++) {
+		struct scmp_arg_cmp f = SCMP_A0(SCMP_CMP_MASKED_EQ, ns_flags[i], ns_flags[i]);
+		r = add(ctx, eperm, "clone", 1, &f);
+	}
+	/* clone3's flags are out of a filter's reach: make libc fall back to clone */
+	if (r == 0)
+		r = add(ctx, SCMP_ACT_ERRNO(ENOSYS), "clone3", 0, NULL);
+	/* packet sockets, and raw sockets of any family */
+	struct scmp_arg_cmp packet = SCMP_A0(SCMP_CMP_EQ, AF_PACKET);
+	if (r == 0)
+		r = add(ctx, eperm, "socket", 1, &packet);
+	struct scmp_arg_cmp raw = SCMP_A1(SCMP_CMP_MASKED_EQ, 0xf, SOCK_RAW);
+	if (r == 0)
+		r = add(ctx, eperm, "socket", 1, &raw);
+	if (r == 0)
+		r = seccomp_load(ctx);
+	seccomp_release(ctx);
+	return r;
+}
+
+/* user_rules - the user program's filter, built but not loaded */
+static scmp_filter_ctx user_rules(int agent_pid)
+{
+	scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+	if (!ctx)
+		return NULL;
+	int r = 0;
+	/* pids are ints in a 64-bit register: compare the low 32 bits */
+	const int32_t protect[] = { 1, -1, agent_pid, -agent_pid };
+	static const char *const calls[] = { "kill", "tgkill", "tkill", "pidfd_open" };
+	for (size_t c = 0; r == 0 && c < 4; c++)
+		for (size_t i = 0; r == 0 && i < 4; i++) {
+			struct scmp_arg_cmp a = SCMP_A0(SCMP_CMP_MASKED_EQ, 0xffffffffu,
+							(scmp_datum_t)(uint32_t)protect[i]);
+			r = add(ctx, SCMP_ACT_ERRNO(EPERM), calls[c], 1, &a);
+		}
+	if (r != 0) {
+		seccomp_release(ctx);
+		return NULL;
+	}
+	return ctx;
+}
+
+int seccomp_user_apply(int agent_pid)
+{
+	scmp_filter_ctx ctx = user_rules(agent_pid);
+	if (!ctx)
+		return -ENOMEM;
+	int r = seccomp_load(ctx);
+	seccomp_release(ctx);
+	return r;
+}
+
+int seccomp_user_prepare(int agent_pid, struct sock_fprog *prog)
+{
+	scmp_filter_ctx ctx = user_rules(agent_pid);
+	if (!ctx)
+		return -ENOMEM;
+	/* libseccomp 2.5 exports only to a descriptor: go through a memfd */
+	int fd = memfd_create("kg-seccomp", MFD_CLOEXEC);
+	int r = fd < 0 ? -errno : seccomp_export_bpf(ctx, fd);
+	seccomp_release(ctx);
+	if (r == 0) {
+		off_t size = lseek(fd, 0, SEEK_END);
+		struct sock_filter *f = size > 0 ? malloc((size_t)size) : NULL;
+		if (!f || pread(fd, f, (size_t)size, 0) != size) {
+			free(f);
+			r = -EIO;
+		} else {
+			prog->filter = f;
+			prog->len = (unsigned short)((size_t)size / sizeof(struct sock_filter));
+		}
+	}
+	if (fd >= 0)
+		close(fd);
 	return r;
 }

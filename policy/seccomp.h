@@ -15,3 +15,22 @@
 int seccomp_worker_lockdown(const char *mode);
 
 #endif
+
+/*
+ * seccomp_jail_apply - the filter on everything in a local sandbox (agent, go, user programs):
+ * allow by default, and fail with EPERM what user code never needs: ptrace, mount and friends,
+ * namespaces (unshare, setns, clone with CLONE_NEW*), bpf, perf_event_open, kexec, keyctl,
+ * modules, raw and packet sockets, and the like. Needs no_new_privs (or CAP_SYS_ADMIN).
+ */
+int seccomp_jail_apply(void);
+
+/*
+ * seccomp_user_apply - extra rules for the user's program itself, installed by the agent just
+ * before exec: it may not signal its parent (the agent), pid 1 of the sandbox, or everyone (-1).
+ */
+int seccomp_user_apply(int agent_pid);
+
+/* seccomp_user_prepare - the same rules compiled to a BPF program, for a forked child of a
+ * threaded process to install with prctl alone (no allocation after fork). Free prog->filter. */
+struct sock_fprog;
+int seccomp_user_prepare(int agent_pid, struct sock_fprog *prog);

@@ -12,6 +12,7 @@ require (
 	cloud.google.com/go/iam v1.15.1
 	cloud.google.com/go/logging v1.21.1
 	cloud.google.com/go/longrunning v1.5.0
+	cloud.google.com/go/pubsub v1.52.0
 	cloud.google.com/go/pubsub/v2 v2.9.0
 	cloud.google.com/go/resourcemanager v1.18.1
 	cloud.google.com/go/secretmanager v1.24.0

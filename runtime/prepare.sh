@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # runtime/prepare.sh - download and precompile the Go runtime caches.
 #
-# Called by `make runtime` (RUNTIME_DIR=... runtime/prepare.sh) and by the
-# image build in packaging/. It fills, under $RUNTIME_DIR:
+# Called by `make runtime` (RUNTIME_DIR=... runtime/prepare.sh); an image
+# build can call it the same way. It fills, under $RUNTIME_DIR:
 #
 #   lock/go.mod, lock/go.sum   the lockfile the agent writes into each /app
 #   gomodcache/                GOMODCACHE: every module the lockfile needs
-#   gocache/                   GOCACHE: the lockfile's packages and all of std,
-#                              compiled with the agent's exact flags
+#   gocache/                   GOCACHE: the warm-up's packages and all of std,
+#                              compiled with the agent's exact flags, and the
+#                              go command's index of the module cache
 #   stamp                      hash of what the caches were built from
 #
 # The agent's builds hit this cache only if they use the same environment and
@@ -22,6 +23,11 @@ umask 022
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 RUNTIME_DIR=${RUNTIME_DIR:-/var/cache/kode-gopher/runtime}
 RUNTIME_DIR=${RUNTIME_DIR%/}
+# GOMODCACHE and GOCACHE must be absolute, and the builds run elsewhere.
+case $RUNTIME_DIR in
+/*) ;;
+*) RUNTIME_DIR=$PWD/$RUNTIME_DIR ;;
+esac
 GO=${GO:-go}
 
 # say - one progress line on stderr

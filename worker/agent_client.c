@@ -100,7 +100,7 @@ static int ac_line(struct ac_xfer *x, const char *s, size_t n)
 		return -1;
 	}
 	json_error_t jerr;
-	json_t *ev = json_loadb(s, n, JSON_REJECT_DUPLICATES, &jerr);
+	json_t *ev = json_loadb(s, n, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
 	const char *name = json_string_value(json_object_get(ev, "event"));
 	if (!json_is_object(ev) || !name) {
 		json_decref(ev);
@@ -434,7 +434,7 @@ static void ac_xfer_free(struct ac_xfer *x)
 static int ac_answer(struct ac_xfer *x, json_t **out, char *err, size_t errlen)
 {
 	json_error_t jerr;
-	json_t *j = x->len ? json_loadb(x->buf, x->len, JSON_REJECT_DUPLICATES, &jerr) : NULL;
+	json_t *j = x->len ? json_loadb(x->buf, x->len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr) : NULL;
 	if (!json_is_object(j)) {
 		json_decref(j);
 		snprintf(err, errlen, "the sandbox's answer is not a JSON object");

@@ -249,7 +249,8 @@ static void mcp_notification(struct session *s, const char *method, json_t *para
 void mcp_handle(struct session *s, uint32_t seq, const char *msg, size_t len, bool replay)
 {
 	json_error_t jerr;
-	json_t *root = json_loadb(msg, len, JSON_REJECT_DUPLICATES, &jerr);
+	/* any JSON value parses: a bare 42 is valid JSON but not JSON-RPC (-32600, not -32700) */
+	json_t *root = json_loadb(msg, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
 	if (!root) {
 		char m[300];
 		snprintf(m, sizeof(m), "Parse error: the message is not valid JSON (%s at line %d, column %d)",

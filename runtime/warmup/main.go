@@ -62,7 +62,9 @@ import (
 	// BigQuery.
 	_ "cloud.google.com/go/bigquery"
 
-	// Pub/Sub (v2 client; apiv1 holds the admin clients).
+	// Pub/Sub: the v2 client (apiv1 holds its admin clients), and the
+	// deprecated v1 client that much existing code still imports.
+	_ "cloud.google.com/go/pubsub"
 	_ "cloud.google.com/go/pubsub/v2"
 	_ "cloud.google.com/go/pubsub/v2/apiv1"
 	_ "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"

@@ -185,7 +185,10 @@ test('a message just under the limit is accepted and reaches the tool', { timeou
 	const line = bigRequestLine(5, 3 * MiB);
 	assert.ok(line.length < 4 * MiB);
 	await r.write(line);
-	const res = await r.response(5, { timeout: 100_000 });
+	const res = await r.response(5, { timeout: 60_000 });
 	assert.ok(res.result, JSON.stringify(res).slice(0, 500));
+	assert.equal(res.result.isError, true);
+	assert.equal(res.result.structuredContent?.phase, 'normalize', JSON.stringify(res).slice(0, 500));
+	assert.match(res.result.structuredContent.result.message, /main\.go is \d+ bytes; the limit is \d+ bytes/);
 	await pingWorks(r);
 });

@@ -64,7 +64,8 @@ export function cmdline(pid) {
 	}
 }
 
-/* procStat - {pid, comm, state, ppid} from /proc/PID/stat; null if it is gone */
+/* procStat - {pid, comm, state, ppid, start} from /proc/PID/stat; null if it is gone.
+ * start (clock ticks after boot) tells a process from a later one that reused its pid. */
 export function procStat(pid) {
 	let s;
 	try {
@@ -74,7 +75,10 @@ export function procStat(pid) {
 	}
 	const close = s.lastIndexOf(')');
 	const rest = s.slice(close + 2).split(' ');
-	return { pid: Number(pid), comm: s.slice(s.indexOf('(') + 1, close), state: rest[0], ppid: Number(rest[1]) };
+	return {
+		pid: Number(pid), comm: s.slice(s.indexOf('(') + 1, close), state: rest[0], ppid: Number(rest[1]),
+		start: rest[19],
+	};
 }
 
 /* procStatus - /proc/PID/status as an object of strings (VmRSS: "1234 kB", ...); null if gone */
@@ -203,28 +207,45 @@ function footprint(h) {
 	return [...pids];
 }
 
+/* identify - pids as {pid, start}, so a pid reused later is never taken for ours */
+function identify(pids) {
+	return pids.map((pid) => ({ pid, start: procStat(pid)?.start })).filter((e) => e.start);
+}
+
+/* stillOurs - the entries whose process is alive and still the same process */
+function stillOurs(entries) {
+	return entries.filter((e) => {
+		const st = procStat(e.pid);
+		return st && st.start === e.start && st.state !== 'Z' && st.state !== 'X';
+	});
+}
+
 /* reap - close one handle, then SIGKILL whatever of it is still alive; returns the survivors */
 async function reap(h, why) {
 	if (h.reaped)
 		return [];
 	h.reaped = true;
 	live.delete(h);
-	const before = footprint(h);
+	const before = identify(footprint(h));
 	try {
 		await Promise.race([h.shutdown(), sleep(5000)]);
 	} catch { /* closing is best effort here */ }
-	const left = await waitFor(() => {
-		const l = [...new Set([...before, ...footprint(h)])].filter(isAlive);
-		return l.length === 0 ? [] : null;
-	}, { timeout: 3000, what: 'exit' }).catch(() => [...new Set([...before, ...footprint(h)])].filter(isAlive));
-	for (const p of left) {
-		process.stderr.write(`# e2e guard (${why}): killing leftover pid ${p}: ${cmdline(p)}\n`);
+	const survivors = () => {
+		const seen = new Map(before.map((e) => [e.pid, e]));
+		for (const e of identify(footprint(h)))
+			seen.set(e.pid, e);
+		return stillOurs([...seen.values()]);
+	};
+	const left = await waitFor(() => (survivors().length === 0 ? [] : null), { timeout: 3000, what: 'exit' })
+		.catch(() => survivors());
+	for (const { pid } of left) {
+		process.stderr.write(`# e2e guard (${why}): killing leftover pid ${pid}: ${cmdline(pid)}\n`);
 		try {
-			process.kill(p, 'SIGKILL');
+			process.kill(pid, 'SIGKILL');
 		} catch { /* already gone */ }
 	}
 	removeTree(h.sandboxRoot);
-	return left;
+	return left.map((e) => e.pid);
 }
 
 /* removeTree - rm -rf, coping with the read-only directories of Go's module cache */

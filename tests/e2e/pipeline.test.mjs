@@ -118,6 +118,7 @@ test('program with os.Exit(3) → mode program, exit_code 3, its output', T, asy
 	assert.equal(s.phase, 'run', show(s));
 	assert.equal(s.mode, 'program');
 	assert.equal(s.exit_code, 3);
+	assert.equal(s.result.kind, 'exit', show(s));
 	assert.equal(s.stdout, 'hello from main\n');
 	assert.equal(res.isError, true, 'a non-zero exit is something to look at');
 });
@@ -127,6 +128,7 @@ test('program exiting 0 → isError false', T, async () => {
 	assert.equal(s.mode, 'program', show(s));
 	assert.equal(s.exit_code, 0);
 	assert.equal(s.stdout, 'fine');
+	assert.equal(s.result.kind, 'ok');
 	assert.equal(res.isError, false, show(s));
 });
 

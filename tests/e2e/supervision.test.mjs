@@ -16,6 +16,7 @@ import {
 } from './lib.mjs';
 
 const T = { timeout: 240_000 };
+const Q = { timeout: 60_000 }; /* a call that should take a second: fail fast if it hangs */
 
 const SLEEPER = 'package snippet\n\nimport (\n\t"context"\n\t"time"\n)\n\n' +
 	'func run(ctx context.Context) (any, error) {\n\ttime.Sleep(30 * time.Second)\n\treturn 1, nil\n}\n';
@@ -61,7 +62,7 @@ test('worker SIGKILLed mid-call: the call errors, the next call works on the sam
 	// a fresh worker, and the session goes on: initialize was replayed to it
 	const w2 = await waitFor(() => workerPid(s.pid), { timeout: 15_000, what: 'a new worker' });
 	assert.notEqual(w2, worker);
-	const res = await callTool(s.client, 'execute_go_code', { code: QUICK('"after the crash"') });
+	const res = await callTool(s.client, 'execute_go_code', { code: QUICK('"after the crash"') }, Q);
 	assert.equal(sc(res)?.result?.kind, 'ok', JSON.stringify(sc(res)));
 	assert.equal(sc(res).result.value, 'after the crash');
 	const { tools } = await s.client.listTools();
@@ -74,7 +75,7 @@ test('worker SIGKILLed mid-call: the call errors, the next call works on the sam
 
 test('worker SIGKILLed while idle: the next call works', T, async () => {
 	const s = await connect();
-	const first = await callTool(s.client, 'execute_go_code', { code: QUICK(1) });
+	const first = await callTool(s.client, 'execute_go_code', { code: QUICK(1) }, Q);
 	assert.equal(sc(first)?.result?.kind, 'ok', JSON.stringify(sc(first)));
 	const w = workerPid(s.pid);
 	assert.ok(w, 'found the worker');
@@ -85,20 +86,48 @@ test('worker SIGKILLed while idle: the next call works', T, async () => {
 		return n && n !== w;
 	}, { timeout: 15_000, what: 'a new worker' });
 	assert.deepEqual(await s.client.ping(), {});
-	const res = await callTool(s.client, 'execute_go_code', { code: QUICK(2) });
+	const res = await callTool(s.client, 'execute_go_code', { code: QUICK(2) }, Q);
 	assert.equal(sc(res)?.result?.value, 2, JSON.stringify(sc(res)));
 });
 
 test('two crashes in a row: the session still goes on', T, async () => {
 	const s = await connect();
+	let w = await waitFor(() => workerPid(s.pid), { timeout: 15_000, what: 'a worker' });
 	for (let i = 0; i < 2; i++) {
-		const w = await waitFor(() => workerPid(s.pid), { timeout: 15_000, what: 'a worker' });
 		await s.client.ping();
 		process.kill(w, 'SIGKILL');
-		await waitFor(() => !isAlive(w), { timeout: 5000, what: 'the worker to die' });
+		const old = w;
+		w = await waitFor(() => {
+			const n = workerPid(s.pid);
+			return n && n !== old ? n : null;
+		}, { timeout: 15_000, what: 'a new worker' });
 	}
-	const res = await callTool(s.client, 'execute_go_code', { code: QUICK(3) });
+	const res = await callTool(s.client, 'execute_go_code', { code: QUICK(3) }, Q);
 	assert.equal(sc(res)?.result?.value, 3, JSON.stringify(sc(res)));
+});
+
+test('requests sent to a worker that dies before reading them are still answered', T, async () => {
+	// SIGSTOP makes the race deterministic: the master hands both requests to a worker that
+	// never reads them, then the worker dies. Each must get a response (a result from the next
+	// worker, or an error), never silence.
+	const s = await connect();
+	const w = await waitFor(() => workerPid(s.pid), { timeout: 15_000, what: 'a worker' });
+	await s.client.ping();
+	process.kill(w, 'SIGSTOP');
+	const settle = (p) => p.then((v) => ({ ok: v }), (e) => ({ err: e }));
+	const ping = settle(s.client.ping({ timeout: 20_000 }));
+	const call = settle(callTool(s.client, 'execute_go_code', { code: QUICK(6) }, { timeout: 20_000 }));
+	await sleep(500);
+	process.kill(w, 'SIGKILL');
+	for (const [what, p] of [['ping', ping], ['tools/call', call]]) {
+		const r = await p;
+		if (r.err) {
+			assert.ok(r.err instanceof McpError, `${what}: ${r.err}`);
+			assert.notEqual(r.err.code, -32001, `${what} was never answered (the client timed out)`);
+		}
+	}
+	const res = await callTool(s.client, 'execute_go_code', { code: QUICK(7) }, Q);
+	assert.equal(sc(res)?.result?.value, 7, JSON.stringify(sc(res)));
 });
 
 /* everything of a session that is alive now: serve, its tree, anything in its sandbox root */
@@ -115,7 +144,7 @@ async function closeAndTime(s) {
 
 test('stdin EOF while idle: serve and all its children exit within about a second', T, async () => {
 	const s = await connect();
-	const res = await callTool(s.client, 'execute_go_code', { code: QUICK(4) });
+	const res = await callTool(s.client, 'execute_go_code', { code: QUICK(4) }, Q);
 	assert.equal(sc(res)?.result?.value, 4, JSON.stringify(sc(res)));
 	const procs = footprint(s);
 	assert.ok(procs.length >= 3, `serve, worker and agent: ${procs.map((p) => `${p}:${cmdline(p)}`).join(', ')}`);
@@ -140,7 +169,7 @@ test('stdin EOF during a running call: everything exits within about a second', 
 
 test('SIGTERM: serve exits and takes its children with it', T, async () => {
 	const s = await connect();
-	await callTool(s.client, 'execute_go_code', { code: QUICK(5) });
+	await callTool(s.client, 'execute_go_code', { code: QUICK(5) }, Q);
 	const procs = footprint(s);
 	process.kill(s.pid, 'SIGTERM');
 	await waitFor(() => procs.every((p) => !isAlive(p)), { timeout: 3000, what: 'every process to exit' })

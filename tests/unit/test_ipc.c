@@ -211,6 +211,25 @@ static void test_oversized(void **st)
 	free(payload);
 }
 
+/* the decoded message must not point into the caller's buffer (nng frees it at once) */
+static void test_outlives_buffer(void **st)
+{
+	(void)st;
+	struct ipc_buf b;
+	struct ipc_msg m;
+	assert_int_equal(ipc_pack_req_mcp(&b, 3, "{\"x\":1}", 7, false), 0);
+	char *copy = malloc(b.sb.size);
+	memcpy(copy, b.sb.data, b.sb.size);
+	size_t n = b.sb.size;
+	ipc_buf_free(&b);
+	assert_int_equal(ipc_decode(copy, n, &m), 0);
+	memset(copy, 0xAA, n);
+	free(copy);
+	assert_int_equal(m.u.mcp.msg.len, 7);
+	assert_memory_equal(m.u.mcp.msg.ptr, "{\"x\":1}", 7);
+	ipc_msg_free(&m);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -221,6 +240,7 @@ int main(void)
 		cmocka_unit_test(test_trailing_bytes),
 		cmocka_unit_test(test_wrong_version_type_keys),
 		cmocka_unit_test(test_oversized),
+		cmocka_unit_test(test_outlives_buffer),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,566 @@
+/*
+ * jail.c - `kode-gopher jail`: build the local sandbox and exec the agent inside it.
+ *
+ * Started by the master (master/sandbox_local.c) as a fresh process for each local sandbox:
+ *
+ *   A  jail (host pid namespace): cgroups (memory, pids) where the host lets us write them; as
+ *      root, switch to this sandbox's own unprivileged host uid; unshare user, mount, pid, ipc,
+ *      uts (and net with --network none) namespaces; map uid 1000 inside to that one host uid.
+ *      Waits for B and exits with its status; killing A's process group kills the jail.
+ *   B  pid 1 of the new pid namespace: builds the file system (tmpfs root, the host's /usr and a
+ *      few /etc files read-only, per-session overlays on the base Go caches, /app, a private
+ *      /tmp, /proc, a minimal /dev), pivots into it, drops every capability, and reaps orphans.
+ *   C  the agent: rlimits, no capabilities, no_new_privs, the jail's seccomp filter, then exec.
+ *
+ * Sandbox directory layout (made by the master, owned by the sandbox uid when we are root):
+ *   DIR/app  DIR/state  DIR/sock/agent.sock  DIR/cache/{gomod,gocache}/{upper,work}  DIR/root
+ */
+#include "policy/jail.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <grp.h>
+#include <limits.h>
+#include <linux/capability.h>
+#include <openssl/rand.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ipc/log.h"
+#include "policy/seccomp.h"
+
+struct jail_opts {
+	const char *dir, *name, *runtime;
+	bool network;
+	long long memory; /* bytes; 0: no limit */
+	long pids;
+	char **agent_argv;
+};
+
+static const char jail_usage[] =
+	"usage: kode-gopher jail --dir DIR --name NAME --runtime-dir DIR [options] -- AGENT-ARGS...\n"
+	"\n"
+	"Internal: builds a local sandbox and runs `kode-gopher agent AGENT-ARGS` inside it. Started\n"
+	"by `kode-gopher serve` for each sandbox.\n"
+	"\n"
+	"options:\n"
+	"  --memory BYTES     memory limit through the memory cgroup (default 4 GiB)\n"
+	"  --pids N           process limit through the pids cgroup and RLIMIT_NPROC (default 512)\n"
+	"  --network on|none  share the host's network (default) or have none\n"
+	"  --log-level LEVEL  debug, info, warn, error or off\n";
+
+/* die - the jail could not be built: say what failed, and exit 1 */
+static void __attribute__((noreturn, format(printf, 1, 2))) die(const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	log_error("cannot build the sandbox: %s", msg);
+	_exit(1);
+}
+
+/* write_file - whole small string into a file (proc and cgroup knobs) */
+static int write_file(const char *path, const char *s)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	ssize_t n = write(fd, s, strlen(s));
+	int e = errno;
+	close(fd);
+	return n == (ssize_t)strlen(s) ? 0 : -(n < 0 ? e : EIO);
+}
+
+/* ---- cgroups ---- */
+
+/* cg_path - a cgroup v1 controller's directory for this sandbox */
+static void cg_path(char *out, size_t cap, const char *controller, const char *name)
+{
+	snprintf(out, cap, "/sys/fs/cgroup/%s/kode-gopher/%s", controller, name);
+}
+
+/* cg_join - create the sandbox's cgroup under one controller, set a knob, move us in */
+static bool cg_join(const char *controller, const char *name, const char *knob, const char *value)
+{
+	char dir[PATH_MAX], p[PATH_MAX + 64];
+	snprintf(dir, sizeof(dir), "/sys/fs/cgroup/%s/kode-gopher", controller);
+	if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+		return false;
+	cg_path(dir, sizeof(dir), controller, name);
+	if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+		return false;
+	snprintf(p, sizeof(p), "%s/%s", dir, knob);
+	if (write_file(p, value) != 0)
+		return false;
+	char pid[24];
+	snprintf(pid, sizeof(pid), "%d", (int)getpid());
+	snprintf(p, sizeof(p), "%s/cgroup.procs", dir);
+	return write_file(p, pid) == 0;
+}
+
+/* jail_cgroup_remove - called by the master once the jail is gone */
+void jail_cgroup_remove(const char *name)
+{
+	static const char *const ctl[] = { "memory", "pids" };
+	char dir[PATH_MAX];
+	for (size_t i = 0; i < 2; i++) {
+		cg_path(dir, sizeof(dir), ctl[i], name);
+		rmdir(dir);
+	}
+}
+
+/* jail_cgroups - memory and pids limits; false when the host does not let us */
+static bool jail_cgroups(const struct jail_opts *o)
+{
+	char v[32];
+	bool mem = true, pids = true;
+	if (o->memory > 0) {
+		snprintf(v, sizeof(v), "%lld", o->memory);
+		mem = cg_join("memory", o->name, "memory.limit_in_bytes", v);
+		if (mem) {
+			char p[PATH_MAX + 32];
+			cg_path(p, sizeof(p), "memory", o->name);
+			strcat(p, "/memory.memsw.limit_in_bytes");
+			write_file(p, v); /* no swap beyond the limit, where swap accounting exists */
+		}
+	}
+	if (o->pids > 0) {
+		snprintf(v, sizeof(v), "%ld", o->pids);
+		pids = cg_join("pids", o->name, "pids.max", v);
+	}
+	if (!mem || !pids)
+		log_warn("sandbox %s: the host does not let us set %s%s%s limits through cgroups; "
+			 "rlimits only", o->name, mem ? "" : "memory", !mem && !pids ? " and " : "",
+			 pids ? "" : "process");
+	return mem && pids;
+}
+
+/* ---- identity ---- */
+
+/* chown_tree - hand a fresh sandbox's writable directories to its uid (root only) */
+static void chown_tree(const char *path, uid_t uid, gid_t gid)
+{
+	struct stat st;
+	if (lstat(path, &st) != 0)
+		return;
+	lchown(path, uid, gid);
+	if (!S_ISDIR(st.st_mode))
+		return;
+	DIR *d = opendir(path);
+	if (!d)
+		return;
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL) {
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+			continue;
+		char p[PATH_MAX];
+		if ((size_t)snprintf(p, sizeof(p), "%s/%s", path, e->d_name) < sizeof(p))
+			chown_tree(p, uid, gid);
+	}
+	closedir(d);
+}
+
+/* jail_host_uid - as root: the sandbox's own uid (kept across reattach); else our own */
+static uid_t jail_host_uid(const struct jail_opts *o)
+{
+	if (getuid() != 0)
+		return getuid();
+	char app[PATH_MAX];
+	struct stat st;
+	snprintf(app, sizeof(app), "%s/app", o->dir);
+	if (stat(app, &st) == 0 && st.st_uid >= JAIL_HOST_UID_BASE &&
+	    st.st_uid < JAIL_HOST_UID_BASE + JAIL_HOST_UID_SPAN)
+		return st.st_uid;
+	uint32_t r = 0;
+	if (RAND_bytes((unsigned char *)&r, sizeof(r)) != 1)
+		die("no randomness for a sandbox uid");
+	uid_t uid = JAIL_HOST_UID_BASE + r % JAIL_HOST_UID_SPAN;
+	char cache[PATH_MAX];
+	snprintf(cache, sizeof(cache), "%s/cache", o->dir);
+	mkdir(cache, 0700);
+	chown_tree(o->dir, uid, uid); /* a fresh or re-owned sandbox: everything in it is its own */
+	return uid;
+}
+
+/* ---- the file system ---- */
+
+static char jail_root[PATH_MAX];
+
+/* at - a path under the new root */
+static const char *at(const char *sub)
+{
+	static char buf[4][PATH_MAX];
+	static int i;
+	i = (i + 1) % 4;
+	if ((size_t)snprintf(buf[i], sizeof(buf[i]), "%s%s", jail_root, sub) >= sizeof(buf[i]))
+		die("path too long under %s", jail_root);
+	return buf[i];
+}
+
+/* mkdirs - mkdir -p */
+static void mkdirs(const char *path, mode_t mode)
+{
+	char tmp[PATH_MAX];
+	snprintf(tmp, sizeof(tmp), "%s", path);
+	for (char *p = tmp + 1; *p; p++)
+		if (*p == '/') {
+			*p = '\0';
+			mkdir(tmp, 0755);
+			*p = '/';
+		}
+	if (mkdir(tmp, mode) != 0 && errno != EEXIST)
+		die("mkdir %s: %s", path, strerror(errno));
+}
+
+/* touch - an empty file to bind a file onto */
+static void touch(const char *path)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+	if (fd < 0)
+		die("create %s: %s", path, strerror(errno));
+	close(fd);
+}
+
+/* locked_flags - the flags a bind remount must keep (the kernel locks them in a user ns) */
+static unsigned long locked_flags(const char *path)
+{
+	struct statvfs sv;
+	unsigned long f = 0;
+	if (statvfs(path, &sv) != 0)
+		return 0;
+	if (sv.f_flag & ST_NOSUID)
+		f |= MS_NOSUID;
+	if (sv.f_flag & ST_NODEV)
+		f |= MS_NODEV;
+	if (sv.f_flag & ST_NOEXEC)
+		f |= MS_NOEXEC;
+	if (sv.f_flag & ST_NOATIME)
+		f |= MS_NOATIME;
+	if (sv.f_flag & ST_NODIRATIME)
+		f |= MS_NODIRATIME;
+	if (sv.f_flag & ST_RELATIME)
+		f |= MS_RELATIME;
+	return f;
+}
+
+/* bind - bind src onto dst (which exists), read-only unless rw */
+static void bind(const char *src, const char *dst, bool rw)
+{
+	if (mount(src, dst, NULL, MS_BIND | MS_REC, NULL) != 0)
+		die("bind %s: %s", src, strerror(errno));
+	unsigned long f = MS_BIND | MS_REMOUNT | MS_NOSUID | locked_flags(src);
+	if (!rw)
+		f |= MS_RDONLY;
+	if (mount(NULL, dst, NULL, f, NULL) != 0 && !rw)
+		die("make %s read-only: %s", dst, strerror(errno));
+}
+
+/* bind_file_ro - one host file, if it exists, read-only at the same place in the jail */
+static void bind_file_ro(const char *path)
+{
+	struct stat st;
+	if (stat(path, &st) != 0)
+		return;
+	if (S_ISDIR(st.st_mode))
+		mkdirs(at(path), 0755);
+	else
+		touch(at(path));
+	bind(path, at(path), false);
+}
+
+/* overlay - a per-session writable layer over a read-only base cache */
+static void overlay(const char *base, const char *dir, const char *which, const char *target)
+{
+	char upper[PATH_MAX], work[PATH_MAX], opts[3 * PATH_MAX + 64];
+	snprintf(upper, sizeof(upper), "%s/cache/%s/upper", dir, which);
+	snprintf(work, sizeof(work), "%s/cache/%s/work", dir, which);
+	mkdirs(upper, 0755);
+	mkdirs(work, 0755);
+	snprintf(opts, sizeof(opts), "lowerdir=%s,upperdir=%s,workdir=%s,userxattr", base, upper, work);
+	if (mount("overlay", at(target), "overlay", MS_NOSUID | MS_NODEV, opts) != 0)
+		die("overlay on %s: %s (the kernel needs overlayfs in user namespaces, Linux 5.11+)",
+		    base, strerror(errno));
+}
+
+/* jail_fs - the sandbox's whole file system; ends with us inside it */
+static void jail_fs(const struct jail_opts *o)
+{
+	char p[PATH_MAX], self[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n <= 0)
+		die("cannot find our own binary");
+	self[n] = '\0';
+	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)
+		die("make mounts private: %s", strerror(errno));
+	snprintf(jail_root, sizeof(jail_root), "%s/root", o->dir);
+	mkdirs(jail_root, 0755);
+	if (mount("tmpfs", jail_root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=16m") != 0)
+		die("tmpfs root: %s", strerror(errno));
+
+	/* the host's programs and libraries, read-only; /bin and friends as the host has them */
+	mkdirs(at("/usr"), 0755);
+	bind("/usr", at("/usr"), false);
+	static const char *const top[] = { "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32" };
+	for (size_t i = 0; i < sizeof(top) / sizeof(top[0]); i++) {
+		char link[PATH_MAX];
+		ssize_t l = readlink(top[i], link, sizeof(link) - 1);
+		struct stat st;
+		if (l > 0) {
+			link[l] = '\0';
+			if (symlink(link, at(top[i])) != 0)
+				die("symlink %s: %s", top[i], strerror(errno));
+		} else if (stat(top[i], &st) == 0 && S_ISDIR(st.st_mode)) {
+			mkdirs(at(top[i]), 0755);
+			bind(top[i], at(top[i]), false);
+		}
+	}
+	/* only the /etc a Go program needs: name resolution, TLS roots, time zones */
+	mkdirs(at("/etc"), 0755);
+	static const char *const etc[] = { "/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf",
+					   "/etc/host.conf", "/etc/gai.conf", "/etc/services",
+					   "/etc/protocols", "/etc/localtime", "/etc/ssl",
+					   "/etc/ca-certificates", "/etc/pki" };
+	for (size_t i = 0; i < sizeof(etc) / sizeof(etc[0]); i++)
+		bind_file_ro(etc[i]);
+	FILE *f = fopen(at("/etc/passwd"), "w");
+	if (f) {
+		fprintf(f, "sandbox:x:%d:%d:kode-gopher sandbox:/app:/bin/sh\n", JAIL_UID, JAIL_UID);
+		fclose(f);
+	}
+	if ((f = fopen(at("/etc/group"), "w"))) {
+		fprintf(f, "sandbox:x:%d:\n", JAIL_UID);
+		fclose(f);
+	}
+	if ((f = fopen(at("/etc/hostname"), "w"))) {
+		fputs("kode-gopher-sandbox\n", f);
+		fclose(f);
+	}
+
+	/* the Go caches: the base read-only, this session's writes in an overlay */
+	mkdirs(at(o->runtime), 0755);
+	bind(o->runtime, at(o->runtime), false);
+	snprintf(p, sizeof(p), "%s/gomodcache", o->runtime);
+	overlay(p, o->dir, "gomod", p);
+	snprintf(p, sizeof(p), "%s/gocache", o->runtime);
+	overlay(p, o->dir, "gocache", p);
+	/* go trims cache entries unused for 5 days, judged by trim.txt: in a fresh layer over an
+	 * older base that would delete most of the base. Say a trim just happened. */
+	char trim[PATH_MAX + 16], now[32];
+	snprintf(trim, sizeof(trim), "%s/trim.txt", at(p));
+	snprintf(now, sizeof(now), "%lld\n", (long long)time(NULL));
+	FILE *tf = fopen(trim, "w");
+	if (tf) {
+		fputs(now, tf);
+		fclose(tf);
+	}
+
+	/* the session's own directories */
+	static const struct { const char *sub, *target; } rw[] = {
+		{ "app", JAIL_APP }, { "state", JAIL_STATE }, { "sock", JAIL_SOCK_DIR } };
+	for (size_t i = 0; i < 3; i++) {
+		snprintf(p, sizeof(p), "%s/%s", o->dir, rw[i].sub);
+		mkdirs(at(rw[i].target), 0755);
+		bind(p, at(rw[i].target), true);
+	}
+	touch(at(JAIL_BIN));
+	bind(self, at(JAIL_BIN), false);
+
+	mkdirs(at("/tmp"), 01777);
+	if (mount("tmpfs", at("/tmp"), "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=1g") != 0)
+		die("tmpfs /tmp: %s", strerror(errno));
+	mkdirs(at("/dev"), 0755);
+	if (mount("tmpfs", at("/dev"), "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755,size=64k") != 0)
+		die("tmpfs /dev: %s", strerror(errno));
+	static const char *const devs[] = { "/dev/null", "/dev/zero", "/dev/full", "/dev/random",
+					    "/dev/urandom", "/dev/tty" };
+	for (size_t i = 0; i < sizeof(devs) / sizeof(devs[0]); i++) {
+		struct stat st;
+		if (stat(devs[i], &st) != 0)
+			continue;
+		touch(at(devs[i]));
+		if (mount(devs[i], at(devs[i]), NULL, MS_BIND, NULL) != 0)
+			die("bind %s: %s", devs[i], strerror(errno));
+	}
+	symlink("/proc/self/fd", at("/dev/fd"));
+	symlink("/proc/self/fd/0", at("/dev/stdin"));
+	symlink("/proc/self/fd/1", at("/dev/stdout"));
+	symlink("/proc/self/fd/2", at("/dev/stderr"));
+	mkdirs(at("/proc"), 0555);
+	if (mount("proc", at("/proc"), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0)
+		die("mount /proc: %s", strerror(errno));
+
+	mkdirs(at("/.old"), 0700);
+	if (syscall(SYS_pivot_root, jail_root, at("/.old")) != 0)
+		die("pivot_root: %s", strerror(errno));
+	if (chdir("/") != 0 || umount2("/.old", MNT_DETACH) != 0)
+		die("leave the host's file system: %s", strerror(errno));
+	rmdir("/.old");
+	if (mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) != 0)
+		die("make / read-only: %s", strerror(errno));
+}
+
+/* ---- privileges ---- */
+
+/* drop_caps - no capabilities, now or after any exec */
+static void drop_caps(void)
+{
+	for (int cap = 0; cap <= 63; cap++)
+		prctl(PR_CAPBSET_DROP, cap, 0, 0, 0);
+	prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+	struct __user_cap_header_struct h = { _LINUX_CAPABILITY_VERSION_3, 0 };
+	struct __user_cap_data_struct d[2];
+	memset(d, 0, sizeof(d));
+	if (syscall(SYS_capset, &h, d) != 0)
+		die("drop capabilities: %s", strerror(errno));
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+		die("no_new_privs: %s", strerror(errno));
+}
+
+/* jail_limits - rlimits for the agent and everything it starts */
+static void jail_limits(const struct jail_opts *o, bool cgroups, bool own_uid)
+{
+	struct rlimit core = { 0, 0 }, nofile = { 4096, 4096 }, fsize = { 1ull << 30, 1ull << 30 };
+	setrlimit(RLIMIT_CORE, &core);
+	setrlimit(RLIMIT_NOFILE, &nofile);
+	setrlimit(RLIMIT_FSIZE, &fsize);
+	/* RLIMIT_NPROC counts every process of the uid: only safe when the uid is the sandbox's own */
+	if (own_uid && o->pids > 0) {
+		struct rlimit np = { (rlim_t)o->pids, (rlim_t)o->pids };
+		setrlimit(RLIMIT_NPROC, &np);
+	}
+	if (!cgroups && o->memory > 0) {
+		struct rlimit data = { (rlim_t)o->memory, (rlim_t)o->memory };
+		setrlimit(RLIMIT_DATA, &data);
+	}
+}
+
+/* ---- the three processes ---- */
+
+/* jail_init - B: pid 1 of the sandbox; build the file system, start the agent, reap */
+static int jail_init(const struct jail_opts *o, bool cgroups, bool own_uid)
+{
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	jail_fs(o);
+	sethostname("kode-gopher-sandbox", 19);
+	pid_t agent = fork();
+	if (agent < 0)
+		die("fork the agent: %s", strerror(errno));
+	if (agent == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		jail_limits(o, cgroups, own_uid);
+		drop_caps();
+		if (seccomp_jail_apply() != 0)
+			die("install the sandbox's seccomp filter");
+		const char *proxy = getenv("GOPROXY");
+		char proxyenv[1024];
+		snprintf(proxyenv, sizeof(proxyenv), "GOPROXY=%s", proxy ? proxy : "");
+		char *envp[] = { "PATH=/usr/local/go/bin:/usr/local/bin:/usr/bin:/bin", "HOME=/app",
+				 "LANG=C.UTF-8", "USER=sandbox", "TMPDIR=/tmp",
+				 proxy ? proxyenv : NULL, NULL };
+		execve(JAIL_BIN, o->agent_argv, envp);
+		die("exec the agent: %s", strerror(errno));
+	}
+	drop_caps();
+	int status = 0;
+	for (;;) {
+		pid_t p = wait(&status);
+		if (p == agent)
+			break;
+		if (p < 0 && errno == ECHILD)
+			break;
+	}
+	if (WIFSIGNALED(status))
+		return 128 + WTERMSIG(status);
+	return WEXITSTATUS(status);
+}
+
+int jail_main(int argc, char **argv)
+{
+	struct jail_opts o = { .memory = 4ll << 30, .pids = 512, .network = true };
+	enum log_level lvl = LOG_LVL_INFO;
+	static const struct option opts[] = {
+		{ "dir", required_argument, 0, 'd' },     { "name", required_argument, 0, 'n' },
+		{ "runtime-dir", required_argument, 0, 'r' }, { "memory", required_argument, 0, 'm' },
+		{ "pids", required_argument, 0, 'p' },    { "network", required_argument, 0, 'N' },
+		{ "log-level", required_argument, 0, 'l' }, { "help", no_argument, 0, 'h' },
+		{ 0, 0, 0, 0 }
+	};
+	int c;
+	while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'd': o.dir = optarg; break;
+		case 'n': o.name = optarg; break;
+		case 'r': o.runtime = optarg; break;
+		case 'm': o.memory = atoll(optarg); break;
+		case 'p': o.pids = atol(optarg); break;
+		case 'N': o.network = strcmp(optarg, "none") != 0; break;
+		case 'l': log_parse_level(optarg, &lvl); break;
+		case 'h': fputs(jail_usage, stdout); return 0;
+		default: fputs(jail_usage, stderr); return 2;
+		}
+	}
+	if (!o.dir || !o.name || !o.runtime || optind >= argc) {
+		fputs(jail_usage, stderr);
+		return 2;
+	}
+	o.agent_argv = argv + optind;
+	log_init("jail", lvl);
+
+	bool root = getuid() == 0;
+	bool cgroups = root && jail_cgroups(&o);
+	uid_t uid = jail_host_uid(&o);
+	gid_t gid = root ? (gid_t)uid : getgid();
+	pid_t parent = getppid();
+	if (root) {
+		if (setgroups(0, NULL) != 0 || setresgid(gid, gid, gid) != 0 || setresuid(uid, uid, uid) != 0)
+			die("switch to the sandbox's uid %u: %s", (unsigned)uid, strerror(errno));
+		/* a change of credentials clears the parent-death signal and makes us undumpable,
+		 * which would leave /proc/self/uid_map owned by root: restore both */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
+		if (getppid() != parent)
+			_exit(1);
+	}
+	int flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS;
+	if (!o.network)
+		flags |= CLONE_NEWNET;
+	if (unshare(flags) != 0)
+		die("create namespaces: %s (user namespaces must be enabled: sysctl "
+		    "user.max_user_namespaces, kernel.unprivileged_userns_clone)", strerror(errno));
+	char map[64];
+	snprintf(map, sizeof(map), "%d %u 1\n", JAIL_UID, (unsigned)uid);
+	if (write_file("/proc/self/setgroups", "deny") != 0 || write_file("/proc/self/uid_map", map) != 0)
+		die("map the sandbox uid: %s", strerror(errno));
+	snprintf(map, sizeof(map), "%d %u 1\n", JAIL_UID, (unsigned)gid);
+	if (write_file("/proc/self/gid_map", map) != 0)
+		die("map the sandbox gid: %s", strerror(errno));
+	pid_t init = fork();
+	if (init < 0)
+		die("fork: %s", strerror(errno));
+	if (init == 0)
+		_exit(jail_init(&o, cgroups, root));
+	int status;
+	while (waitpid(init, &status, 0) < 0 && errno == EINTR)
+		;
+	if (WIFSIGNALED(status))
+		return 128 + WTERMSIG(status);
+	return WEXITSTATUS(status);
+}
