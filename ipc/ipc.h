@@ -24,6 +24,8 @@
  *   REQ_SANDBOX       w->m  op:str name:str                       "spawn" | "release" a sandbox
  *   ANS_SANDBOX       m->w  ok:bool error:str socket:str name:str dir:str
  *   REQ_SHUTDOWN      m->w  reason:str                            end the session and exit
+ *   NOTE_SANDBOX      m->w  name:str status:str                   the worker's sandbox ended
+ *                                                                 by itself ("exited with 1")
  */
 #ifndef KG_IPC_H
 #define KG_IPC_H
@@ -52,6 +54,7 @@ enum ipc_type {
 	IPC_REQ_SANDBOX,
 	IPC_ANS_SANDBOX,
 	IPC_REQ_SHUTDOWN,
+	IPC_NOTE_SANDBOX,
 	IPC_TYPE_MAX
 };
 
@@ -72,6 +75,7 @@ struct ipc_state { struct ipc_bytes state; };
 struct ipc_sandbox_req { struct ipc_bytes op, name; };
 struct ipc_sandbox_ans { bool ok; struct ipc_bytes error, socket, name, dir; };
 struct ipc_shutdown { struct ipc_bytes reason; };
+struct ipc_sandbox_note { struct ipc_bytes name, status; };
 
 struct ipc_msg {
 	uint32_t type;
@@ -88,6 +92,7 @@ struct ipc_msg {
 		struct ipc_sandbox_req sandbox_req;
 		struct ipc_sandbox_ans sandbox_ans;
 		struct ipc_shutdown shutdown;
+		struct ipc_sandbox_note sandbox_note;
 	} u;
 	msgpack_unpacked unp; /* the decoded tree; its strings point into raw */
 	char *raw;            /* our copy of the message bytes */
@@ -123,5 +128,6 @@ int ipc_pack_req_sandbox(struct ipc_buf *b, uint32_t seq, const char *op, const 
 int ipc_pack_ans_sandbox(struct ipc_buf *b, uint32_t seq, bool ok, const char *error,
 			 const char *socket, const char *name, const char *dir);
 int ipc_pack_req_shutdown(struct ipc_buf *b, uint32_t seq, const char *reason);
+int ipc_pack_note_sandbox(struct ipc_buf *b, uint32_t seq, const char *name, const char *status);
 
 #endif

@@ -23,6 +23,7 @@ static const char *const ipc_names[IPC_TYPE_MAX] = {
 	[IPC_REQ_SANDBOX] = "REQ_SANDBOX",
 	[IPC_ANS_SANDBOX] = "ANS_SANDBOX",
 	[IPC_REQ_SHUTDOWN] = "REQ_SHUTDOWN",
+	[IPC_NOTE_SANDBOX] = "NOTE_SANDBOX",
 };
 
 /* ipc_type_name - printable name of a message type, for logs */
@@ -180,6 +181,13 @@ static int dec_req_shutdown(const msgpack_object_map *m, struct ipc_msg *o)
 	return DECODE(m, { "reason", F_STR, &o->u.shutdown.reason });
 }
 
+/* dec_note_sandbox - NOTE_SANDBOX: the worker's sandbox ended by itself */
+static int dec_note_sandbox(const msgpack_object_map *m, struct ipc_msg *o)
+{
+	return DECODE(m, { "name", F_STR, &o->u.sandbox_note.name },
+		      { "status", F_STR, &o->u.sandbox_note.status });
+}
+
 typedef int (*ipc_decoder)(const msgpack_object_map *, struct ipc_msg *);
 
 static const ipc_decoder ipc_decoders[IPC_TYPE_MAX] = {
@@ -194,6 +202,7 @@ static const ipc_decoder ipc_decoders[IPC_TYPE_MAX] = {
 	[IPC_REQ_SANDBOX] = dec_req_sandbox,
 	[IPC_ANS_SANDBOX] = dec_ans_sandbox,
 	[IPC_REQ_SHUTDOWN] = dec_req_shutdown,
+	[IPC_NOTE_SANDBOX] = dec_note_sandbox,
 };
 
 /* ipc_decode - check the envelope, then hand the body to its type's decoder */
@@ -404,5 +413,13 @@ int ipc_pack_req_shutdown(struct ipc_buf *b, uint32_t seq, const char *reason)
 {
 	msgpack_packer pk = pack_begin(b, IPC_REQ_SHUTDOWN, seq, 1);
 	pack_str(&pk, "reason", reason);
+	return pack_end(b);
+}
+
+int ipc_pack_note_sandbox(struct ipc_buf *b, uint32_t seq, const char *name, const char *status)
+{
+	msgpack_packer pk = pack_begin(b, IPC_NOTE_SANDBOX, seq, 2);
+	pack_str(&pk, "name", name);
+	pack_str(&pk, "status", status);
 	return pack_end(b);
 }

@@ -106,6 +106,10 @@ bool sandbox_local_reaped(struct worker *w, pid_t pid, int status)
 		 spawn_describe_status(status, how, sizeof(how)));
 	kill(-pid, SIGKILL); /* whatever it left running */
 	w->sandbox_pid = 0;
+	/* tell the worker now, so it need not wait for an agent that will never answer */
+	struct ipc_buf b;
+	if (w->pid > 0 && w->hello && ipc_pack_note_sandbox(&b, 0, w->sandbox_name, how) == 0)
+		spawn_send(w, &b);
 	return true;
 }
 

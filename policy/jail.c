@@ -286,6 +286,42 @@ static void bind_file_ro(const char *path)
 	bind(path, at(path), false);
 }
 
+/* skeleton - mirror the base cache's directories (not module contents) into the upper layer.
+ * Overlayfs checks permissions against the merged directory, whose owner comes from the upper
+ * layer when the directory exists there: without this, the sandbox's uid could not add a new
+ * module or cache entry under the base's root-owned directories. Module version directories
+ * (name@version) are complete and stay read-only; download @v directories take new versions. */
+static void skeleton(int lower, int upper, int depth)
+{
+	DIR *d = fdopendir(dup(lower));
+	if (!d || depth > 32) {
+		if (d)
+			closedir(d);
+		return;
+	}
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL) {
+		if (e->d_name[0] == '.' || e->d_type != DT_DIR)
+			continue;
+		bool at_v = strcmp(e->d_name, "@v") == 0;
+		if (strchr(e->d_name, '@') && !at_v)
+			continue;
+		if (mkdirat(upper, e->d_name, 0755) != 0 && errno != EEXIST)
+			continue;
+		if (at_v)
+			continue;
+		int l = openat(lower, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		int u = openat(upper, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (l >= 0 && u >= 0)
+			skeleton(l, u, depth + 1);
+		if (l >= 0)
+			close(l);
+		if (u >= 0)
+			close(u);
+	}
+	closedir(d);
+}
+
 /* overlay - a per-session writable layer over a read-only base cache */
 static void overlay(const char *base, const char *dir, const char *which, const char *target)
 {
@@ -294,6 +330,14 @@ static void overlay(const char *base, const char *dir, const char *which, const 
 	snprintf(work, sizeof(work), "%s/cache/%s/work", dir, which);
 	mkdirs(upper, 0755);
 	mkdirs(work, 0755);
+	int l = open(base, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int u = open(upper, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (l >= 0 && u >= 0)
+		skeleton(l, u, 0);
+	if (l >= 0)
+		close(l);
+	if (u >= 0)
+		close(u);
 	snprintf(opts, sizeof(opts), "lowerdir=%s,upperdir=%s,workdir=%s,userxattr", base, upper, work);
 	if (mount("overlay", at(target), "overlay", MS_NOSUID | MS_NODEV, opts) != 0)
 		die("overlay on %s: %s (the kernel needs overlayfs in user namespaces, Linux 5.11+)",

@@ -86,6 +86,12 @@ static void on_ans_sandbox(struct session *s, struct ipc_msg *m)
 	sandbox_answer(s, m);
 }
 
+/* on_sandbox_note - the master saw our sandbox end by itself */
+static void on_sandbox_note(struct session *s, struct ipc_msg *m)
+{
+	sandbox_gone(s, m);
+}
+
 /* on_shutdown - end the session */
 static void on_shutdown(struct session *s, struct ipc_msg *m)
 {
@@ -109,6 +115,7 @@ static const struct {
 	{ IPC_REQ_MCP_TOOBIG, LIVE, on_toobig },
 	{ IPC_ANS_SANDBOX, LIVE, on_ans_sandbox }, /* and only when one was asked for */
 	{ IPC_REQ_SHUTDOWN, LIVE, on_shutdown },
+	{ IPC_NOTE_SANDBOX, LIVE, on_sandbox_note },
 };
 
 /* worker_dispatch - run the handler the state permits, or die */

@@ -24,6 +24,7 @@ void sandbox_request(struct session *s, const char *op)
 {
 	struct ipc_buf b;
 	pthread_mutex_lock(&s->mu);
+	s->sandbox_gone[0] = '\0';
 	s->sandbox_pending = true;
 	s->sandbox_answered = false;
 	s->sandbox_seq = session_next_seq(s);
@@ -49,6 +50,20 @@ void sandbox_answer(struct session *s, const struct ipc_msg *m)
 	log_debug("sandbox %s: %s", s->sandbox_name, a->ok ? "started" : s->sandbox_error);
 }
 
+/* sandbox_gone - main thread: the master reaped our sandbox's jail */
+void sandbox_gone(struct session *s, const struct ipc_msg *m)
+{
+	char name[40], how[96];
+	ipc_bytes_str(m->u.sandbox_note.name, name, sizeof(name));
+	ipc_bytes_str(m->u.sandbox_note.status, how, sizeof(how));
+	pthread_mutex_lock(&s->mu);
+	if (strcmp(name, s->sandbox_name) == 0)
+		snprintf(s->sandbox_gone, sizeof(s->sandbox_gone), "sandbox %s %s", name, how);
+	pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+	log_warn("sandbox %s %s", name, how);
+}
+
 /* sandbox_wait_answer - call thread: wait for the outstanding REQ_SANDBOX's answer */
 static int sandbox_wait_answer(struct session *s, char *err, size_t errlen)
 {
@@ -72,20 +87,27 @@ static int sandbox_wait_answer(struct session *s, char *err, size_t errlen)
 }
 
 /* sandbox_claim - wait until the agent answers, then claim it */
-static int sandbox_claim(char *err, size_t errlen)
+static int sandbox_claim(struct session *s, char *err, size_t errlen)
 {
 	memset(&sandbox_ep, 0, sizeof(sandbox_ep));
 	sandbox_ep.unix_path = sandbox_path;
 	sandbox_ep.base_url = "http://localhost";
 	int r = -ETIMEDOUT;
-	for (int tries = 0; tries < 200; tries++) { /* 20 s for the agent to come up */
+	char gone[200] = "";
+	for (int tries = 0; tries < 2000 && !gone[0]; tries++) { /* 20 s for the agent to come up */
 		r = agent_client_health(&sandbox_ep, 500, err, errlen);
 		if (r == 0)
 			break;
-		usleep(100000);
+		usleep(10000);
+		pthread_mutex_lock(&s->mu);
+		snprintf(gone, sizeof(gone), "%s", s->sandbox_gone);
+		pthread_mutex_unlock(&s->mu);
 	}
 	if (r != 0) {
-		snprintf(err, errlen, "the sandbox did not start: its agent never answered");
+		if (gone[0])
+			snprintf(err, errlen, "the sandbox did not start (%s); the server's log says why", gone);
+		else
+			snprintf(err, errlen, "the sandbox did not start: its agent never answered");
 		return r;
 	}
 	if ((r = agent_client_claim(&sandbox_ep, err, errlen)) != 0)
@@ -108,7 +130,7 @@ int sandbox_get(struct session *s, struct agent_endpoint **ep, char *err, size_t
 		sandbox_request(s, "spawn");
 	int r = sandbox_wait_answer(s, err, errlen);
 	if (r == 0)
-		r = sandbox_claim(err, errlen);
+		r = sandbox_claim(s, err, errlen);
 	if (r == 0) {
 		*ep = &sandbox_ep;
 		log_info("session %.8s… claimed sandbox %s", s->id, s->sandbox_name);

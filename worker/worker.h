@@ -51,6 +51,7 @@ struct session {
 	char sandbox_socket[600];
 	char sandbox_name[64];
 	uint32_t sandbox_seq;
+	char sandbox_gone[200];     /* non-empty: the master saw the current sandbox end */
 
 	uint32_t out_seq;          /* seq of worker-originated messages; atomic */
 };
@@ -88,6 +89,7 @@ void job_free(struct job *j);
 /* worker/sandbox.c: the session's sandbox, obtained from the master */
 void sandbox_request(struct session *s, const char *op);
 void sandbox_answer(struct session *s, const struct ipc_msg *m);
+void sandbox_gone(struct session *s, const struct ipc_msg *m);
 /* sandbox_get - wait for the sandbox and claim it; 0 or negative errno with err set */
 struct agent_endpoint;
 int sandbox_get(struct session *s, struct agent_endpoint **ep, char *err, size_t errlen);

@@ -1,0 +1,551 @@
+/*
+ * hostile.test.mjs - hostile Go code against the local sandbox (the jail), driven through the
+ * real `kode-gopher serve` with the official MCP SDK client. Each case checks that the code is
+ * CONTAINED: the result tells a model what happened in words it can act on, nothing of the host
+ * or of another session is reachable, and the next call in the same session works.
+ *
+ * Most cases share one session, as a model would; a case that could break its sandbox (or
+ * needs other serve flags) opens its own. Run by tests/run.sh (node --test); imports the shared
+ * helpers from ../e2e/lib.mjs.
+ */
+import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
+import fs from 'node:fs';
+import http from 'node:http';
+import path from 'node:path';
+import test, { after, before } from 'node:test';
+
+import { BIN, callTool, connect, REPO, sc, text } from '../e2e/lib.mjs';
+
+const T = { timeout: 240_000 };
+
+/* A trivial call after a hostile one must come back this fast (a build of it is cached). */
+const NEXT_CALL_MS = 20_000;
+
+let session;
+let firstSandbox; /* the shared session's sandbox: hostile code must not cost it its sandbox */
+
+/* live - the shared session; a fresh one if a test killed it (that test fails on its own) */
+async function live() {
+	if (!session || session.closed) {
+		await session?.close();
+		session = await connect({ keep: true });
+		firstSandbox = undefined;
+	}
+	return session;
+}
+
+before(live);
+
+after(async () => {
+	await session?.close();
+});
+
+/* goStr - a Go string literal (JSON's escapes are Go's for these paths) */
+const goStr = (s) => JSON.stringify(s);
+
+/* snippet - a snippet file: package snippet, the given imports, run's body */
+function snippet(body, imports = []) {
+	const imp = ['context', ...new Set(imports)].map((p) => `\t"${p}"`).join('\n');
+	return `package snippet\n\nimport (\n${imp}\n)\n\nfunc run(ctx context.Context) (any, error) {\n${body}\n}\n`;
+}
+
+/* show - a result for an assertion message, long outputs cut */
+function show(s) {
+	if (!s)
+		return String(s);
+	const o = { ...s };
+	for (const k of ['stdout', 'stderr'])
+		if (typeof o[k] === 'string' && o[k].length > 800)
+			o[k] = o[k].slice(0, 400) + ` …[${o[k].length} chars]… ` + o[k].slice(-400);
+	return JSON.stringify(o).slice(0, 3000);
+}
+
+/* run - execute_go_code in a session (the shared one by default); returns [result, structured] */
+async function run(args, s) {
+	s = s || (await live());
+	const res = await callTool(s.client, 'execute_go_code', args);
+	const st = sc(res);
+	assert.ok(st, `no structuredContent: ${text(res).slice(0, 1000)}`);
+	return [res, st];
+}
+
+/* runRaw - execute_go_code without insisting on structuredContent (a call the sandbox died in) */
+async function runRaw(args, s) {
+	const res = await callTool(s.client, 'execute_go_code', args);
+	return [res, sc(res)];
+}
+
+/* runOk - run a snippet that must come back kind ok; returns its value */
+async function runOk(args, s) {
+	const [res, st] = await run(args, s);
+	assert.equal(st.result.kind, 'ok', show(st));
+	assert.equal(res.isError, false, show(st));
+	return st.result.value;
+}
+
+/* The follow-up: a trivial snippet that also counts the processes the sandbox can see, so
+ * leftovers of the hostile call (sleepers, a fork bomb) show up. */
+const NEXT = snippet(
+	'\tents, _ := os.ReadDir("/proc")\n\tn := 0\n\tfor _, e := range ents {\n' +
+	'\t\tif _, err := strconv.Atoi(e.Name()); err == nil {\n\t\t\tn++\n\t\t}\n\t}\n' +
+	'\treturn map[string]int{"answer": 42, "procs": n}, nil', ['os', 'strconv']);
+
+/*
+ * nextCallWorks - the session survived: a trivial call right after returns kind ok quickly, in
+ * the same sandbox (unless sameSandbox is false: then a fresh one may have to replace a dead
+ * one), with no process of the earlier call left.
+ * Returns its structured result.
+ */
+async function nextCallWorks(s, { sameSandbox = true, prev } = {}) {
+	s = s || (await live());
+	assert.equal(s.closed, false, 'serve is still running');
+	const t0 = Date.now();
+	const [res, st] = await run({ code: NEXT }, s);
+	const ms = Date.now() - t0;
+	assert.equal(st.result.kind, 'ok', `the next call works: ${show(st)}`);
+	assert.equal(res.isError, false);
+	assert.equal(st.result.value.answer, 42);
+	assert.ok(ms < NEXT_CALL_MS, `the next call took ${ms} ms`);
+	if (sameSandbox)
+		assert.equal(st.retried, false, `the next call needed a fresh sandbox: ${show(st)}`);
+	// the agent's init, the agent, and this program (plus a build helper at most)
+	assert.ok(st.result.value.procs <= 5, `processes left in the sandbox: ${st.result.value.procs}`);
+	if (s === session) {
+		firstSandbox ??= st.sandbox;
+		if (sameSandbox)
+			assert.equal(st.sandbox, firstSandbox, 'the hostile call did not cost the session its sandbox');
+	}
+	if (prev && sameSandbox)
+		assert.equal(st.sandbox, prev.sandbox, 'the same sandbox ran the hostile call and the next one');
+	return st;
+}
+
+/* checkOutcome - a map of path → outcome from the sandbox, each one of the allowed errors */
+function allErrors(value, re, what) {
+	for (const [p, v] of Object.entries(value))
+		assert.match(String(v), re, `${what} ${p}: ${v}`);
+}
+
+test('the shared session starts and a trivial call works', T, async () => {
+	await nextCallWorks();
+});
+
+test('host files are out of reach: /etc/shadow, /root, the repository, the sandbox root, the binary', T, async () => {
+	const s = await live();
+	const sandboxDirs = fs.readdirSync(s.sandboxRoot).map((d) => path.join(s.sandboxRoot, d));
+	const paths = [
+		'/etc/shadow', '/etc/gshadow', '/etc/sudoers', '/root', '/root/.bash_history', '/root/.ssh',
+		'/home', path.join(REPO, 'Makefile'), path.join(REPO, 'master', 'serve.c'), REPO,
+		s.sandboxRoot, ...sandboxDirs, ...sandboxDirs.map((d) => path.join(d, 'app', 'main.go')),
+		BIN, '/var/lib/kode-gopher/sandboxes', '/proc/1/root/etc/shadow', '/proc/2/root/etc/shadow',
+		'/proc/1/cwd/Makefile', '/sys/kernel', '/boot', '/var/log', '/run',
+	];
+	const value = await runOk({
+		code: snippet(
+			`\tpaths := []string{${paths.map(goStr).join(', ')}}\n` +
+			'\tout := map[string]string{}\n' +
+			'\tfor _, p := range paths {\n' +
+			'\t\tif b, err := os.ReadFile(p); err == nil {\n' +
+			'\t\t\tout[p] = fmt.Sprintf("READ %d bytes: %.60q", len(b), b)\n' +
+			'\t\t} else if ents, derr := os.ReadDir(p); derr == nil && len(ents) > 0 {\n' +
+			'\t\t\tout[p] = fmt.Sprintf("LISTED %d entries: %s", len(ents), ents[0].Name())\n' +
+			'\t\t} else {\n\t\t\tout[p] = err.Error()\n\t\t}\n\t}\n' +
+			'\treturn out, nil', ['fmt', 'os']),
+	});
+	assert.deepEqual(Object.keys(value).sort(), [...new Set(paths)].sort());
+	allErrors(value, /no such file or directory|permission denied/, 'host path');
+	// the host's /etc/shadow in particular
+	assert.match(value['/etc/shadow'], /^open \/etc\/shadow: (no such file or directory|permission denied)$/);
+	await nextCallWorks();
+});
+
+test('the sandbox sees only a tmpfs root with /usr, a few /etc files, /app, /tmp, /proc, /dev', T, async () => {
+	const value = await runOk({
+		code: snippet(
+			'\tents, err := os.ReadDir("/")\n\tif err != nil {\n\t\treturn nil, err\n\t}\n' +
+			'\tvar names []string\n\tfor _, e := range ents {\n\t\tnames = append(names, e.Name())\n\t}\n' +
+			'\tetc, _ := os.ReadDir("/etc")\n\tvar en []string\n\tfor _, e := range etc {\n\t\ten = append(en, e.Name())\n\t}\n' +
+			'\tpw, _ := os.ReadFile("/etc/passwd")\n' +
+			'\treturn map[string]any{"root": names, "etc": en, "uid": os.Getuid(), "passwd": string(pw)}, nil', ['os']),
+	});
+	for (const bad of ['root', 'home', 'work', 'boot', 'sys', 'srv', 'opt', 'mnt'])
+		assert.ok(!value.root.includes(bad), `/${bad} is visible in the sandbox: ${value.root}`);
+	for (const want of ['app', 'tmp', 'usr', 'proc', 'dev', 'etc'])
+		assert.ok(value.root.includes(want), `/${want} is missing: ${value.root}`);
+	for (const bad of ['shadow', 'gshadow', 'sudoers', 'ssh'])
+		assert.ok(!value.etc.includes(bad), `/etc/${bad} is visible: ${value.etc}`);
+	assert.equal(value.uid, 1000, 'the sandbox runs as an unprivileged uid');
+	assert.doesNotMatch(value.passwd, /^root:.*:\/root:/m, 'the host\'s passwd is not the sandbox\'s');
+});
+
+test('another session\'s /app/persist is invisible, by path and by walking /', T, async () => {
+	const a = await live();
+	const b = await connect();
+	const marker = `kg-secret-${randomUUID()}`;
+	const content = `the secret of session b ${randomUUID()}`;
+	// b writes its secret and can read it back
+	const wrote = await runOk({
+		code: snippet(
+			`\tif err := os.WriteFile(${goStr(`/app/persist/${marker}.txt`)}, []byte(${goStr(content)}), 0o644); err != nil {\n\t\treturn nil, err\n\t}\n` +
+			`\tb, err := os.ReadFile(${goStr(`/app/persist/${marker}.txt`)})\n\treturn string(b), err`, ['os']),
+	}, b);
+	assert.equal(wrote, content);
+	const bDirs = fs.readdirSync(b.sandboxRoot);
+	assert.ok(bDirs.length >= 1, 'b has a sandbox directory on the host');
+	const hostCopy = path.join(b.sandboxRoot, bDirs[0], 'app', 'persist', `${marker}.txt`);
+	assert.equal(fs.readFileSync(hostCopy, 'utf8'), content, 'the host sees b\'s file where expected');
+	// a looks for it: at its own /app/persist, at b's host paths, through /proc, and by walking /
+	const direct = [
+		`/app/persist/${marker}.txt`, `/tmp/${marker}.txt`, hostCopy, b.sandboxRoot,
+		path.join(b.sandboxRoot, bDirs[0]), path.dirname(hostCopy),
+	];
+	const value = await runOk({
+		code: snippet(
+			`\tmarker := ${goStr(marker)}\n\tsecret := reverse(${goStr([...content].reverse().join(''))})\n` +
+			`\tdirect := []string{${direct.map(goStr).join(', ')}}\n` +
+			'\tout := map[string]any{}\n\tfound := []string{}\n' +
+			'\tfor _, p := range direct {\n\t\tif _, err := os.Stat(p); err == nil {\n\t\t\tfound = append(found, "stat "+p)\n\t\t} else {\n\t\t\tout[p] = err.Error()\n\t\t}\n\t}\n' +
+			'\tprocs, _ := filepath.Glob("/proc/[0-9]*/root/app/persist/" + marker + ".txt")\n' +
+			'\tfound = append(found, procs...)\n' +
+			'\twalked := 0\n' +
+			'\tfilepath.WalkDir("/", func(p string, d fs.DirEntry, err error) error {\n' +
+			'\t\tif err != nil {\n\t\t\treturn nil\n\t\t}\n' +
+			'\t\tif d.IsDir() && (p == "/proc" || p == "/sys" || p == "/usr" || p == "/dev") {\n\t\t\treturn filepath.SkipDir\n\t\t}\n' +
+			'\t\twalked++\n' +
+			'\t\tif strings.Contains(p, marker) {\n\t\t\tfound = append(found, "walk "+p)\n\t\t}\n' +
+			'\t\tif d.Type().IsRegular() && !strings.HasPrefix(p, "/var/cache/") {\n' +
+			'\t\t\tif b, err := os.ReadFile(p); err == nil && strings.Contains(string(b), secret) {\n\t\t\t\tfound = append(found, "content "+p)\n\t\t\t}\n\t\t}\n' +
+			'\t\treturn nil\n\t})\n' +
+			'\tout["found"] = found\n\tout["walked"] = walked\n\treturn out, nil',
+			['io/fs', 'os', 'path/filepath', 'strings']) +
+			'\n// reverse - the secret is sent reversed, so this program\'s own source and binary do not hold it\n' +
+			'func reverse(s string) string {\n\tr := []rune(s)\n\tfor i, j := 0, len(r)-1; i < j; i, j = i+1, j-1 {\n' +
+			'\t\tr[i], r[j] = r[j], r[i]\n\t}\n\treturn string(r)\n}\n',
+		timeout_seconds: 120,
+	}, a);
+	assert.deepEqual(value.found, [], `session a found session b's secret: ${JSON.stringify(value)}`);
+	assert.ok(value.walked > 10, `the walk visited ${value.walked} entries`);
+	for (const p of direct)
+		assert.match(value[p], /no such file or directory/, `${p}: ${value[p]}`);
+	await nextCallWorks(a);
+	// and b still has it: a's search disturbed nothing
+	assert.equal(fs.readFileSync(hostCopy, 'utf8'), content);
+});
+
+test('writes outside /app fail (read-only), while /app, /app/persist and /tmp work', T, async () => {
+	const denied = [
+		'/usr/kg-evil', '/usr/bin/kg-evil', '/kg-evil', '/etc/kg-evil', '/etc/passwd', '/etc/hosts',
+		'/etc/resolv.conf', '/kg/kg-evil', '/kg/kode-gopher', '/var/kg-evil',
+		'/var/cache/kode-gopher/runtime/kg-evil', '/proc/kg-evil', '/proc/sys/kernel/hostname',
+	];
+	const allowed = ['/app/kg-ok', '/app/persist/kg-ok', '/tmp/kg-ok'];
+	const value = await runOk({
+		code: snippet(
+			`\tpaths := []string{${[...denied, ...allowed].map(goStr).join(', ')}}\n` +
+			'\tout := map[string]string{}\n' +
+			'\tfor _, p := range paths {\n' +
+			'\t\tif err := os.WriteFile(p, []byte("kg"), 0o644); err != nil {\n\t\t\tout[p] = err.Error()\n\t\t\tcontinue\n\t\t}\n' +
+			'\t\tb, err := os.ReadFile(p)\n\t\tout[p] = fmt.Sprintf("WROTE %s %v", b, err)\n\t}\n' +
+			'\tout["mkdir /usr/local/kg"] = fmt.Sprint(os.Mkdir("/usr/local/kg", 0o755))\n' +
+			'\tout["remove /usr/bin/sh"] = fmt.Sprint(os.Remove("/usr/bin/sh"))\n' +
+			'\tout["chmod /app/persist"] = fmt.Sprint(os.Chmod("/app/persist", 0o700))\n' +
+			'\treturn out, nil', ['fmt', 'os']),
+	});
+	for (const p of denied)
+		assert.match(value[p], /read-only file system|permission denied|no such file or directory/, `${p}: ${value[p]}`);
+	for (const p of ['/usr/kg-evil', '/kg-evil', '/etc/kg-evil', '/etc/passwd', '/usr/bin/kg-evil'])
+		assert.match(value[p], /read-only file system|permission denied/, `${p}: ${value[p]}`);
+	for (const p of allowed)
+		assert.equal(value[p], 'WROTE kg <nil>', `${p}: ${value[p]}`);
+	assert.match(value['mkdir /usr/local/kg'], /read-only file system|permission denied/);
+	assert.match(value['remove /usr/bin/sh'], /read-only file system|permission denied/);
+	// nothing reached the host
+	for (const p of ['/usr/kg-evil', '/kg-evil', '/etc/kg-evil', '/usr/local/kg'])
+		assert.equal(fs.existsSync(p), false, `${p} exists on the host`);
+	await nextCallWorks();
+});
+
+test('fork bomb in a shell → contained by the pids limit; the next call works', T, async () => {
+	const t0 = Date.now();
+	const [res, st] = await run({
+		code: snippet(
+			'\tcmd := exec.Command("/bin/bash", "-c", "f(){ f | f & }; f")\n' +
+			'\tcmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr\n' +
+			'\tif err := cmd.Run(); err != nil {\n\t\treturn nil, err\n\t}\n' +
+			'\t<-ctx.Done()\n\treturn nil, ctx.Err()', ['os', 'os/exec']),
+		timeout_seconds: 8,
+	});
+	assert.equal(res.isError, true, show(st));
+	assert.equal(st.phase, 'run', show(st));
+	// bash retries its forks until the timeout ends it all; each failed fork says why
+	assert.equal(st.result.kind, 'timeout', show(st));
+	assert.match(st.result.message, /ran past its 8 s timeout/, show(st));
+	assert.match(st.stderr, /fork: retry: resource temporarily unavailable/i, show(st));
+	assert.ok(Date.now() - t0 < 60_000, 'the call ended');
+	await nextCallWorks(undefined, { prev: st });
+});
+
+test('process spawner (os/exec sleep in a loop, never waited) → "resource temporarily unavailable"', T, async () => {
+	const [res, st] = await run({
+		code: snippet(
+			'\tn := 0\n\tfor i := 0; i < 100000; i++ {\n' +
+			'\t\tif err := exec.Command("sleep", "1000").Start(); err != nil {\n' +
+			'\t\t\treturn n, fmt.Errorf("after %d processes: %w", n, err)\n\t\t}\n\t\tn++\n\t}\n' +
+			'\treturn n, nil', ['fmt', 'os/exec']),
+		timeout_seconds: 30,
+	});
+	assert.equal(res.isError, true, show(st));
+	assert.equal(st.result.kind, 'error', show(st));
+	assert.match(st.result.message, /^after \d+ processes: fork\/exec \/usr\/bin\/sleep: resource temporarily unavailable$/, show(st));
+	const n = Number(/after (\d+)/.exec(st.result.message)[1]);
+	assert.ok(n > 10 && n <= 512, `${n} processes before the limit`);
+	// the sleepers are gone: the next call sees no more than its own few processes
+	await nextCallWorks(undefined, { prev: st });
+});
+
+test('thread bomb (goroutines locked to OS threads) → kind panic naming the thread limit', T, async () => {
+	const [res, st] = await run({
+		code: snippet(
+			'\tfor i := 0; i < 100000; i++ {\n' +
+			'\t\tgo func() {\n\t\t\truntime.LockOSThread()\n\t\t\ttime.Sleep(time.Hour)\n\t\t}()\n\t}\n' +
+			'\ttime.Sleep(20 * time.Second)\n\treturn "survived", nil', ['runtime', 'time']),
+		timeout_seconds: 30,
+	});
+	assert.equal(res.isError, true, show(st));
+	assert.equal(st.result.kind, 'panic', show(st));
+	assert.match(st.result.message, /newosproc/, show(st));
+	assert.match(st.stderr, /failed to create new OS thread \(have \d+ already; errno=11\)/, show(st));
+	assert.ok(st.duration_ms < 20_000, 'the limit, not the sleep or the timeout, ended it');
+	await nextCallWorks(undefined, { prev: st });
+});
+
+test('unbounded allocation with --sandbox-memory 512m → kind killed (out of memory)', T, async () => {
+	const s = await connect({ args: ['--sandbox-memory', '512m'] });
+	const t0 = Date.now();
+	const [res, st] = await run({
+		code: snippet(
+			'\tvar keep [][]byte\n\tfor {\n\t\tb := make([]byte, 16<<20)\n' +
+			'\t\tfor i := range b {\n\t\t\tb[i] = 1\n\t\t}\n\t\tkeep = append(keep, b)\n\t}'),
+		timeout_seconds: 60,
+	}, s);
+	assert.equal(res.isError, true, show(st));
+	assert.ok(['killed', 'panic', 'error'].includes(st.result.kind), show(st));
+	assert.match(`${st.result.message}\n${st.stderr}`, /out of memory|SIGKILL/i, show(st));
+	if (st.result.kind === 'killed')
+		assert.equal(st.signal, 'SIGKILL', show(st));
+	assert.ok(Date.now() - t0 < 55_000, 'the limit, not the timeout, ended it');
+	assert.ok(st.timings.max_rss_kb < 600 * 1024, `max_rss_kb ${st.timings.max_rss_kb} stays near the 512 MiB limit`);
+	await nextCallWorks(s, { prev: st });
+});
+
+test('endless printing with timeout_seconds 5 → kind timeout, stdout truncated near 1 MiB', T, async () => {
+	const [res, st] = await run({
+		code: snippet('\tfor i := 0; ; i++ {\n\t\tfmt.Println("line", i, "of an endless stream of output")\n\t}', ['fmt']),
+		timeout_seconds: 5,
+	});
+	assert.equal(res.isError, true, show(st));
+	assert.equal(st.result.kind, 'timeout', show(st));
+	assert.match(st.result.message, /5 s timeout/);
+	assert.equal(st.stdout_truncated, true, show(st));
+	const n = Buffer.byteLength(st.stdout);
+	assert.ok(n > 900 * 1024 && n < 1100 * 1024, `stdout is ${n} bytes`);
+	assert.ok(st.stdout.startsWith('line 0 of an endless stream of output\n'), show(st));
+	assert.match(st.stdout, /bytes omitted/);
+	await nextCallWorks(undefined, { prev: st });
+});
+
+test('sleeping past timeout_seconds 2 → kind timeout, and the message says so', T, async () => {
+	const t0 = Date.now();
+	const [res, st] = await run({
+		code: snippet('\ttime.Sleep(time.Minute)\n\treturn "woke", nil', ['time']),
+		timeout_seconds: 2,
+	});
+	assert.equal(res.isError, true, show(st));
+	assert.equal(st.phase, 'run');
+	assert.equal(st.result.kind, 'timeout', show(st));
+	assert.match(st.result.message, /ran past its 2 s timeout/);
+	assert.ok(st.duration_ms >= 2000 && st.duration_ms < 10_000, `duration_ms ${st.duration_ms}`);
+	assert.ok(Date.now() - t0 < 30_000, 'the call ended soon after the timeout');
+	await nextCallWorks(undefined, { prev: st });
+});
+
+/* EPERM_RE - how Go spells EPERM */
+const EPERM = /^operation not permitted$/;
+
+test('signalling the agent, pid 1 or every process (-1) → EPERM; the agent lives on', T, async () => {
+	const value = await runOk({
+		code: snippet(
+			'\te := func(err error) string {\n\t\tif err == nil {\n\t\t\treturn "nil"\n\t\t}\n\t\treturn err.Error()\n\t}\n' +
+			'\tpp := os.Getppid()\n' +
+			'\tout := map[string]string{}\n' +
+			'\tout["kill parent"] = e(syscall.Kill(pp, syscall.SIGKILL))\n' +
+			'\tout["term parent"] = e(syscall.Kill(pp, syscall.SIGTERM))\n' +
+			'\tout["kill parent group"] = e(syscall.Kill(-pp, syscall.SIGKILL))\n' +
+			'\tout["kill 1"] = e(syscall.Kill(1, syscall.SIGKILL))\n' +
+			'\tout["kill -1"] = e(syscall.Kill(-1, syscall.SIGKILL))\n' +
+			'\tout["tgkill parent"] = e(syscall.Tgkill(pp, pp, syscall.SIGKILL))\n' +
+			'\t_, _, en := syscall.RawSyscall(syscall.SYS_TKILL, uintptr(pp), uintptr(syscall.SIGKILL), 0)\n' +
+			'\tout["tkill parent"] = e(en)\n' +
+			'\t_, _, en = syscall.RawSyscall(434 /* pidfd_open */, uintptr(pp), 0, 0)\n' +
+			'\tout["pidfd_open parent"] = e(en)\n' +
+			'\ttime.Sleep(200 * time.Millisecond)\n' +
+			'\treturn out, nil', ['os', 'syscall', 'time']),
+	});
+	for (const [k, v] of Object.entries(value))
+		assert.match(v, EPERM, `${k}: ${v}`);
+	await nextCallWorks();
+});
+
+test('rt_sigqueueinfo(SIGKILL) to the agent → EPERM; the agent lives on', T, async () => {
+	const s = await connect();
+	const before = await nextCallWorks(s);
+	const [res, st] = await runRaw({
+		code: snippet(
+			'\tvar info [128]byte\n' +
+			'\t*(*int32)(unsafe.Pointer(&info[0])) = int32(syscall.SIGKILL) // si_signo\n' +
+			'\t*(*int32)(unsafe.Pointer(&info[8])) = -1                     // si_code SI_QUEUE\n' +
+			'\tout := map[string]string{}\n' +
+			'\t_, _, en := syscall.RawSyscall(syscall.SYS_RT_SIGQUEUEINFO, uintptr(os.Getppid()), uintptr(syscall.SIGKILL), uintptr(unsafe.Pointer(&info[0])))\n' +
+			'\tout["rt_sigqueueinfo parent"] = en.Error()\n' +
+			'\t_, _, en = syscall.RawSyscall6(297 /* rt_tgsigqueueinfo */, uintptr(os.Getppid()), uintptr(os.Getppid()), uintptr(syscall.SIGKILL), uintptr(unsafe.Pointer(&info[0])), 0, 0)\n' +
+			'\tout["rt_tgsigqueueinfo parent"] = en.Error()\n' +
+			'\ttime.Sleep(200 * time.Millisecond)\n\treturn out, nil', ['os', 'syscall', 'time', 'unsafe']),
+	}, s);
+	// whatever happened, the session goes on
+	const next = await nextCallWorks(s, { sameSandbox: false });
+	assert.ok(st, `the agent was killed, the call retried in a fresh sandbox and killed it again; ` +
+		`the call returned only: ${JSON.stringify(res).slice(0, 600)}`);
+	assert.equal(st.retried, false, `the agent died and the call ran again in a fresh sandbox: ${show(st)}`);
+	assert.equal(st.result.kind, 'ok', show(st));
+	assert.equal(res.isError, false);
+	for (const [k, v] of Object.entries(st.result.value))
+		assert.match(v, EPERM, `${k}: ${v}`);
+	assert.equal(next.sandbox, before.sandbox, 'the agent survived: the same sandbox ran every call');
+});
+
+test('/proc/<agent>/mem is not writable from the user program; the agent lives on', T, async () => {
+	const s = await connect();
+	const before = await nextCallWorks(s);
+	const [res, st] = await runRaw({
+		code: snippet(
+			'\tpp := os.Getppid()\n' +
+			'\tmaps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pp))\n' +
+			'\tvar addr uint64\n' +
+			'\tfor _, l := range strings.Split(string(maps), "\\n") {\n' +
+			'\t\tif strings.Contains(l, "r-xp") {\n' +
+			'\t\t\taddr, _ = strconv.ParseUint(strings.Split(l, "-")[0], 16, 64)\n\t\t\tbreak\n\t\t}\n\t}\n' +
+			'\tout := map[string]string{"maps": fmt.Sprint(err)}\n' +
+			'\tf, err := os.OpenFile(fmt.Sprintf("/proc/%d/mem", pp), os.O_RDWR, 0)\n' +
+			'\tout["open"] = fmt.Sprint(err)\n' +
+			'\tif err == nil && addr != 0 {\n' +
+			'\t\tb := make([]byte, 16)\n\t\t_, rerr := f.ReadAt(b, int64(addr))\n\t\tout["read"] = fmt.Sprint(rerr)\n' +
+			'\t\t_, werr := f.WriteAt(make([]byte, 1<<16), int64(addr))\n\t\tout["write"] = fmt.Sprint(werr)\n' +
+			'\t\tf.Close()\n\t}\n' +
+			'\ttime.Sleep(200 * time.Millisecond)\n\treturn out, nil', ['fmt', 'os', 'strconv', 'strings', 'time']),
+	}, s);
+	// whatever happened, the session goes on
+	const next = await nextCallWorks(s, { sameSandbox: false });
+	assert.ok(st, `the agent was killed, the call retried in a fresh sandbox and killed it again; ` +
+		`the call returned only: ${JSON.stringify(res).slice(0, 600)}`);
+	assert.equal(st.retried, false, `the agent died and the call ran again in a fresh sandbox: ${show(st)}`);
+	assert.equal(st.result.kind, 'ok', show(st));
+	assert.equal(res.isError, false);
+	assert.match(st.result.value.open, /permission denied|operation not permitted/, show(st));
+	assert.equal(next.sandbox, before.sandbox, 'the agent survived: the same sandbox ran every call');
+});
+
+test('ptrace, mount, unshare, setns, bpf, keyctl, namespaces through clone → EPERM', T, async () => {
+	const value = await runOk({
+		code: snippet(
+			'\te := func(err error) string {\n\t\tif err == nil {\n\t\t\treturn "nil"\n\t\t}\n\t\treturn err.Error()\n\t}\n' +
+			'\tout := map[string]string{}\n' +
+			'\tout["ptrace attach parent"] = e(syscall.PtraceAttach(os.Getppid()))\n' +
+			'\tout["ptrace attach 1"] = e(syscall.PtraceAttach(1))\n' +
+			'\tout["mount tmpfs"] = e(syscall.Mount("tmpfs", "/tmp", "tmpfs", 0, ""))\n' +
+			'\tout["mount bind"] = e(syscall.Mount("/app", "/usr", "", syscall.MS_BIND, ""))\n' +
+			'\tout["umount /usr"] = e(syscall.Unmount("/usr", syscall.MNT_DETACH))\n' +
+			'\tout["unshare user"] = e(syscall.Unshare(syscall.CLONE_NEWUSER))\n' +
+			'\tout["unshare mount"] = e(syscall.Unshare(syscall.CLONE_NEWNS))\n' +
+			'\tout["unshare net"] = e(syscall.Unshare(syscall.CLONE_NEWNET))\n' +
+			'\tout["chroot"] = e(syscall.Chroot("/tmp"))\n' +
+			'\t_, _, en := syscall.RawSyscall(308 /* setns */, 0, 0, 0)\n\tout["setns"] = e(en)\n' +
+			'\t_, _, en = syscall.RawSyscall(321 /* bpf */, 0, 0, 0)\n\tout["bpf"] = e(en)\n' +
+			'\t_, _, en = syscall.RawSyscall(298 /* perf_event_open */, 0, 0, 0)\n\tout["perf_event_open"] = e(en)\n' +
+			'\t_, _, en = syscall.RawSyscall(250 /* keyctl */, 0, 0, 0)\n\tout["keyctl"] = e(en)\n' +
+			'\t_, _, en = syscall.RawSyscall(246 /* kexec_load */, 0, 0, 0)\n\tout["kexec_load"] = e(en)\n' +
+			'\t_, _, en = syscall.RawSyscall(313 /* finit_module */, 0, 0, 0)\n\tout["finit_module"] = e(en)\n' +
+			'\tcmd := exec.Command("/bin/true")\n' +
+			'\tcmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER}\n' +
+			'\tout["clone newuser"] = e(cmd.Run())\n' +
+			'\tcmd = exec.Command("/bin/true")\n' +
+			'\tcmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID}\n' +
+			'\tout["clone newns"] = e(cmd.Run())\n' +
+			'\treturn out, nil', ['os', 'os/exec', 'syscall']),
+	});
+	for (const [k, v] of Object.entries(value))
+		assert.match(v, /operation not permitted/, `${k}: ${v}`);
+	for (const k of ['ptrace attach parent', 'mount tmpfs', 'unshare user', 'setns', 'bpf', 'keyctl'])
+		assert.match(value[k], EPERM, `${k}: ${value[k]}`);
+	await nextCallWorks();
+});
+
+test('raw (AF_INET SOCK_RAW ICMP) and packet (AF_PACKET) sockets → EPERM', T, async () => {
+	const value = await runOk({
+		code: snippet(
+			'\te := func(err error) string {\n\t\tif err == nil {\n\t\t\treturn "nil"\n\t\t}\n\t\treturn err.Error()\n\t}\n' +
+			'\tout := map[string]string{}\n' +
+			'\t_, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_RAW, syscall.IPPROTO_ICMP)\n\tout["inet raw icmp"] = e(err)\n' +
+			'\t_, err = syscall.Socket(syscall.AF_INET6, syscall.SOCK_RAW, syscall.IPPROTO_ICMPV6)\n\tout["inet6 raw"] = e(err)\n' +
+			'\t_, err = syscall.Socket(syscall.AF_INET, syscall.SOCK_RAW|syscall.SOCK_CLOEXEC, syscall.IPPROTO_RAW)\n\tout["inet raw cloexec"] = e(err)\n' +
+			'\t_, err = syscall.Socket(syscall.AF_PACKET, syscall.SOCK_RAW, 0x0300)\n\tout["packet raw"] = e(err)\n' +
+			'\t_, err = syscall.Socket(syscall.AF_PACKET, syscall.SOCK_DGRAM, 0x0300)\n\tout["packet dgram"] = e(err)\n' +
+			'\t_, err = net.ListenPacket("ip4:icmp", "0.0.0.0")\n\tout["net ip4:icmp"] = e(err)\n' +
+			'\treturn out, nil', ['net', 'syscall']),
+	});
+	for (const [k, v] of Object.entries(value))
+		assert.match(v, /operation not permitted/, `${k}: ${v}`);
+	await nextCallWorks();
+});
+
+/* httpServer - a tiny HTTP server on the host's 127.0.0.1; resolves to {port, hits, close} */
+async function httpServer() {
+	const hits = [];
+	const srv = http.createServer((req, res) => {
+		hits.push(req.url);
+		res.end('hello from the host');
+	});
+	await new Promise((resolve) => srv.listen(0, '127.0.0.1', resolve));
+	return { port: srv.address().port, hits, close: () => new Promise((r) => srv.close(r)) };
+}
+
+/* GET - a snippet fetching a URL, returning the body or the error text */
+const GET = (url) => snippet(
+	'\tc := &http.Client{Timeout: 5 * time.Second}\n' +
+	`\tresp, err := c.Get(${goStr(url)})\n` +
+	'\tif err != nil {\n\t\treturn nil, err\n\t}\n\tdefer resp.Body.Close()\n' +
+	'\tb, err := io.ReadAll(resp.Body)\n\treturn string(b), err', ['io', 'net/http', 'time']);
+
+test('network: the default sandbox reaches the host\'s 127.0.0.1; --sandbox-network none does not', T, async () => {
+	const srv = await httpServer();
+	try {
+		const url = `http://127.0.0.1:${srv.port}/from-the-sandbox`;
+		const value = await runOk({ code: GET(url) });
+		assert.equal(value, 'hello from the host');
+		assert.deepEqual(srv.hits, ['/from-the-sandbox']);
+
+		const none = await connect({ args: ['--sandbox-network', 'none'] });
+		const [res, st] = await run({ code: GET(url.replace('from-the-sandbox', 'no-network')) }, none);
+		assert.equal(res.isError, true, show(st));
+		assert.equal(st.result.kind, 'error', show(st));
+		assert.match(st.result.message, /connection refused|network is unreachable|timeout|no route to host/i, show(st));
+		assert.deepEqual(srv.hits, ['/from-the-sandbox'], 'no request arrived from the sandbox without network');
+		// nor any host on the internet: DNS and a literal address both fail
+		const [, st2] = await run({ code: GET('http://1.1.1.1/') }, none);
+		assert.equal(st2.result.kind, 'error', show(st2));
+		assert.match(st2.result.message, /network is unreachable|timeout|connection refused/i, show(st2));
+		await nextCallWorks(none, { prev: st });
+	} finally {
+		await srv.close();
+	}
+});
