@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -55,6 +56,8 @@ static const char am_usage[] =
 	"  --go PATH           the go command (default: go from PATH)\n"
 	"  --log-level LEVEL   debug, info, warn, error or off (default info)\n"
 	"  --max-timeout SECONDS  largest run timeout a call may ask for (default 300)\n"
+	"  --memory-limit BYTES, --pids-limit N\n"
+	"                      the sandbox's limits, named in results a limit ended\n"
 	"  --help              print this text\n";
 
 static int am_sig_pipe[2] = { -1, -1 };
@@ -131,7 +134,7 @@ static int am_default_state(const char *app_dir, char *out, size_t cap)
 int agent_main(int argc, char **argv)
 {
 	enum { OPT_LISTEN = 1, OPT_APP, OPT_STATE, OPT_RUNTIME, OPT_MODCACHE, OPT_GOCACHE, OPT_GO,
-	       OPT_LOG, OPT_MAX_TIMEOUT, OPT_HELP };
+	       OPT_LOG, OPT_MAX_TIMEOUT, OPT_MEMORY, OPT_PIDS, OPT_HELP };
 	static const struct option longopts[] = {
 		{ "listen", required_argument, NULL, OPT_LISTEN },
 		{ "app-dir", required_argument, NULL, OPT_APP },
@@ -142,6 +145,8 @@ int agent_main(int argc, char **argv)
 		{ "go", required_argument, NULL, OPT_GO },
 		{ "log-level", required_argument, NULL, OPT_LOG },
 		{ "max-timeout", required_argument, NULL, OPT_MAX_TIMEOUT },
+		{ "memory-limit", required_argument, NULL, OPT_MEMORY },
+		{ "pids-limit", required_argument, NULL, OPT_PIDS },
 		{ "help", no_argument, NULL, OPT_HELP },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -149,6 +154,8 @@ int agent_main(int argc, char **argv)
 	const char *runtime_dir = KG_RUNTIME_DIR, *modcache = NULL, *gocache = NULL, *go = NULL;
 	enum log_level level = LOG_LVL_INFO;
 	long max_timeout_s = 300;
+	long long memory_limit = 0;
+	long pids_limit = 0;
 
 	opterr = 0;
 	optind = 0; /* glibc: a full re-initialization, in case someone parsed before us */
@@ -162,6 +169,8 @@ int agent_main(int argc, char **argv)
 		case OPT_MODCACHE: modcache = optarg; break;
 		case OPT_GOCACHE: gocache = optarg; break;
 		case OPT_GO: go = optarg; break;
+		case OPT_MEMORY: memory_limit = atoll(optarg); break;
+		case OPT_PIDS: pids_limit = atol(optarg); break;
 		case OPT_MAX_TIMEOUT:
 			max_timeout_s = strtol(optarg, NULL, 10);
 			if (max_timeout_s < 1 || max_timeout_s > 86400) {
@@ -230,9 +239,14 @@ int agent_main(int argc, char **argv)
 		.go_bin = go,
 		.default_timeout_ms = 60000,
 		.max_timeout_ms = (int)max_timeout_s * 1000,
+		.memory_limit = memory_limit,
+		.pids_limit = (int)pids_limit,
 		.output_cap = 1024 * 1024,
 		.doc_cap = 64 * 1024,
 	};
+	/* the user's programs run as our uid: not dumpable, our /proc/PID/mem and friends are out
+	 * of their reach (and so is ptrace, which seccomp refuses anyway) */
+	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 	/* user programs may not signal the agent, the sandbox's init, or everyone */
 	static struct sock_fprog user_filter;
 	if (seccomp_user_prepare((int)getpid(), &user_filter) == 0)

@@ -55,6 +55,8 @@ struct pl_cfg {
 	int default_timeout_ms, max_timeout_ms;
 	size_t output_cap, doc_cap;
 	const struct sock_fprog *user_filter;
+	long long memory_limit;
+	int pids_limit;
 	struct gobuild_env env;
 };
 
@@ -91,6 +93,8 @@ static int pl_cfg_init(const struct pipeline_config *in, struct pl_cfg *c)
 	c->output_cap = in->output_cap ? in->output_cap : 1024 * 1024;
 	c->doc_cap = in->doc_cap ? in->doc_cap : 64 * 1024;
 	c->user_filter = in->user_filter;
+	c->memory_limit = in->memory_limit;
+	c->pids_limit = in->pids_limit;
 	int rc = 0;
 	if (in->gomodcache_dir)
 		rc |= pathf(c->gomodcache, sizeof(c->gomodcache), "%s", in->gomodcache_dir);
@@ -840,6 +844,38 @@ static json_t *run_outcome(const struct pl_cfg *c, bool snippet, int timeout_ms,
 	return kind_msg("exit", msg);
 }
 
+/* resource_hint - when a sandbox limit ended the program, say which, in words a model can act
+ * on: the kernel's SIGKILL or Go's "failed to create new OS thread" mean nothing by themselves */
+static json_t *resource_hint(const struct pl_cfg *c, const struct runproc_result *r, json_t *res)
+{
+	const char *err = r->err.data ? r->err.data : "";
+	const char *msg = json_string_value(json_object_get(res, "message"));
+	char hint[512] = "";
+	bool oom = strstr(err, "runtime: out of memory") || strstr(err, "cannot allocate memory") ||
+		   (r->signal == SIGKILL && !r->timed_out && c->memory_limit > 0 &&
+		    (long long)r->maxrss_kb * 1024 >= c->memory_limit * 7 / 10);
+	bool procs = strstr(err, "failed to create new OS thread") ||
+		     strstr(err, "resource temporarily unavailable") ||
+		     strstr(err, "pthread_create failed") ||
+		     (msg && strstr(msg, "fork/exec") && strstr(msg, "resource temporarily unavailable"));
+	if (oom)
+		snprintf(hint, sizeof(hint), "the program ran out of memory: the sandbox allows %lld MiB "
+			 "(builds included); use less, e.g. stream or summarize the data",
+			 c->memory_limit >> 20);
+	else if (procs)
+		snprintf(hint, sizeof(hint), "the program hit the sandbox's limit of %d processes and "
+			 "threads (too many processes); start fewer", c->pids_limit);
+	else if (r->signal == SIGKILL && !r->timed_out)
+		snprintf(hint, sizeof(hint), "the program was killed by SIGKILL; if it used a lot of "
+			 "memory it probably ran out (the sandbox allows %lld MiB)", c->memory_limit >> 20);
+	if (!hint[0] || c->memory_limit <= 0)
+		return res;
+	char full[1024];
+	snprintf(full, sizeof(full), "%s%s%.400s", hint, msg ? ": " : "", msg ? msg : "");
+	json_object_set_new(res, "message", json_string(full));
+	return res;
+}
+
 /* progress_say - call the progress callback if there is one */
 static void progress_say(pipeline_progress_fn fn, void *ctx, const char *phase, const char *fmt,
 			 ...)
@@ -1116,7 +1152,7 @@ json_t *pipeline_execute(const struct pipeline_config *cfg, json_t *req,
 	set_text(o, "stderr", rr.err.data, rr.err.len);
 	json_object_set_new(o, "stdout_truncated", json_boolean(rr.out.truncated));
 	json_object_set_new(o, "stderr_truncated", json_boolean(rr.err.truncated));
-	json_object_set_new(o, "result", run_outcome(&c, snippet, timeout_ms, &rr));
+	json_object_set_new(o, "result", resource_hint(&c, &rr, run_outcome(&c, snippet, timeout_ms, &rr)));
 	runproc_result_free(&rr);
 	o = finish(o, "run", mode, &tm, &t0);
 

@@ -35,6 +35,9 @@ struct pipeline_config {
 	/* a seccomp program installed on the user's binary just before exec (the agent's own
 	 * protection: policy/seccomp.c, seccomp_user_prepare); NULL: none */
 	const struct sock_fprog *user_filter;
+	/* the sandbox's limits, to explain a program they stopped; 0: unknown */
+	long long memory_limit;
+	int pids_limit;
 };
 
 /* Called from the pipeline's thread as work progresses; phase is "normalize", "build", "tidy",

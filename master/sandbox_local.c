@@ -173,7 +173,8 @@ int sandbox_local_spawn(struct worker *w, const struct serve_config *cfg, const 
 			 "--app-dir", JAIL_APP, "--state-dir", JAIL_STATE,
 			 "--runtime-dir", (char *)cfg->runtime_dir, "--gomodcache", modcache,
 			 "--gocache", gocache,
-			 "--log-level", (char *)level, "--max-timeout", maxtmo, NULL };
+			 "--log-level", (char *)level, "--max-timeout", maxtmo,
+			 "--memory-limit", mem, "--pids-limit", pids, NULL };
 	pid_t parent = getpid();
 	pid_t pid = fork();
 	if (pid < 0) {

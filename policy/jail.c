@@ -523,6 +523,7 @@ static int jail_init(const struct jail_opts *o, bool cgroups, bool own_uid)
 		die("exec the agent: %s", strerror(errno));
 	}
 	drop_caps();
+	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0); /* out of reach of the sandbox's own uid */
 	int status = 0;
 	for (;;) {
 		pid_t p = wait(&status);

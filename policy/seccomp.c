@@ -202,8 +202,9 @@ static scmp_filter_ctx user_rules(int agent_pid)
 	int r = 0;
 	/* pids are ints in a 64-bit register: compare the low 32 bits */
 	const int32_t protect[] = { 1, -1, agent_pid, -agent_pid };
-	static const char *const calls[] = { "kill", "tgkill", "tkill", "pidfd_open" };
-	for (size_t c = 0; r == 0 && c < 4; c++)
+	static const char *const calls[] = { "kill", "tgkill", "tkill", "rt_sigqueueinfo",
+					     "rt_tgsigqueueinfo", "pidfd_open" };
+	for (size_t c = 0; r == 0 && c < sizeof(calls) / sizeof(calls[0]); c++)
 		for (size_t i = 0; r == 0 && i < 4; i++) {
 			struct scmp_arg_cmp a = SCMP_A0(SCMP_CMP_MASKED_EQ, 0xffffffffu,
 							(scmp_datum_t)(uint32_t)protect[i]);

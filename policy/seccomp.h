@@ -26,7 +26,8 @@ int seccomp_jail_apply(void);
 
 /*
  * seccomp_user_apply - extra rules for the user's program itself, installed by the agent just
- * before exec: it may not signal its parent (the agent), pid 1 of the sandbox, or everyone (-1).
+ * before exec: it may not signal (kill, tgkill, tkill, rt_sigqueueinfo, rt_tgsigqueueinfo, or a
+ * pidfd) its parent (the agent), pid 1 of the sandbox, or everyone (-1).
  */
 int seccomp_user_apply(int agent_pid);
 
