@@ -2,7 +2,9 @@
  * mcpbench.c - kode-gopher's benchmarks, measured the way an MCP client sees them: the memory
  * of the master, worker and agent, the round trip of `ping` over stdio, and the end-to-end
  * latency of execute_go_code (new source, storage client, resubmitted source, against the same
- * build done by hand, and the first call that has to resolve a module).
+ * build done by hand, and the first call that has to resolve a module), and the local sandbox
+ * backend over fresh sessions: whether it is jailed, how long the claim of a warm sandbox takes,
+ * the first call against later ones, and the memory and disk of an idle prepared sandbox.
  *
  * Run by bench/run.sh (`make bench`), built into build/mcpbench by the root Makefile's bench
  * recipe; not part of the kode-gopher binary. It starts `kode-gopher serve` on pipes with a
@@ -27,8 +29,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -51,6 +55,9 @@
 #define MAX_ROWS           64
 #define MAX_SERIES         1000
 #define CAPTURE_POLL_MS    5
+#define READY_TIMEOUT_MS   20000 /* the worker itself gives its agent 20 s to come up */
+#define READY_POLL_MS      5
+#define LATER_CALLS        5     /* calls after the first in each fresh session (f2) */
 
 /* ---------------------------------------------------------------- the table */
 
@@ -706,6 +713,99 @@ static int proc_children(pid_t ppid, pid_t *out, int max)
 	return n;
 }
 
+/* The processes of a local sandbox, as master/sandbox_local.c and policy/jail.c start them:
+ * serve forks `kode-gopher jail ...` (A, in our pid namespace), which forks B (the same
+ * command line, pid 1 of the sandbox's pid namespace), which forks and execs `kode-gopher
+ * agent ...`. All are descendants of serve, seen here with their host pids. */
+enum proc_role { ROLE_OTHER, ROLE_WORKER, ROLE_JAIL, ROLE_AGENT };
+
+struct sbprocs {
+	pid_t worker, jail_a, jail_b, agent;
+	int nworkers;
+	long worker_rss_kb, worker_hwm_kb; /* summed over the workers */
+	char dir[PATH_MAX];                /* the sandbox directory: A's --dir */
+};
+
+static char **proc_strv(pid_t pid, const char *what);
+static void strv_free(char **v);
+
+/* proc_role - what a descendant of serve is, by its command line */
+static enum proc_role proc_role(pid_t pid, char *dir, size_t dircap)
+{
+	char **argv = proc_strv(pid, "cmdline");
+	enum proc_role role = ROLE_OTHER;
+	if (argv && argv[0]) {
+		const char *base = strrchr(argv[0], '/');
+		base = base ? base + 1 : argv[0];
+		if (strncmp(argv[0], "kode-gopher: worker", 19) == 0)
+			role = ROLE_WORKER;
+		else if (strcmp(base, "kode-gopher") == 0 && argv[1] && strcmp(argv[1], "agent") == 0)
+			role = ROLE_AGENT;
+		else if (strcmp(base, "kode-gopher") == 0 && argv[1] && strcmp(argv[1], "jail") == 0)
+			role = ROLE_JAIL;
+		/* the jail's options end at "--": after it come the agent's */
+		for (char **p = argv + 1; role == ROLE_JAIL && dir && *p && strcmp(*p, "--"); p++)
+			if (strcmp(*p, "--dir") == 0 && p[1])
+				snprintf(dir, dircap, "%s", p[1]);
+	}
+	strv_free(argv);
+	return role;
+}
+
+/* sandbox_procs - the worker(s), the jail's two processes and the agent below serve */
+static void sandbox_procs(pid_t serve, struct sbprocs *sp)
+{
+	memset(sp, 0, sizeof(*sp));
+	pid_t level[64], next[64], parent_of[64], parents[64];
+	int nl = 1;
+	level[0] = serve;
+	/* serve > A > B > agent: three levels; the agent's own children are not looked at */
+	for (int depth = 0; depth < 3 && nl > 0; depth++) {
+		int nn = 0;
+		for (int i = 0; i < nl && nn < 64; i++) {
+			int k = task_children(level[i], next + nn, 64 - nn);
+			for (int j = 0; j < k; j++)
+				parent_of[nn + j] = level[i];
+			nn += k;
+		}
+		int keep = 0;
+		for (int i = 0; i < nn; i++) {
+			char dir[PATH_MAX] = "";
+			struct procmem m;
+			switch (proc_role(next[i], dir, sizeof(dir))) {
+			case ROLE_WORKER:
+				if (proc_mem(next[i], &m) == 0) {
+					sp->worker_rss_kb += m.rss_kb;
+					sp->worker_hwm_kb += m.hwm_kb;
+					if (!sp->worker)
+						sp->worker = next[i];
+					sp->nworkers++;
+				}
+				break;
+			case ROLE_AGENT:
+				if (!sp->agent)
+					sp->agent = next[i];
+				break;
+			case ROLE_JAIL:
+				if (parent_of[i] == serve && !sp->jail_a) {
+					sp->jail_a = next[i];
+					snprintf(sp->dir, sizeof(sp->dir), "%s", dir);
+				} else if (parent_of[i] == sp->jail_a && !sp->jail_b) {
+					sp->jail_b = next[i];
+				}
+				parents[keep] = parent_of[i];
+				next[keep++] = next[i];
+				break;
+			default: /* e.g. a fork of serve that has not exec'd yet */
+				break;
+			}
+		}
+		(void)parents;
+		memcpy(level, next, sizeof(pid_t) * (size_t)keep);
+		nl = keep;
+	}
+}
+
 /* rss_rows - rows for the master, its worker and (if it runs) its agent */
 static void rss_rows(struct server *s, const char *when)
 {
@@ -718,52 +818,35 @@ static void rss_rows(struct server *s, const char *when)
 	else
 		row_fail(fig, "cannot read /proc/%d/status", (int)s->pid);
 
-	/* the worker and the agent are the master's children today; a jail may put a process
-	 * between the master and the agent, so look three levels down, not into the agent */
-	pid_t level[64], next[64];
-	int nl = 1;
-	level[0] = s->pid;
-	long wrss = 0, whwm = 0, arss = 0, ahwm = 0;
-	int nw = 0, na = 0;
-	for (int depth = 0; depth < 3 && nl > 0; depth++) {
-		int nn = 0;
-		for (int i = 0; i < nl && nn < 64; i++)
-			nn += task_children(level[i], next + nn, 64 - nn);
-		int keep = 0;
-		for (int i = 0; i < nn; i++) {
-			char cmd[512];
-			if (proc_cmdline(next[i], cmd, sizeof(cmd)) < 0 || proc_mem(next[i], &m) < 0)
-				continue;
-			if (strncmp(cmd, "kode-gopher: worker", 19) == 0) {
-				wrss += m.rss_kb, whwm += m.hwm_kb, nw++;
-			} else if (strstr(cmd, "agent")) {
-				arss += m.rss_kb, ahwm += m.hwm_kb, na++;
-			} else {
-				next[keep++] = next[i];
-			}
-		}
-		memcpy(level, next, sizeof(pid_t) * (size_t)keep);
-		nl = keep;
-	}
+	struct sbprocs sp;
+	sandbox_procs(s->pid, &sp);
 	snprintf(fig, sizeof(fig), "RSS worker, %s (MiB)", when);
-	if (nw)
-		row_add(fig, fmt_num(a, sizeof(a), wrss / 1024.0), "-", nw, "VmHWM %s MiB%s",
-			fmt_num(b, sizeof(b), whwm / 1024.0), nw > 1 ? "; sum over the workers" : "");
+	if (sp.nworkers)
+		row_add(fig, fmt_num(a, sizeof(a), sp.worker_rss_kb / 1024.0), "-", sp.nworkers,
+			"VmHWM %s MiB%s", fmt_num(b, sizeof(b), sp.worker_hwm_kb / 1024.0),
+			sp.nworkers > 1 ? "; sum over the workers" : "");
 	else
 		row_fail(fig, "no child of pid %d whose cmdline begins \"kode-gopher: worker\"", (int)s->pid);
 	snprintf(fig, sizeof(fig), "RSS agent, %s (MiB)", when);
-	if (na)
-		row_add(fig, fmt_num(a, sizeof(a), arss / 1024.0), "-", na,
-			"VmHWM %s MiB; for information (go build and the program are its children)",
-			fmt_num(b, sizeof(b), ahwm / 1024.0));
-	else
-		row_add(fig, "-", "-", 0, "not running: the session's first tool call starts it");
+	struct procmem ja = { 0 }, jb = { 0 };
+	if (sp.agent && proc_mem(sp.agent, &m) == 0) {
+		char jail[96] = "";
+		if (sp.jail_a && proc_mem(sp.jail_a, &ja) == 0 && sp.jail_b && proc_mem(sp.jail_b, &jb) == 0)
+			snprintf(jail, sizeof(jail), "; the jail's own two processes: %s MiB more",
+				 fmt_num(b, sizeof(b), (ja.rss_kb + jb.rss_kb) / 1024.0));
+		row_add(fig, fmt_num(a, sizeof(a), m.rss_kb / 1024.0), "-", 1,
+			"VmHWM %s MiB; for information (go build and the program are its children)%s",
+			fmt_num(b, sizeof(b), m.hwm_kb / 1024.0), jail);
+	} else {
+		row_add(fig, "-", "-", 0, "not running (yet): the worker asks for its sandbox at start-up");
+	}
 }
 
 /* ---------------------------------------------------------------- tool calls */
 
 struct call_rec {
 	double e2e_ms, build_ms, duration_ms;
+	double claim_ms; /* timings.claim_ms, added by the worker; NAN when absent */
 	bool ok, cached, tidied;
 	char sandbox[64];
 	char err[400];
@@ -803,7 +886,7 @@ static void call_failure(json_t *sc, json_t *result, char *buf, size_t cap)
 static int tool_exec(struct server *s, const char *code, struct call_rec *c)
 {
 	memset(c, 0, sizeof(*c));
-	c->build_ms = c->duration_ms = NAN;
+	c->build_ms = c->duration_ms = c->claim_ms = NAN;
 	json_t *params = json_pack("{s:s, s:{s:s}}", "name", "execute_go_code", "arguments", "code", code);
 	json_t *resp = NULL;
 	double us;
@@ -822,6 +905,7 @@ static int tool_exec(struct server *s, const char *code, struct call_rec *c)
 	if (sc) {
 		c->build_ms = num_field(sc, "build_ms");
 		c->duration_ms = num_field(sc, "duration_ms");
+		c->claim_ms = num_field(json_object_get(sc, "timings"), "claim_ms");
 		c->cached = json_is_true(json_object_get(sc, "cached_build"));
 		c->tidied = json_is_true(json_object_get(sc, "tidied"));
 		const char *sb = json_string_value(json_object_get(sc, "sandbox"));

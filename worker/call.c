@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "worker/agent_client.h"
 #include "worker/worker.h"
@@ -125,7 +126,12 @@ static json_t *call_agent(struct session *s, struct job *j, json_t *req, bool do
 	json_t *res = NULL;
 	void *ctx[2] = { s, j };
 	bool retried = false;
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
 	int r = sandbox_get(s, &ep, err, sizeof(err));
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	/* the first call of a session claims the (warm) sandbox: what that cost */
+	long claim_ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
 	for (int attempt = 0; r == 0; attempt++) {
 		r = call_once(ep, j, req, doc, ctx, &res, err, sizeof(err));
 		if (r == 0 || !agent_client_gone(r) || attempt == 1 || j->cancel)
@@ -160,6 +166,9 @@ static json_t *call_agent(struct session *s, struct job *j, json_t *req, bool do
 		json_decref(res);
 		return out;
 	}
+	json_t *timings = json_object_get(res, "timings");
+	if (json_is_object(timings))
+		json_object_set_new(timings, "claim_ms", json_integer(claim_ms));
 	json_object_set_new(res, "retried", json_boolean(retried));
 	json_object_set_new(res, "sandbox", json_string(sandbox_name(s)));
 	return tool_result(res, result_is_error(res));

@@ -9,7 +9,7 @@
  * helpers from ../e2e/lib.mjs.
  */
 import assert from 'node:assert/strict';
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import fs from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
@@ -233,6 +233,60 @@ test('another session\'s /app/persist is invisible, by path and by walking /', T
 	assert.equal(fs.readFileSync(hostCopy, 'utf8'), content);
 });
 
+/* RUNTIME - the base caches; the jail mounts them at the same path inside the sandbox */
+const RUNTIME = process.env.KODE_GOPHER_RUNTIME_DIR || '/var/cache/kode-gopher/runtime';
+
+test('the Go caches are per session: what one session writes there, the host and other sessions never see', T, async () => {
+	const a = await live();
+	const mark = `kg-poison-${randomUUID()}`;
+	const modFile = path.join(RUNTIME, 'gomodcache', 'github.com', 'google', 'uuid@v1.6.0', 'uuid.go');
+	const cacheDir = path.join(RUNTIME, 'gocache', '00');
+	const entry = fs.readdirSync(cacheDir).find((f) => f.endsWith('-d')) || fs.readdirSync(cacheDir)[0];
+	assert.ok(entry, `no build cache entry in ${cacheDir}`);
+	const cacheFile = path.join(cacheDir, entry);
+	const hostBefore = { mod: fs.readFileSync(modFile), cache: fs.readFileSync(cacheFile) };
+	const newFiles = [path.join(RUNTIME, 'gocache', `${mark}`), path.join(RUNTIME, 'gocache', '00', `${mark}-d`),
+		path.join(RUNTIME, 'gomodcache', 'cache', 'download', `${mark}.txt`)];
+	// a's program writes new cache files and tries to replace existing ones (directly and by rename)
+	const POISON = snippet(
+		'\te := func(err error) string {\n\t\tif err == nil {\n\t\t\treturn "nil"\n\t\t}\n\t\treturn err.Error()\n\t}\n' +
+		'\tout := map[string]string{}\n' +
+		`\tfor _, p := range []string{${newFiles.map(goStr).join(', ')}} {\n` +
+		'\t\tout["new "+p] = e(os.WriteFile(p, []byte("poison"), 0o644))\n\t}\n' +
+		`\tfor _, p := range []string{${[modFile, cacheFile].map(goStr).join(', ')}} {\n` +
+		'\t\tout["write "+p] = e(os.WriteFile(p, []byte("poison"), 0o644))\n' +
+		'\t\ttmp := filepath.Join(filepath.Dir(p), ".kg-poison")\n' +
+		'\t\tif err := os.WriteFile(tmp, []byte("poison"), 0o644); err != nil {\n\t\t\tout["rename "+p] = e(err)\n\t\t\tcontinue\n\t\t}\n' +
+		'\t\tout["rename "+p] = e(os.Rename(tmp, p))\n\t}\n' +
+		'\treturn out, nil', ['os', 'path/filepath']);
+	const poisoned = await runOk({ code: POISON }, a);
+	// nothing reached the host's base caches
+	for (const p of newFiles)
+		assert.equal(fs.existsSync(p), false, `${p} appeared on the host`);
+	assert.ok(fs.readFileSync(modFile).equals(hostBefore.mod), `${modFile} changed on the host: ${JSON.stringify(poisoned)}`);
+	assert.ok(fs.readFileSync(cacheFile).equals(hostBefore.cache), `${cacheFile} changed on the host`);
+	assert.equal(fs.existsSync(path.join(path.dirname(modFile), '.kg-poison')), false);
+	// a fresh session sees the base caches as they were
+	const b = await connect();
+	const seen = await runOk({
+		code: snippet(
+			'\tout := map[string]string{}\n' +
+			`\tfor _, p := range []string{${[...newFiles, modFile, cacheFile].map(goStr).join(', ')}} {\n` +
+			'\t\tb, err := os.ReadFile(p)\n\t\tif err != nil {\n\t\t\tout[p] = err.Error()\n\t\t} else {\n' +
+			'\t\t\tsum := sha256.Sum256(b)\n\t\t\tout[p] = hex.EncodeToString(sum[:])\n\t\t}\n\t}\n' +
+			'\treturn out, nil', ['crypto/sha256', 'encoding/hex', 'os']),
+	}, b);
+	const sha = (buf) => createHash('sha256').update(buf).digest('hex');
+	for (const p of newFiles)
+		assert.match(seen[p], /no such file or directory/, `session b sees ${p}: ${seen[p]}`);
+	assert.equal(seen[modFile], sha(hostBefore.mod), 'session b reads the original module source');
+	assert.equal(seen[cacheFile], sha(hostBefore.cache), 'session b reads the original build cache entry');
+	// and b builds code that uses the module a tried to poison
+	const built = await runOk({ code: snippet('\treturn len(uuid.NewString()), nil', ['github.com/google/uuid']) }, b);
+	assert.equal(built, 36);
+	await nextCallWorks(a);
+});
+
 test('writes outside /app fail (read-only), while /app, /app/persist and /tmp work', T, async () => {
 	const denied = [
 		'/usr/kg-evil', '/usr/bin/kg-evil', '/kg-evil', '/etc/kg-evil', '/etc/passwd', '/etc/hosts',
@@ -266,6 +320,9 @@ test('writes outside /app fail (read-only), while /app, /app/persist and /tmp wo
 	await nextCallWorks();
 });
 
+/* LIMIT_MSG - how a result names the sandbox's process limit (--sandbox-pids, default 512) */
+const LIMIT_MSG = /^the program hit the sandbox's limit of 512 processes and threads \(too many processes\); start fewer: /;
+
 test('fork bomb in a shell → contained by the pids limit; the next call works', T, async () => {
 	const t0 = Date.now();
 	const [res, st] = await run({
@@ -297,11 +354,30 @@ test('process spawner (os/exec sleep in a loop, never waited) → "resource temp
 	});
 	assert.equal(res.isError, true, show(st));
 	assert.equal(st.result.kind, 'error', show(st));
-	assert.match(st.result.message, /^after \d+ processes: fork\/exec \/usr\/bin\/sleep: resource temporarily unavailable$/, show(st));
+	assert.match(st.result.message, LIMIT_MSG, show(st));
+	assert.match(st.result.message, /after \d+ processes: fork\/exec \/usr\/bin\/sleep: resource temporarily unavailable$/, show(st));
 	const n = Number(/after (\d+)/.exec(st.result.message)[1]);
 	assert.ok(n > 10 && n <= 512, `${n} processes before the limit`);
 	// the sleepers are gone: the next call sees no more than its own few processes
 	await nextCallWorks(undefined, { prev: st });
+});
+
+test('--sandbox-pids 64 → the spawner stops near 64 processes, and the message names that limit', T, async () => {
+	const s = await connect({ args: ['--sandbox-pids', '64'] });
+	const [res, st] = await run({
+		code: snippet(
+			'\tn := 0\n\tfor i := 0; i < 1000; i++ {\n' +
+			'\t\tif err := exec.Command("sleep", "1000").Start(); err != nil {\n' +
+			'\t\t\treturn n, fmt.Errorf("after %d processes: %w", n, err)\n\t\t}\n\t\tn++\n\t}\n' +
+			'\treturn n, nil', ['fmt', 'os/exec']),
+		timeout_seconds: 30,
+	}, s);
+	assert.equal(res.isError, true, show(st));
+	assert.equal(st.result.kind, 'error', show(st));
+	assert.match(st.result.message, /^the program hit the sandbox's limit of 64 processes and threads/, show(st));
+	const n = Number(/after (\d+) processes/.exec(st.result.message)?.[1]);
+	assert.ok(n > 0 && n < 64, `${n} processes before the limit`);
+	await nextCallWorks(s, { prev: st });
 });
 
 test('thread bomb (goroutines locked to OS threads) → kind panic naming the thread limit', T, async () => {
@@ -314,6 +390,7 @@ test('thread bomb (goroutines locked to OS threads) → kind panic naming the th
 	});
 	assert.equal(res.isError, true, show(st));
 	assert.equal(st.result.kind, 'panic', show(st));
+	assert.match(st.result.message, LIMIT_MSG, show(st));
 	assert.match(st.result.message, /newosproc/, show(st));
 	assert.match(st.stderr, /failed to create new OS thread \(have \d+ already; errno=11\)/, show(st));
 	assert.ok(st.duration_ms < 20_000, 'the limit, not the sleep or the timeout, ended it');
@@ -330,10 +407,9 @@ test('unbounded allocation with --sandbox-memory 512m → kind killed (out of me
 		timeout_seconds: 60,
 	}, s);
 	assert.equal(res.isError, true, show(st));
-	assert.ok(['killed', 'panic', 'error'].includes(st.result.kind), show(st));
-	assert.match(`${st.result.message}\n${st.stderr}`, /out of memory|SIGKILL/i, show(st));
-	if (st.result.kind === 'killed')
-		assert.equal(st.signal, 'SIGKILL', show(st));
+	assert.equal(st.result.kind, 'killed', show(st));
+	assert.equal(st.signal, 'SIGKILL', show(st));
+	assert.match(st.result.message, /^the program ran out of memory: the sandbox allows 512 MiB \(builds included\)/, show(st));
 	assert.ok(Date.now() - t0 < 55_000, 'the limit, not the timeout, ended it');
 	assert.ok(st.timings.max_rss_kb < 600 * 1024, `max_rss_kb ${st.timings.max_rss_kb} stays near the 512 MiB limit`);
 	await nextCallWorks(s, { prev: st });
