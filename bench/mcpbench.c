@@ -24,6 +24,7 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -657,26 +658,6 @@ static int proc_mem(pid_t pid, struct procmem *m)
 	return m->rss_kb >= 0 ? 0 : -ENOENT;
 }
 
-/* proc_cmdline - /proc/PID/cmdline with the NULs between arguments turned to spaces */
-static int proc_cmdline(pid_t pid, char *buf, size_t cap)
-{
-	char path[64];
-	snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
-	size_t len;
-	char *d = read_file(path, &len);
-	if (!d)
-		return -errno;
-	while (len > 0 && d[len - 1] == '\0')
-		len--;
-	for (size_t i = 0; i < len; i++)
-		if (d[i] == '\0')
-			d[i] = ' ';
-	d[len] = '\0';
-	snprintf(buf, cap, "%s", d);
-	free(d);
-	return 0;
-}
-
 /* proc_ppid - the parent of pid, from /proc/PID/stat (after the command's closing paren) */
 static pid_t proc_ppid(pid_t pid)
 {
@@ -756,7 +737,7 @@ static enum proc_role proc_role(pid_t pid, char *dir, size_t dircap)
 static void sandbox_procs(pid_t serve, struct sbprocs *sp)
 {
 	memset(sp, 0, sizeof(*sp));
-	pid_t level[64], next[64], parent_of[64], parents[64];
+	pid_t level[64], next[64], parent_of[64];
 	int nl = 1;
 	level[0] = serve;
 	/* serve > A > B > agent: three levels; the agent's own children are not looked at */
@@ -793,14 +774,12 @@ static void sandbox_procs(pid_t serve, struct sbprocs *sp)
 				} else if (parent_of[i] == sp->jail_a && !sp->jail_b) {
 					sp->jail_b = next[i];
 				}
-				parents[keep] = parent_of[i];
 				next[keep++] = next[i];
 				break;
 			default: /* e.g. a fork of serve that has not exec'd yet */
 				break;
 			}
 		}
-		(void)parents;
 		memcpy(level, next, sizeof(pid_t) * (size_t)keep);
 		nl = keep;
 	}
@@ -1549,8 +1528,8 @@ static int hand_iteration(struct hand *h, int i, double *build_ms, double *run_m
 struct opts {
 	const char *bin;
 	const char *runtime_dir;
-	int pings, calls;
-	bool rss, ping, calls_on;
+	int pings, calls, sessions;
+	bool rss, ping, calls_on, sandbox;
 	char tmp[PATH_MAX];
 };
 
@@ -1598,8 +1577,8 @@ static void section_calls(struct server *s, const struct opts *o)
 	if (call_once(s, code_stdlib('w', 0), "first call of the session (ms)", &first) == 0)
 		row_add("first call of the session (ms)", fmt_num(a, sizeof(a), first.e2e_ms), "-", 1,
 			"stdlib snippet, not in series a: includes whatever the session's sandbox still "
-			"sets up; build_ms %.0f, duration_ms %.0f",
-			first.build_ms, first.duration_ms);
+			"sets up; build_ms %.0f, duration_ms %.0f, claim_ms %.0f",
+			first.build_ms, first.duration_ms, first.claim_ms);
 	else
 		goto out;
 
@@ -1751,15 +1730,465 @@ out:
 	server_stop(&s);
 }
 
+/* ---------------------------------------------------------------- the local sandbox */
+
+/* agent_health - GET /health on the agent's unix socket; 0 when it answers 200. Written by
+ * hand: mcpbench links jansson alone (the Makefile's bench recipe), and one GET with
+ * "Connection: close" over a local socket needs no HTTP library. */
+static int agent_health(const char *sock, int timeout_ms)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	if (strlen(sock) >= sizeof(sa.sun_path))
+		return -ENAMETOOLONG;
+	memcpy(sa.sun_path, sock, strlen(sock) + 1);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	static const char req[] = "GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+	    write(fd, req, sizeof(req) - 1) != (ssize_t)(sizeof(req) - 1)) {
+		int e = errno;
+		close(fd);
+		return -e;
+	}
+	char buf[64];
+	size_t got = 0;
+	double deadline = now_us() + timeout_ms * 1000.0;
+	while (got < 12) { /* "HTTP/1.1 200" */
+		int left = (int)((deadline - now_us()) / 1000.0);
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		if (left <= 0 || poll(&p, 1, left) <= 0)
+			break;
+		ssize_t n = read(fd, buf + got, sizeof(buf) - 1 - got);
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+	}
+	close(fd);
+	buf[got] = '\0';
+	return got >= 12 && strncmp(buf, "HTTP/1.", 7) == 0 && strncmp(buf + 8, " 200", 4) == 0 ? 0 : -EIO;
+}
+
+/* du_* - disk use of a tree as du(1) counts it: allocated blocks, one file system, symlinks not
+ * followed, a hard-linked file once. nftw passes no context, hence the file-scope state. */
+struct du_ino {
+	dev_t dev;
+	ino_t ino;
+};
+static struct {
+	long long bytes;
+	long files, dirs;
+	struct du_ino *seen;
+	size_t nseen, cap;
+} du_acc;
+
+/* du_cb - nftw callback of du_tree */
+static int du_cb(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)path;
+	(void)ftw;
+	if (flag == FTW_NS)
+		return 0;
+	if (!S_ISDIR(st->st_mode) && st->st_nlink > 1) {
+		for (size_t i = 0; i < du_acc.nseen; i++)
+			if (du_acc.seen[i].dev == st->st_dev && du_acc.seen[i].ino == st->st_ino)
+				return 0;
+		if (du_acc.nseen == du_acc.cap) {
+			size_t ncap = du_acc.cap ? du_acc.cap * 2 : 64;
+			struct du_ino *n = realloc(du_acc.seen, ncap * sizeof(*n));
+			if (!n)
+				return 0;
+			du_acc.seen = n;
+			du_acc.cap = ncap;
+		}
+		du_acc.seen[du_acc.nseen++] = (struct du_ino){ st->st_dev, st->st_ino };
+	}
+	du_acc.bytes += (long long)st->st_blocks * 512;
+	if (S_ISDIR(st->st_mode))
+		du_acc.dirs++;
+	else
+		du_acc.files++;
+	return 0;
+}
+
+/* du_tree - bytes allocated under path, and how many directories and other entries */
+static int du_tree(const char *path, long long *bytes, long *files, long *dirs)
+{
+	memset(&du_acc, 0, sizeof(du_acc));
+	int r = nftw(path, du_cb, 32, FTW_PHYS | FTW_MOUNT);
+	free(du_acc.seen);
+	du_acc.seen = NULL;
+	if (r != 0)
+		return -errno;
+	*bytes = du_acc.bytes;
+	*files = du_acc.files;
+	*dirs = du_acc.dirs;
+	return 0;
+}
+
+/* proc_rollup - from /proc/PID/smaps_rollup, in KiB: Pss (shared pages split among the
+ * processes that map them) and the private pages (what its end would give back) */
+static int proc_rollup(pid_t pid, long *pss_kb, long *private_kb)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/smaps_rollup", (int)pid);
+	char *d = read_file(path, NULL);
+	if (!d)
+		return -errno;
+	static const char *const keys[] = { "\nPss:", "\nPrivate_Clean:", "\nPrivate_Dirty:" };
+	long v[3];
+	int found = 0;
+	for (int k = 0; k < 3; k++) {
+		char *p = strstr(d, keys[k]);
+		v[k] = p ? strtol(p + strlen(keys[k]), NULL, 10) : 0;
+		found += p != NULL;
+	}
+	free(d);
+	*pss_kb = v[0];
+	*private_kb = v[1] + v[2];
+	return found == 3 ? 0 : -ENOENT;
+}
+
+/* status_field - the text after "Name:" in /proc/PID/status, trimmed, or "" */
+static void status_field(pid_t pid, const char *name, char *out, size_t cap)
+{
+	char path[64], key[40];
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	snprintf(key, sizeof(key), "\n%s:", name);
+	out[0] = '\0';
+	char *d = read_file(path, NULL);
+	char *p = d ? strstr(d, key) : NULL;
+	if (p) {
+		p += strlen(key);
+		p += strspn(p, " \t");
+		snprintf(out, cap, "%.*s", (int)strcspn(p, "\n"), p);
+	}
+	free(d);
+}
+
+/* same_ns - is pid in our namespace of this kind? */
+static bool same_ns(pid_t pid, const char *kind)
+{
+	char mine[64] = "", theirs[64] = "", a[64], b[64];
+	snprintf(a, sizeof(a), "/proc/self/ns/%s", kind);
+	snprintf(b, sizeof(b), "/proc/%d/ns/%s", (int)pid, kind);
+	if (readlink(a, mine, sizeof(mine) - 1) < 0 || readlink(b, theirs, sizeof(theirs) - 1) < 0)
+		return true; /* cannot tell: claim no isolation rather than invent it */
+	return strcmp(mine, theirs) == 0;
+}
+
+struct jailinfo {
+	bool jailed; /* its own user, mount and pid namespaces */
+	char desc[400];
+};
+
+/* jail_describe - how the agent is isolated, as /proc shows it from the host */
+static void jail_describe(const struct sbprocs *sp, struct jailinfo *ji)
+{
+	memset(ji, 0, sizeof(*ji));
+	pid_t ag = sp->agent;
+	static const char *const kinds[] = { "user", "mnt", "pid", "ipc", "uts", "net" };
+	bool own[6];
+	char nsl[96] = "";
+	for (int k = 0; k < 6; k++) {
+		own[k] = !same_ns(ag, kinds[k]);
+		if (own[k] && k < 5)
+			snprintf(nsl + strlen(nsl), sizeof(nsl) - strlen(nsl), "%s%s", nsl[0] ? ", " : "",
+				 kinds[k]);
+	}
+	ji->jailed = sp->jail_a && own[0] && own[1] && own[2];
+	char uid[64] = "", seccomp[16] = "", nnp[16] = "", capeff[32] = "";
+	status_field(ag, "Uid", uid, sizeof(uid));
+	status_field(ag, "Seccomp", seccomp, sizeof(seccomp));
+	status_field(ag, "NoNewPrivs", nnp, sizeof(nnp));
+	status_field(ag, "CapEff", capeff, sizeof(capeff));
+	unsigned long hu = strtoul(uid, NULL, 10);
+	char uidtxt[128];
+	if (hu == (unsigned long)getuid())
+		snprintf(uidtxt, sizeof(uidtxt), "agent runs as our own uid %lu", hu);
+	else
+		snprintf(uidtxt, sizeof(uidtxt), "agent runs as host uid %lu, the sandbox's own "
+						 "(serve runs as %s)", hu, getuid() == 0 ? "root" : "another uid");
+	/* cgroup v1 lines "N:controller:/kode-gopher/NAME" (policy/jail.c) */
+	char cgp[64], cgs[64] = "";
+	snprintf(cgp, sizeof(cgp), "/proc/%d/cgroup", (int)ag);
+	char *cg = read_file(cgp, NULL);
+	for (char *line = cg, *nl; line && *line; line = nl ? nl + 1 : NULL) {
+		nl = strchr(line, '\n');
+		if (nl)
+			*nl = '\0';
+		char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+		if (c2 && strstr(c2, "/kode-gopher/"))
+			snprintf(cgs + strlen(cgs), sizeof(cgs) - strlen(cgs), "%s%.*s", cgs[0] ? ", " : "",
+				 (int)(c2 - c1 - 1), c1 + 1);
+		if (!nl)
+			break;
+	}
+	free(cg);
+	bool nocaps = capeff[0] && strspn(capeff, "0") == strlen(capeff);
+	snprintf(ji->desc, sizeof(ji->desc),
+		 "%s: own %s namespaces%s; %s; cgroups: %s; %s%s%s",
+		 sp->jail_a ? "`kode-gopher jail`" : "no jail process",
+		 nsl[0] ? nsl : "no", own[5] ? " and network" : " (network shared)", uidtxt,
+		 cgs[0] ? cgs : "none (rlimits only)",
+		 strcmp(seccomp, "2") == 0 ? "seccomp filter" : "no seccomp filter",
+		 strcmp(nnp, "1") == 0 ? ", no_new_privs" : "", nocaps ? ", no capabilities" : "");
+}
+
+/* code_first - the first call of each fresh session: the same source in every session and run */
+static char *code_first(void)
+{
+	return strdup("package snippet\n\n"
+		      "import (\n\t\"context\"\n\t\"fmt\"\n)\n\n"
+		      "func run(ctx context.Context) (any, error) {\n"
+		      "\treturn fmt.Sprintf(\"kgbench first call of a fresh session\"), nil\n"
+		      "}\n");
+}
+
+struct sess_rec {
+	double init_ms;  /* serve started -> initialize answered */
+	double ready_ms; /* serve started -> the agent answers GET /health */
+	double claim_ms, first_ms, first_build_ms, later_ms;
+	bool first_cached;
+	double a_mib, b_mib, agent_mib, sum_mib; /* VmRSS; NAN when the process is not there */
+	double pss_mib, private_mib;            /* summed over the three; NAN when unreadable */
+	double disk_mib, cache_mib;
+	long files, dirs;
+};
+
+/* sandbox_session - one fresh session: warm-up, memory and disk, the first call, LATER_CALLS more */
+static int sandbox_session(const struct opts *o, int i, struct sess_rec *r, struct jailinfo *ji,
+			   const char *fig)
+{
+	struct server s;
+	char root[PATH_MAX + 8], log[PATH_MAX + 16];
+	snprintf(root, sizeof(root), "%s/sb3", o->tmp);
+	snprintf(log, sizeof(log), "%s/serve3.log", o->tmp);
+	double t0 = now_us();
+	if (session_open(&s, o->bin, root, o->runtime_dir, log) < 0) {
+		row_fail(fig, "session %d could not start and initialize", i + 1);
+		return -1;
+	}
+	double t1 = now_us();
+	r->init_ms = (t1 - t0) / 1000.0;
+
+	/* warm-up: the worker asked for its sandbox at start-up; wait for its agent to answer */
+	struct sbprocs sp;
+	char sock[PATH_MAX + 32];
+	bool ready = false;
+	while (!ready && now_us() - t1 < READY_TIMEOUT_MS * 1000.0) {
+		sandbox_procs(s.pid, &sp);
+		if (sp.agent && sp.dir[0]) {
+			snprintf(sock, sizeof(sock), "%s/sock/agent.sock", sp.dir);
+			ready = agent_health(sock, 500) == 0;
+		}
+		if (!ready)
+			usleep(READY_POLL_MS * 1000);
+	}
+	if (!ready) {
+		row_fail(fig, "session %d: %s within %d s of initialize", i + 1,
+			 !sp.agent ? "no `kode-gopher agent` process below serve"
+			 : !sp.dir[0] ? "the agent is not under `kode-gopher jail --dir`: no socket to probe"
+				      : "the agent did not answer GET /health on its socket",
+			 READY_TIMEOUT_MS / 1000);
+		log_tail(s.log_path);
+		server_stop(&s);
+		return -1;
+	}
+	r->ready_ms = (now_us() - t0) / 1000.0;
+	usleep(100000); /* let the idle processes settle before their memory is read */
+
+	sandbox_procs(s.pid, &sp);
+	struct procmem m;
+	long pss = 0, priv = 0;
+	bool rollup_ok = true;
+	double *slot[3] = { &r->a_mib, &r->b_mib, &r->agent_mib };
+	pid_t pids[3] = { sp.jail_a, sp.jail_b, sp.agent };
+	r->sum_mib = 0;
+	for (int k = 0; k < 3; k++) {
+		*slot[k] = pids[k] && proc_mem(pids[k], &m) == 0 ? m.rss_kb / 1024.0 : NAN;
+		if (!isnan(*slot[k]))
+			r->sum_mib += *slot[k];
+		long p = 0, q = 0;
+		if (pids[k] && proc_rollup(pids[k], &p, &q) == 0)
+			pss += p, priv += q;
+		else if (pids[k])
+			rollup_ok = false;
+	}
+	r->pss_mib = rollup_ok ? pss / 1024.0 : NAN;
+	r->private_mib = rollup_ok ? priv / 1024.0 : NAN;
+	long long bytes = 0, cbytes = 0;
+	long cf, cd;
+	char cache[PATH_MAX + 16];
+	snprintf(cache, sizeof(cache), "%s/cache", sp.dir);
+	r->disk_mib = r->cache_mib = NAN;
+	if (du_tree(sp.dir, &bytes, &r->files, &r->dirs) == 0)
+		r->disk_mib = (double)bytes / (1024.0 * 1024.0);
+	if (du_tree(cache, &cbytes, &cf, &cd) == 0)
+		r->cache_mib = (double)cbytes / (1024.0 * 1024.0);
+	jail_describe(&sp, ji);
+
+	struct call_rec c;
+	int rc = call_once(&s, code_first(), fig, &c);
+	if (rc == 0) {
+		r->claim_ms = c.claim_ms;
+		r->first_ms = c.e2e_ms;
+		r->first_build_ms = c.build_ms;
+		r->first_cached = c.cached;
+		double v[LATER_CALLS], p90;
+		for (int k = 0; k < LATER_CALLS && rc == 0; k++) {
+			rc = call_once(&s, code_stdlib('l', i * LATER_CALLS + k), fig, &c);
+			v[k] = c.e2e_ms;
+		}
+		if (rc == 0)
+			stats(v, LATER_CALLS, &r->later_ms, &p90);
+	}
+	server_stop(&s);
+	return rc;
+}
+
+/* section_sandbox - f: the local sandbox backend over o->sessions fresh sessions */
+static void section_sandbox(const struct opts *o)
+{
+	const char *fig = "f. local sandbox, fresh sessions";
+	int n = o->sessions, done = 0, njailed = 0;
+	struct sess_rec *r = calloc((size_t)n, sizeof(*r));
+	struct jailinfo ji, first = { 0 };
+	for (int i = 0; r && i < n; i++) {
+		fprintf(stderr, "\r  f. local sandbox, fresh session %d/%d", i + 1, n);
+		if (sandbox_session(o, i, &r[i], &ji, fig) < 0)
+			break;
+		njailed += ji.jailed;
+		if (i == 0)
+			first = ji;
+		done++;
+	}
+	fprintf(stderr, "\n");
+	if (!r || done < n) {
+		free(r);
+		return;
+	}
+	double *v = calloc((size_t)n, sizeof(double)), *w = calloc((size_t)n, sizeof(double));
+	char note[400], aim[64], x[32], y[32];
+	int nv;
+	double med, p90, med2;
+#define COLLECT(field)                                                                      \
+	do {                                                                                \
+		nv = 0;                                                                     \
+		for (int i_ = 0; i_ < n; i_++)                                              \
+			if (!isnan(r[i_].field))                                            \
+				v[nv++] = r[i_].field;                                      \
+	} while (0)
+
+	row_add("f. local sandbox: jailed?", njailed == n ? "yes" : njailed ? "partly" : "no", "-", n,
+		"%s%s", first.desc,
+		njailed == n || !njailed ? "" : "; NOT jailed in every session");
+
+	COLLECT(init_ms);
+	stats(v, nv, &med, &p90);
+	snprintf(note, sizeof(note), "from starting serve to the agent answering GET /health on its "
+		 "socket (polled every %d ms); initialize was answered after %s ms (median): the "
+		 "sandbox builds while the client initializes", READY_POLL_MS, fmt_num(x, sizeof(x), med));
+	COLLECT(ready_ms);
+	row_series("f0. sandbox ready, after serve started (ms)", v, nv, note);
+
+	COLLECT(claim_ms);
+	if (nv < n) {
+		row_fail("f1. claim of a warm local sandbox", "%d of %d first calls had no "
+			 "structuredContent.timings.claim_ms (a worker older than the field?)", n - nv, n);
+	} else {
+		stats(v, nv, &med, &p90);
+		snprintf(note, sizeof(note), "%s; timings.claim_ms of each fresh session's first call, "
+			 "made once the agent answered (whole ms, as the worker reports it)",
+			 aim_text(aim, sizeof(aim), med, 50, " ms"));
+		row_series("f1. claim of a warm local sandbox (ms)", v, nv, note);
+	}
+
+	int cached = 0;
+	for (int i = 0; i < n; i++)
+		cached += r[i].first_cached;
+	COLLECT(first_build_ms);
+	stats(v, nv, &med, &p90);
+	snprintf(note, sizeof(note), "end to end; the same stdlib snippet in every session (a new "
+		 "sandbox has an empty binary cache: cached_build %d/%d); build_ms %s (median)",
+		 cached, n, fmt_num(x, sizeof(x), med));
+	COLLECT(first_ms);
+	row_series("f2. first call of a fresh session (ms)", v, nv, note);
+	stats(v, nv, &med, &p90);
+	COLLECT(later_ms);
+	snprintf(note, sizeof(note), "per session the median of the next %d calls (stdlib, new source "
+		 "each); median and p90 over the sessions", LATER_CALLS);
+	row_series("f2. later calls of the session (ms)", v, nv, note);
+	stats(v, nv, &med2, &p90);
+	for (int i = 0; i < n; i++)
+		w[i] = r[i].first_ms / r[i].later_ms;
+	double rm, rp;
+	stats(w, n, &rm, &rp);
+	snprintf(x, sizeof(x), "%.2f", med / med2);
+	row_add("f2. ratio: first / later", x, "-", n, "median of the first calls / median of the "
+		"later; per session: median %.2f, p90 %.2f", rm, rp);
+
+	static const struct { const char *fig, *note; size_t off; } mem[] = {
+		{ "f3. RSS jail A, idle prepared sandbox (MiB)",
+		  "`kode-gopher jail` in the host's pid namespace; waits for B",
+		  offsetof(struct sess_rec, a_mib) },
+		{ "f3. RSS jail B, idle prepared sandbox (MiB)",
+		  "pid 1 of the sandbox: built its file system, started the agent, reaps",
+		  offsetof(struct sess_rec, b_mib) },
+		{ "f3. RSS agent, idle prepared sandbox (MiB)",
+		  "listening on its socket, not yet claimed", offsetof(struct sess_rec, agent_mib) },
+	};
+	for (size_t k = 0; k < sizeof(mem) / sizeof(mem[0]); k++) {
+		nv = 0;
+		for (int i = 0; i < n; i++) {
+			double d = *(const double *)((const char *)&r[i] + mem[k].off);
+			if (!isnan(d))
+				v[nv++] = d;
+		}
+		if (nv == 0)
+			row_add(mem[k].fig, "-", "-", 0, "no such process: the sandbox is not jailed");
+		else
+			row_series(mem[k].fig, v, nv, mem[k].note);
+	}
+	COLLECT(pss_mib);
+	stats(v, nv, &med, &p90);
+	COLLECT(private_mib);
+	stats(v, nv, &med2, &p90);
+	snprintf(note, sizeof(note), "VmRSS of A + B + agent per session, after warm-up and before "
+		 "any call; counts pages they share with each other and with serve (one binary, its "
+		 "libraries) in full: their private pages sum to %s MiB, their PSS to %s MiB (medians)",
+		 fmt_num(y, sizeof(y), med2), fmt_num(x, sizeof(x), med));
+	COLLECT(sum_mib);
+	row_series("f3. RSS sum of the sandbox's processes (MiB)", v, nv, note);
+
+	long files = r[0].files, dirs = r[0].dirs;
+	COLLECT(cache_mib);
+	stats(v, nv, &med, &p90);
+	snprintf(note, sizeof(note), "du of <sandbox root>/<name> right after warm-up (allocated "
+		 "blocks, hard links once): %ld directories, %ld other entr%s (first session); of "
+		 "which cache/ (the overlays' upper layers with the base caches' directory skeleton) "
+		 "%s MiB", dirs, files, files == 1 ? "y" : "ies", fmt_num(y, sizeof(y), med));
+	COLLECT(disk_mib);
+	if (nv < n)
+		row_fail("f3. disk use of the sandbox directory", "du of the sandbox directory failed "
+			 "in %d of %d sessions", n - nv, n);
+	else
+		row_series("f3. disk use of the sandbox directory (MiB)", v, nv, note);
+#undef COLLECT
+	free(v);
+	free(w);
+	free(r);
+}
+
 /* usage - how to call */
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: mcpbench [--quick] [--only ping|rss|calls] [--pings N] [--calls N]\n"
-		"                [KODE-GOPHER-BINARY]\n"
+		"usage: mcpbench [--quick] [--only ping|rss|calls|sandbox] [--pings N] [--calls N]\n"
+		"                [--sessions N] [KODE-GOPHER-BINARY]\n"
 		"  binary: argument, else $KODE_GOPHER_BIN, else " DEFAULT_BIN "\n"
 		"  runtime: $RUNTIME_DIR, else $KODE_GOPHER_RUNTIME_DIR, else " DEFAULT_RUNTIME "\n"
-		"  --quick: 100 pings, 5 calls per series (a smoke run)\n");
+		"  --quick: 100 pings, 5 calls per series, 3 fresh sessions (a smoke run)\n");
 }
 
 /* header - what was measured where */
@@ -1783,13 +2212,14 @@ static void header(const struct opts *o, double load_start)
 
 int main(int argc, char **argv)
 {
-	struct opts o = { .pings = 1000, .calls = 20, .rss = true, .ping = true, .calls_on = true };
+	struct opts o = { .pings = 1000, .calls = 20, .sessions = 10, .rss = true, .ping = true,
+			  .calls_on = true, .sandbox = true };
 	bool quick = false;
-	int pings = -1, calls = -1;
+	int pings = -1, calls = -1, sessions = -1;
 	static const struct option lo[] = {
 		{ "quick", no_argument, 0, 'q' },      { "only", required_argument, 0, 'o' },
 		{ "pings", required_argument, 0, 'p' }, { "calls", required_argument, 0, 'c' },
-		{ "help", no_argument, 0, 'h' },
+		{ "sessions", required_argument, 0, 's' }, { "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 }
 	};
 	int ch;
@@ -1800,25 +2230,30 @@ int main(int argc, char **argv)
 			o.rss = strcmp(optarg, "rss") == 0;
 			o.ping = strcmp(optarg, "ping") == 0;
 			o.calls_on = strcmp(optarg, "calls") == 0;
-			if (!o.rss && !o.ping && !o.calls_on) {
-				fprintf(stderr, "mcpbench: --only wants ping, rss or calls\n");
+			o.sandbox = strcmp(optarg, "sandbox") == 0;
+			if (!o.rss && !o.ping && !o.calls_on && !o.sandbox) {
+				fprintf(stderr, "mcpbench: --only wants ping, rss, calls or sandbox\n");
 				return 2;
 			}
 			break;
 		case 'p': pings = atoi(optarg); break;
 		case 'c': calls = atoi(optarg); break;
+		case 's': sessions = atoi(optarg); break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
 	}
 	if (quick)
-		o.pings = 100, o.calls = 5;
+		o.pings = 100, o.calls = 5, o.sessions = 3;
 	if (pings > 0)
 		o.pings = pings;
 	if (calls > 0)
 		o.calls = calls;
-	if (o.pings > MAX_SERIES * 100 || o.calls > MAX_SERIES) {
-		fprintf(stderr, "mcpbench: at most %d pings and %d calls\n", MAX_SERIES * 100, MAX_SERIES);
+	if (sessions > 0)
+		o.sessions = sessions;
+	if (o.pings > MAX_SERIES * 100 || o.calls > MAX_SERIES || o.sessions > MAX_SERIES) {
+		fprintf(stderr, "mcpbench: at most %d pings, %d calls and %d sessions\n", MAX_SERIES * 100,
+			MAX_SERIES, MAX_SERIES);
 		return 2;
 	}
 	o.bin = optind < argc ? argv[optind] : getenv("KODE_GOPHER_BIN") ? getenv("KODE_GOPHER_BIN")
@@ -1856,6 +2291,8 @@ int main(int argc, char **argv)
 	double load_start = 0;
 	getloadavg(&load_start, 1);
 	fprintf(stderr, "mcpbench: %s serve, sandboxes in %s\n", o.bin, root);
+	if (!o.rss && !o.ping && !o.calls_on)
+		goto sandbox;
 	if (session_open(&s, o.bin, root, o.runtime_dir, log) < 0) {
 		rc = 1;
 		goto done;
@@ -1877,6 +2314,9 @@ int main(int argc, char **argv)
 	server_stop(&s);
 	if (o.calls_on)
 		section_tidy(&o);
+sandbox:
+	if (o.sandbox)
+		section_sandbox(&o);
 
 	header(&o, load_start);
 	table_print();

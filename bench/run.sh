@@ -2,10 +2,10 @@
 # run.sh - `make bench`: build what the benchmarks need, then print their table on stdout.
 #
 # Called by the root Makefile's bench target (which has already built build/mcpbench), or by
-# hand: bench/run.sh [--quick] [--only ping|rss|calls] [mcpbench options...].  Build output
-# and progress go to stderr, so stdout is the table alone.  The exit status is non-zero only
-# when the benchmark could not run (or a figure could not be measured); a missed aim is a
-# line in the table, never a failure.  See bench/README.md.
+# hand: bench/run.sh [--quick] [--only ping|rss|calls|sandbox] [--sessions N] [mcpbench
+# options...].  Build output and progress go to stderr, so stdout is the table alone.  The exit
+# status is non-zero only when the benchmark could not run (or a figure could not be measured);
+# a missed aim is a line in the table, never a failure.  See bench/README.md.
 set -eu
 
 cd "$(dirname "$0")/.."

@@ -26,6 +26,14 @@
  *   REQ_SHUTDOWN      m->w  reason:str                            end the session and exit
  *   NOTE_SANDBOX      m->w  name:str status:str                   the worker's sandbox ended
  *                                                                 by itself ("exited with 1")
+ *   NOTE_ASSIGN       m->w  session:str user:str                  a pre-started worker is
+ *                                                                 handed its session
+ *   REQ_QUOTA         w->m  (empty)                               may this session claim a
+ *   ANS_QUOTA         m->w  ok:bool error:str                     sandbox (per-user limit)?
+ *   NOTE_CALL         w->m  tool:str kind:str build_ms:uint run_ms:uint cpu_user_ms:uint
+ *                           cpu_sys_ms:uint max_rss_kb:uint bytes_in:uint bytes_out:uint
+ *                                                                 one finished tool call, for
+ *                                                                 metrics and accounting
  */
 #ifndef KG_IPC_H
 #define KG_IPC_H
@@ -55,6 +63,10 @@ enum ipc_type {
 	IPC_ANS_SANDBOX,
 	IPC_REQ_SHUTDOWN,
 	IPC_NOTE_SANDBOX,
+	IPC_NOTE_ASSIGN,
+	IPC_REQ_QUOTA,
+	IPC_ANS_QUOTA,
+	IPC_NOTE_CALL,
 	IPC_TYPE_MAX
 };
 
@@ -76,6 +88,12 @@ struct ipc_sandbox_req { struct ipc_bytes op, name; };
 struct ipc_sandbox_ans { bool ok; struct ipc_bytes error, socket, name, dir; };
 struct ipc_shutdown { struct ipc_bytes reason; };
 struct ipc_sandbox_note { struct ipc_bytes name, status; };
+struct ipc_assign { struct ipc_bytes session, user; };
+struct ipc_quota_ans { bool ok; struct ipc_bytes error; };
+struct ipc_call {
+	struct ipc_bytes tool, kind;
+	uint64_t build_ms, run_ms, cpu_user_ms, cpu_sys_ms, max_rss_kb, bytes_in, bytes_out;
+};
 
 struct ipc_msg {
 	uint32_t type;
@@ -93,6 +111,9 @@ struct ipc_msg {
 		struct ipc_sandbox_ans sandbox_ans;
 		struct ipc_shutdown shutdown;
 		struct ipc_sandbox_note sandbox_note;
+		struct ipc_assign assign;
+		struct ipc_quota_ans quota_ans;
+		struct ipc_call call;
 	} u;
 	msgpack_unpacked unp; /* the decoded tree; its strings point into raw */
 	char *raw;            /* our copy of the message bytes */
@@ -129,5 +150,10 @@ int ipc_pack_ans_sandbox(struct ipc_buf *b, uint32_t seq, bool ok, const char *e
 			 const char *socket, const char *name, const char *dir);
 int ipc_pack_req_shutdown(struct ipc_buf *b, uint32_t seq, const char *reason);
 int ipc_pack_note_sandbox(struct ipc_buf *b, uint32_t seq, const char *name, const char *status);
+int ipc_pack_note_assign(struct ipc_buf *b, uint32_t seq, const char *session, const char *user);
+int ipc_pack_req_quota(struct ipc_buf *b, uint32_t seq);
+int ipc_pack_ans_quota(struct ipc_buf *b, uint32_t seq, bool ok, const char *error);
+int ipc_pack_note_call(struct ipc_buf *b, uint32_t seq, const struct ipc_call *c, const char *tool,
+		       const char *kind);
 
 #endif

@@ -24,6 +24,10 @@ static const char *const ipc_names[IPC_TYPE_MAX] = {
 	[IPC_ANS_SANDBOX] = "ANS_SANDBOX",
 	[IPC_REQ_SHUTDOWN] = "REQ_SHUTDOWN",
 	[IPC_NOTE_SANDBOX] = "NOTE_SANDBOX",
+	[IPC_NOTE_ASSIGN] = "NOTE_ASSIGN",
+	[IPC_REQ_QUOTA] = "REQ_QUOTA",
+	[IPC_ANS_QUOTA] = "ANS_QUOTA",
+	[IPC_NOTE_CALL] = "NOTE_CALL",
 };
 
 /* ipc_type_name - printable name of a message type, for logs */
@@ -188,6 +192,43 @@ static int dec_note_sandbox(const msgpack_object_map *m, struct ipc_msg *o)
 		      { "status", F_STR, &o->u.sandbox_note.status });
 }
 
+/* dec_note_assign - NOTE_ASSIGN: a pre-started worker gets its session and user */
+static int dec_note_assign(const msgpack_object_map *m, struct ipc_msg *o)
+{
+	int r = DECODE(m, { "session", F_STR, &o->u.assign.session }, { "user", F_STR, &o->u.assign.user });
+	if (r == 0 && (o->u.assign.session.len == 0 || o->u.assign.session.len > 64 ||
+		       o->u.assign.user.len > 256))
+		r = -EPROTO;
+	return r;
+}
+
+/* dec_req_quota - REQ_QUOTA: may this session claim a sandbox? */
+static int dec_req_quota(const msgpack_object_map *m, struct ipc_msg *o)
+{
+	(void)o;
+	return ipc_fields(m, NULL, 0);
+}
+
+/* dec_ans_quota - ANS_QUOTA: yes, or why not */
+static int dec_ans_quota(const msgpack_object_map *m, struct ipc_msg *o)
+{
+	return DECODE(m, { "ok", F_BOOL, &o->u.quota_ans.ok }, { "error", F_STR, &o->u.quota_ans.error });
+}
+
+/* dec_note_call - NOTE_CALL: one finished tool call */
+static int dec_note_call(const msgpack_object_map *m, struct ipc_msg *o)
+{
+	struct ipc_call *c = &o->u.call;
+	int r = DECODE(m, { "tool", F_STR, &c->tool }, { "kind", F_STR, &c->kind },
+		       { "build_ms", F_UINT, &c->build_ms }, { "run_ms", F_UINT, &c->run_ms },
+		       { "cpu_user_ms", F_UINT, &c->cpu_user_ms }, { "cpu_sys_ms", F_UINT, &c->cpu_sys_ms },
+		       { "max_rss_kb", F_UINT, &c->max_rss_kb }, { "bytes_in", F_UINT, &c->bytes_in },
+		       { "bytes_out", F_UINT, &c->bytes_out });
+	if (r == 0 && (c->tool.len > 64 || c->kind.len > 64))
+		r = -EPROTO;
+	return r;
+}
+
 typedef int (*ipc_decoder)(const msgpack_object_map *, struct ipc_msg *);
 
 static const ipc_decoder ipc_decoders[IPC_TYPE_MAX] = {
@@ -203,6 +244,10 @@ static const ipc_decoder ipc_decoders[IPC_TYPE_MAX] = {
 	[IPC_ANS_SANDBOX] = dec_ans_sandbox,
 	[IPC_REQ_SHUTDOWN] = dec_req_shutdown,
 	[IPC_NOTE_SANDBOX] = dec_note_sandbox,
+	[IPC_NOTE_ASSIGN] = dec_note_assign,
+	[IPC_REQ_QUOTA] = dec_req_quota,
+	[IPC_ANS_QUOTA] = dec_ans_quota,
+	[IPC_NOTE_CALL] = dec_note_call,
 };
 
 /* ipc_decode - check the envelope, then hand the body to its type's decoder */
@@ -421,5 +466,43 @@ int ipc_pack_note_sandbox(struct ipc_buf *b, uint32_t seq, const char *name, con
 	msgpack_packer pk = pack_begin(b, IPC_NOTE_SANDBOX, seq, 2);
 	pack_str(&pk, "name", name);
 	pack_str(&pk, "status", status);
+	return pack_end(b);
+}
+
+int ipc_pack_note_assign(struct ipc_buf *b, uint32_t seq, const char *session, const char *user)
+{
+	msgpack_packer pk = pack_begin(b, IPC_NOTE_ASSIGN, seq, 2);
+	pack_str(&pk, "session", session);
+	pack_str(&pk, "user", user);
+	return pack_end(b);
+}
+
+int ipc_pack_req_quota(struct ipc_buf *b, uint32_t seq)
+{
+	pack_begin(b, IPC_REQ_QUOTA, seq, 0);
+	return pack_end(b);
+}
+
+int ipc_pack_ans_quota(struct ipc_buf *b, uint32_t seq, bool ok, const char *error)
+{
+	msgpack_packer pk = pack_begin(b, IPC_ANS_QUOTA, seq, 2);
+	pack_bool(&pk, "ok", ok);
+	pack_str(&pk, "error", error);
+	return pack_end(b);
+}
+
+int ipc_pack_note_call(struct ipc_buf *b, uint32_t seq, const struct ipc_call *c, const char *tool,
+		       const char *kind)
+{
+	msgpack_packer pk = pack_begin(b, IPC_NOTE_CALL, seq, 9);
+	pack_str(&pk, "tool", tool);
+	pack_str(&pk, "kind", kind);
+	pack_uint(&pk, "build_ms", c->build_ms);
+	pack_uint(&pk, "run_ms", c->run_ms);
+	pack_uint(&pk, "cpu_user_ms", c->cpu_user_ms);
+	pack_uint(&pk, "cpu_sys_ms", c->cpu_sys_ms);
+	pack_uint(&pk, "max_rss_kb", c->max_rss_kb);
+	pack_uint(&pk, "bytes_in", c->bytes_in);
+	pack_uint(&pk, "bytes_out", c->bytes_out);
 	return pack_end(b);
 }

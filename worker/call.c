@@ -199,6 +199,31 @@ static json_t *call_run(struct session *s, struct job *j)
 	return out;
 }
 
+/* call_account - tell the master what the call cost, for /metrics and the accounting log */
+static void call_account(struct session *s, struct job *j, json_t *resp)
+{
+	json_t *sc = json_object_get(resp, "structuredContent");
+	json_t *t = json_object_get(sc, "timings");
+	const char *kind = json_string_value(json_object_get(json_object_get(sc, "result"), "kind"));
+	if (!kind)
+		kind = !resp ? "cancelled" : json_is_true(json_object_get(resp, "isError")) ? "tool_error" : "ok";
+	struct ipc_call c = {
+		.build_ms = (uint64_t)json_integer_value(json_object_get(sc, "build_ms")),
+		.run_ms = (uint64_t)json_integer_value(json_object_get(sc, "duration_ms")),
+		.cpu_user_ms = (uint64_t)json_integer_value(json_object_get(t, "cpu_user_ms")),
+		.cpu_sys_ms = (uint64_t)json_integer_value(json_object_get(t, "cpu_sys_ms")),
+		.max_rss_kb = (uint64_t)json_integer_value(json_object_get(t, "max_rss_kb")),
+	};
+	char *in = json_dumps(j->args, JSON_COMPACT), *out = resp ? json_dumps(resp, JSON_COMPACT) : NULL;
+	c.bytes_in = in ? strlen(in) : 0;
+	c.bytes_out = out ? strlen(out) : 0;
+	free(in);
+	free(out);
+	struct ipc_buf b;
+	if (ipc_pack_note_call(&b, session_next_seq(s), &c, j->tool, kind) == 0)
+		session_send(s, &b);
+}
+
 /* call_thread - take jobs in order, one at a time */
 static void *call_thread(void *arg)
 {
@@ -220,6 +245,7 @@ static void *call_thread(void *arg)
 		pthread_mutex_unlock(&s->mu);
 
 		json_t *resp = call_run(s, j);
+		call_account(s, j, resp);
 
 		pthread_mutex_lock(&s->mu);
 		s->running = NULL;

@@ -50,13 +50,23 @@ uint32_t session_next_seq(struct session *s)
 	return __atomic_add_fetch(&s->out_seq, 1, __ATOMIC_SEQ_CST);
 }
 
+/* session_title - "kode-gopher: worker alice@example.com s=3f2a0c1d busy" (call under mu) */
+void session_title(struct session *s)
+{
+	const char *st = s->state == WS_BEFORE_INIT ? "idle" : state_names[s->state];
+	if (s->user[0])
+		proctitle_set("kode-gopher: worker %s s=%.8s %s", s->user, s->id, st);
+	else
+		proctitle_set("kode-gopher: worker s=%.8s %s", s->id, st);
+}
+
 /* session_set_state - state change, process title and a note to the master (call under mu) */
 void session_set_state(struct session *s, enum worker_state st)
 {
 	if (s->state == st)
 		return;
 	s->state = st;
-	proctitle_set("kode-gopher: worker s=%.8s %s", s->id, st == WS_BEFORE_INIT ? "idle" : state_names[st]);
+	session_title(s);
 	if (st == WS_READY || st == WS_BUSY) {
 		struct ipc_buf b;
 		if (ipc_pack_note_state(&b, session_next_seq(s), st == WS_BUSY ? "busy" : "idle") == 0)
@@ -92,6 +102,53 @@ static void on_sandbox_note(struct session *s, struct ipc_msg *m)
 	sandbox_gone(s, m);
 }
 
+/* on_assign - a pre-started worker learns its session and user */
+static void on_assign(struct session *s, struct ipc_msg *m)
+{
+	pthread_mutex_lock(&s->mu);
+	ipc_bytes_str(m->u.assign.session, s->id, sizeof(s->id));
+	ipc_bytes_str(m->u.assign.user, s->user, sizeof(s->user));
+	session_title(s);
+	pthread_mutex_unlock(&s->mu);
+	log_info("serving session %.8s… for %s", s->id, s->user);
+}
+
+/* on_ans_quota - the master's word on claiming a sandbox */
+static void on_ans_quota(struct session *s, struct ipc_msg *m)
+{
+	pthread_mutex_lock(&s->mu);
+	s->quota_pending = false;
+	s->quota_answered = true;
+	s->quota_ok = m->u.quota_ans.ok;
+	ipc_bytes_str(m->u.quota_ans.error, s->quota_error, sizeof(s->quota_error));
+	pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+/* quota_ask - see worker.h */
+int quota_ask(struct session *s, char *err, size_t errlen)
+{
+	struct ipc_buf b;
+	pthread_mutex_lock(&s->mu);
+	s->quota_pending = true;
+	s->quota_answered = false;
+	s->quota_seq = session_next_seq(s);
+	uint32_t seq = s->quota_seq;
+	pthread_mutex_unlock(&s->mu);
+	if (ipc_pack_req_quota(&b, seq) != 0 || session_send(s, &b) != 0) {
+		snprintf(err, errlen, "the server did not answer");
+		return -EIO;
+	}
+	pthread_mutex_lock(&s->mu);
+	while (!s->quota_answered && s->state != WS_CLOSING)
+		pthread_cond_wait(&s->cv, &s->mu);
+	bool ok = s->quota_answered && s->quota_ok;
+	if (!ok)
+		snprintf(err, errlen, "%s", s->quota_error[0] ? s->quota_error : "the session is ending");
+	pthread_mutex_unlock(&s->mu);
+	return ok ? 0 : -EDQUOT;
+}
+
 /* on_shutdown - end the session */
 static void on_shutdown(struct session *s, struct ipc_msg *m)
 {
@@ -116,6 +173,8 @@ static const struct {
 	{ IPC_ANS_SANDBOX, LIVE, on_ans_sandbox }, /* and only when one was asked for */
 	{ IPC_REQ_SHUTDOWN, LIVE, on_shutdown },
 	{ IPC_NOTE_SANDBOX, LIVE, on_sandbox_note },
+	{ IPC_NOTE_ASSIGN, ST(WS_BEFORE_INIT), on_assign }, /* and only once */
+	{ IPC_ANS_QUOTA, LIVE, on_ans_quota },              /* and only when asked */
 };
 
 /* worker_dispatch - run the handler the state permits, or die */
@@ -123,7 +182,9 @@ static void worker_dispatch(struct session *s, struct ipc_msg *m)
 {
 	pthread_mutex_lock(&s->mu);
 	enum worker_state st = s->state;
-	bool unasked = m->type == IPC_ANS_SANDBOX && (!s->sandbox_pending || m->seq != s->sandbox_seq);
+	bool unasked = (m->type == IPC_ANS_SANDBOX && (!s->sandbox_pending || m->seq != s->sandbox_seq)) ||
+		       (m->type == IPC_ANS_QUOTA && (!s->quota_pending || m->seq != s->quota_seq)) ||
+		       (m->type == IPC_NOTE_ASSIGN && s->user[0]);
 	pthread_mutex_unlock(&s->mu);
 	for (size_t i = 0; i < sizeof(dispatch) / sizeof(dispatch[0]); i++)
 		if (dispatch[i].type == m->type && (dispatch[i].states & ST(st)) && !unasked) {
@@ -182,7 +243,7 @@ int worker_main(int argc, char **argv)
 	    session_send(s, &b) != 0)
 		return 1;
 	s->state = WS_BEFORE_INIT;
-	proctitle_set("kode-gopher: worker s=%.8s idle", s->id);
+	session_title(s);
 	sandbox_request(s, "spawn"); /* warm: the sandbox starts while the client initializes */
 	if (call_start(s) != 0)
 		return 1;

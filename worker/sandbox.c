@@ -123,6 +123,10 @@ int sandbox_get(struct session *s, struct agent_endpoint **ep, char *err, size_t
 		*ep = &sandbox_ep;
 		return 0;
 	}
+	/* the per-user limit is the master's to keep: ask before claiming */
+	int q = quota_ask(s, err, errlen);
+	if (q != 0)
+		return q;
 	pthread_mutex_lock(&s->mu);
 	bool need = !s->sandbox_pending && !(s->sandbox_answered && s->sandbox_ok);
 	pthread_mutex_unlock(&s->mu);

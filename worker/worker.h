@@ -32,6 +32,7 @@ struct job {
 struct session {
 	nng_socket sock;
 	char id[40];
+	char user[64];             /* "" until known; the title and accounting name it */
 	int default_timeout_s, max_timeout_s;
 
 	pthread_mutex_t mu;
@@ -52,6 +53,11 @@ struct session {
 	char sandbox_name[64];
 	uint32_t sandbox_seq;
 	char sandbox_gone[200];     /* non-empty: the master saw the current sandbox end */
+
+	/* the one outstanding REQ_QUOTA */
+	bool quota_pending, quota_answered, quota_ok;
+	char quota_error[200];
+	uint32_t quota_seq;
 
 	uint32_t out_seq;          /* seq of worker-originated messages; atomic */
 };
@@ -96,6 +102,11 @@ int sandbox_get(struct session *s, struct agent_endpoint **ep, char *err, size_t
 /* sandbox_replace - the sandbox died: ask for a fresh one (its /app/persist starts empty) */
 int sandbox_replace(struct session *s, struct agent_endpoint **ep, char *err, size_t errlen);
 const char *sandbox_name(struct session *s);
+
+/* worker/main.c: the process title for the current state */
+void session_title(struct session *s);
+/* quota_ask - call thread: may this session claim a sandbox? 0, or -EDQUOT with err set */
+int quota_ask(struct session *s, char *err, size_t errlen);
 
 /* worker/proctitle.c */
 void proctitle_init(int argc, char **argv);

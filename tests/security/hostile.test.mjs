@@ -12,10 +12,11 @@ import assert from 'node:assert/strict';
 import { createHash, randomUUID } from 'node:crypto';
 import fs from 'node:fs';
 import http from 'node:http';
+import os from 'node:os';
 import path from 'node:path';
 import test, { after, before } from 'node:test';
 
-import { BIN, callTool, connect, REPO, sc, text } from '../e2e/lib.mjs';
+import { BIN, callTool, connect, isAlive, REPO, sc, text, waitFor } from '../e2e/lib.mjs';
 
 const T = { timeout: 240_000 };
 
@@ -285,6 +286,42 @@ test('the Go caches are per session: what one session writes there, the host and
 	const built = await runOk({ code: snippet('\treturn len(uuid.NewString()), nil', ['github.com/google/uuid']) }, b);
 	assert.equal(built, 36);
 	await nextCallWorks(a);
+});
+
+test('symlinks to host paths left in /app and /app/persist do not lead the release astray', T, async () => {
+	const victim = fs.mkdtempSync(path.join(os.tmpdir(), 'kg-victim-'));
+	try {
+		fs.mkdirSync(path.join(victim, 'sub'));
+		fs.writeFileSync(path.join(victim, 'file'), 'precious');
+		fs.writeFileSync(path.join(victim, 'sub', 'f2'), 'precious too');
+		const s = await connect();
+		const links = {
+			'/app/persist/link': victim, '/app/persist/flink': path.join(victim, 'file'),
+			'/app/persist/rel': `../../../../../../../..${victim}`, '/app/persist/d/deep': path.join(victim, 'sub'),
+			'/app/link': victim,
+		};
+		const value = await runOk({
+			code: snippet(
+				'\tout := map[string]string{}\n\tos.MkdirAll("/app/persist/d", 0o755)\n' +
+				`\tfor link, target := range map[string]string{${Object.entries(links).map(([l, t]) => `${goStr(l)}: ${goStr(t)}`).join(', ')}} {\n` +
+				'\t\tif err := os.Symlink(target, link); err != nil {\n\t\t\treturn nil, err\n\t\t}\n' +
+				'\t\t_, err := os.ReadFile(filepath.Join(link, "file"))\n\t\tout[link] = fmt.Sprint(err)\n\t}\n' +
+				'\t// a directory its owner cannot read either\n\tos.Chmod("/app/persist/d", 0)\n' +
+				'\treturn out, nil', ['fmt', 'os', 'path/filepath']),
+		}, s);
+		for (const [l, v] of Object.entries(value))
+			assert.notEqual(v, '<nil>', `${l} led the sandbox to the host's ${victim}`);
+		// the session ends as a client ends it (stdin closes); serve releases the sandbox itself
+		const dirs = fs.readdirSync(s.sandboxRoot);
+		await s.transport.close();
+		await waitFor(() => !isAlive(s.pid), { timeout: 15_000, what: 'serve to exit' });
+		for (const d of dirs)
+			assert.equal(fs.existsSync(path.join(s.sandboxRoot, d)), false, `sandbox ${d} was left on disk`);
+		assert.equal(fs.readFileSync(path.join(victim, 'file'), 'utf8'), 'precious');
+		assert.equal(fs.readFileSync(path.join(victim, 'sub', 'f2'), 'utf8'), 'precious too');
+	} finally {
+		fs.rmSync(victim, { recursive: true, force: true });
+	}
 });
 
 test('writes outside /app fail (read-only), while /app, /app/persist and /tmp work', T, async () => {
@@ -581,6 +618,32 @@ test('raw (AF_INET SOCK_RAW ICMP) and packet (AF_PACKET) sockets → EPERM', T, 
 	});
 	for (const [k, v] of Object.entries(value))
 		assert.match(v, /operation not permitted/, `${k}: ${v}`);
+	await nextCallWorks();
+});
+
+test('the agent\'s socket from user code: a second claim → 409, execute and doc without the secret → 401', T, async () => {
+	const value = await runOk({
+		code: snippet(
+			'\tc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{\n' +
+			'\t\tDialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {\n' +
+			'\t\t\treturn net.Dial("unix", "/kg/sock/agent.sock")\n\t\t}}}\n' +
+			'\tout := map[string]string{}\n' +
+			'\tdo := func(name, method, path, body string) {\n' +
+			'\t\treq, _ := http.NewRequest(method, "http://agent"+path, strings.NewReader(body))\n' +
+			'\t\treq.Header.Set("Content-Type", "application/json")\n' +
+			'\t\tif name == "execute with a guessed secret" {\n\t\t\treq.Header.Set("Authorization", "Bearer 0123456789abcdef0123456789abcdef")\n\t\t}\n' +
+			'\t\tresp, err := c.Do(req)\n\t\tif err != nil {\n\t\t\tout[name] = err.Error()\n\t\t\treturn\n\t\t}\n' +
+			'\t\tb, _ := io.ReadAll(resp.Body)\n\t\tresp.Body.Close()\n\t\tout[name] = fmt.Sprintf("%d %s", resp.StatusCode, b)\n\t}\n' +
+			'\tdo("claim", "POST", "/claim", `{"secret":"0123456789abcdef0123456789abcdef"}`)\n' +
+			'\tdo("execute", "POST", "/execute", `{"files":[{"path":"main.go","content":"package main\\nfunc main(){}\\n"}]}`)\n' +
+			'\tdo("execute with a guessed secret", "POST", "/execute", `{"files":[{"path":"main.go","content":"package main\\nfunc main(){}\\n"}]}`)\n' +
+			'\tdo("doc", "POST", "/doc", `{"package":"fmt"}`)\n' +
+			'\treturn out, nil', ['fmt', 'io', 'net', 'net/http', 'strings', 'time']),
+	});
+	assert.match(value.claim, /^409 .*already claimed/, JSON.stringify(value));
+	assert.match(value.execute, /^401 /, JSON.stringify(value));
+	assert.match(value['execute with a guessed secret'], /^401 .*does not match/, JSON.stringify(value));
+	assert.match(value.doc, /^401 /, JSON.stringify(value));
 	await nextCallWorks();
 });
 
