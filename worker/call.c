@@ -144,9 +144,15 @@ static json_t *call_agent(struct session *s, struct job *j, json_t *req, bool do
 	if (r == -ECANCELED || j->cancel)
 		return NULL;
 	if (r != 0) {
-		char msg[700];
-		snprintf(msg, sizeof(msg), "%s%s", err[0] ? err : "the sandbox failed",
-			 retried ? " (after one retry in a fresh sandbox)" : "");
+		char msg[900];
+		if (retried && agent_client_gone(r))
+			snprintf(msg, sizeof(msg), "the sandbox died during this call, and again when the "
+				 "call was retried in a fresh sandbox: the code itself probably brings the "
+				 "sandbox down (by killing processes, or exhausting a resource outside its "
+				 "limits); change it rather than retrying. Detail: %s", err);
+		else
+			snprintf(msg, sizeof(msg), "%s%s", err[0] ? err : "the sandbox failed",
+				 retried ? " (after one retry in a fresh sandbox)" : "");
 		return tool_error(msg);
 	}
 	if (doc) {
