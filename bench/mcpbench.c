@@ -226,8 +226,11 @@ static void row_series(const char *figure, const double *v, int n, const char *n
 static const char *aim_text(char *buf, size_t cap, double value, double aim, const char *unit)
 {
 	char a[32];
-	snprintf(buf, cap, "aim ≤ %s%s: %s", fmt_num(a, sizeof(a), aim), unit,
-		 value <= aim ? "met" : "MISSED");
+	if (aim == floor(aim)) /* "50", not fmt_num's "50.0" */
+		snprintf(a, sizeof(a), "%.0f", aim);
+	else
+		fmt_num(a, sizeof(a), aim);
+	snprintf(buf, cap, "aim ≤ %s%s: %s", a, unit, value <= aim ? "met" : "MISSED");
 	return buf;
 }
 

@@ -27,6 +27,17 @@ struct serve_config {
 	bool network;             /* --sandbox-network on (default) | none */
 	long long memory;         /* --sandbox-memory, bytes */
 	int pids;                 /* --sandbox-pids */
+	/* the shared server (serve --http) */
+	const char *http;         /* ADDR:PORT, NULL for stdio */
+	int session_timeout_s;    /* idle sessions end (15 min) */
+	int max_sandboxes_per_user;
+	int claim_lease_s;        /* passed to the backend (10 min) */
+	int workers_min_idle;     /* pre-started idle workers */
+	int max_workers;
+	const char *auth;         /* "none" (loopback only) */
+	const char *accounting_log;
+	const char *allowed_hosts; /* comma-separated extra Host values */
+	const char *allowed_origins; /* comma-separated extra Origin values */
 };
 
 /* One worker process and its channel (Postfix's master_proc, nginx's ngx_process_t). */
@@ -74,6 +85,9 @@ int sig_fd(void);
 unsigned sig_take(void);
 #define SIG_CHLD 1u
 #define SIG_TERM 2u
+
+/* master/http.c: the Streamable HTTP transport (serve --http) */
+int http_serve(const struct serve_config *cfg);
 
 /* subcommands */
 int serve_main(int argc, char **argv);

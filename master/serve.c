@@ -25,6 +25,7 @@ static const char serve_usage[] =
 	"\n"
 	"Serve MCP over stdio: newline-delimited JSON-RPC on stdin/stdout, logs on stderr.\n"
 	"An MCP client starts this command; each serve process is one MCP session with one sandbox.\n"
+	"With --http, serve Streamable HTTP on /mcp instead: one shared server, many sessions.\n"
 	"\n"
 	"options:\n"
 	"  --log-level LEVEL       debug, info, warn, error or off (default info)\n"
@@ -43,6 +44,20 @@ static const char serve_usage[] =
 	"  --seccomp MODE          the worker's syscall filter: kill (default; log in a\n"
 	"                          `make debug` build), log (debugging:\n"
 	"                          log a denied syscall and fail it instead of killing), off\n"
+	"\n"
+	"shared server (--http):\n"
+	"  --http [ADDR]           serve Streamable HTTP at http://ADDR/mcp (default 127.0.0.1:8080),\n"
+	"                          with /healthz and /metrics (Prometheus) beside it\n"
+	"  --session-timeout DUR   idle sessions end and release their sandbox (default 15m)\n"
+	"  --max-sandboxes-per-user N  open sandboxes per user (default 2)\n"
+	"  --claim-lease DUR       lease of each sandbox claim, renewed while the session lives\n"
+	"                          (default 10m)\n"
+	"  --workers-min-idle N    workers (and sandboxes) started ahead of need (default 2)\n"
+	"  --max-workers N         at most this many workers, so sessions (default 64)\n"
+	"  --auth none             no sign-in: everyone is user \"local\"; loopback addresses only\n"
+	"  --accounting-log PATH   JSON lines, one per call and per session end (- for stderr)\n"
+	"  --allowed-hosts LIST    extra Host header values to accept (comma-separated)\n"
+	"  --allowed-origins LIST  extra Origin values to accept (comma-separated)\n"
 	"  -h, --help              this text\n"
 	"\n"
 	"Register with Claude Code:\n"
@@ -77,6 +92,26 @@ void serve_config_defaults(struct serve_config *cfg)
 	cfg->network = true;
 	cfg->memory = 4ll << 30;
 	cfg->pids = 512;
+	cfg->session_timeout_s = 15 * 60;
+	cfg->max_sandboxes_per_user = 2;
+	cfg->claim_lease_s = 10 * 60;
+	cfg->workers_min_idle = 2;
+	cfg->max_workers = 64;
+	cfg->auth = "none";
+}
+
+/* parse_duration - "15m", "90s", "2h" or plain seconds */
+static int parse_duration(const char *opt, const char *s, int *out)
+{
+	char *end;
+	long v = strtol(s, &end, 10);
+	int mul = *end == 'h' ? 3600 : *end == 'm' ? 60 : 1;
+	if (end == s || v <= 0 || (*end && (strchr("hms", *end) == NULL || end[1])) || v > 864000 / mul) {
+		fprintf(stderr, "kode-gopher: %s wants a duration like 15m, 90s or 2h, not \"%s\"\n", opt, s);
+		return -1;
+	}
+	*out = (int)v * mul;
+	return 0;
 }
 
 /* parse_bytes - "512m", "4g" or plain bytes; at least 64 MiB */
@@ -150,6 +185,31 @@ int serve_config_option(struct serve_config *cfg, const char *name, const char *
 		}
 	} else if (strcmp(name, "sandbox-pids") == 0) {
 		return serve_parse_int("--sandbox-pids", val, 16, 1 << 20, &cfg->pids) ? -1 : 1;
+	} else if (strcmp(name, "http") == 0) {
+		cfg->http = val ? val : "127.0.0.1:8080";
+	} else if (strcmp(name, "session-timeout") == 0) {
+		return parse_duration("--session-timeout", val, &cfg->session_timeout_s) ? -1 : 1;
+	} else if (strcmp(name, "claim-lease") == 0) {
+		return parse_duration("--claim-lease", val, &cfg->claim_lease_s) ? -1 : 1;
+	} else if (strcmp(name, "max-sandboxes-per-user") == 0) {
+		return serve_parse_int("--max-sandboxes-per-user", val, 1, 10000, &cfg->max_sandboxes_per_user) ? -1 : 1;
+	} else if (strcmp(name, "workers-min-idle") == 0) {
+		return serve_parse_int("--workers-min-idle", val, 0, 1000, &cfg->workers_min_idle) ? -1 : 1;
+	} else if (strcmp(name, "max-workers") == 0) {
+		return serve_parse_int("--max-workers", val, 1, 10000, &cfg->max_workers) ? -1 : 1;
+	} else if (strcmp(name, "auth") == 0) {
+		if (strcmp(val, "none") != 0) {
+			fprintf(stderr, "kode-gopher: --auth: only \"none\" (loopback only) is available "
+				"until sign-in lands\n");
+			return -1;
+		}
+		cfg->auth = val;
+	} else if (strcmp(name, "accounting-log") == 0) {
+		cfg->accounting_log = val;
+	} else if (strcmp(name, "allowed-hosts") == 0) {
+		cfg->allowed_hosts = val;
+	} else if (strcmp(name, "allowed-origins") == 0) {
+		cfg->allowed_origins = val;
 	} else if (strcmp(name, "claim") == 0) {
 		cfg->claim = val;
 	} else if (strcmp(name, "persistent") == 0) {
@@ -171,6 +231,11 @@ int serve_main(int argc, char **argv)
 		{ "claim", required_argument, 0, 0 },        { "persistent", no_argument, 0, 0 },
 		{ "sandbox-network", required_argument, 0, 0 }, { "sandbox-memory", required_argument, 0, 0 },
 		{ "sandbox-pids", required_argument, 0, 0 },
+		{ "http", optional_argument, 0, 0 },         { "session-timeout", required_argument, 0, 0 },
+		{ "claim-lease", required_argument, 0, 0 },  { "max-sandboxes-per-user", required_argument, 0, 0 },
+		{ "workers-min-idle", required_argument, 0, 0 }, { "max-workers", required_argument, 0, 0 },
+		{ "auth", required_argument, 0, 0 },         { "accounting-log", required_argument, 0, 0 },
+		{ "allowed-hosts", required_argument, 0, 0 }, { "allowed-origins", required_argument, 0, 0 },
 		{ "help", no_argument, 0, 'h' },             { 0, 0, 0, 0 }
 	};
 	int c, idx;
@@ -179,6 +244,10 @@ int serve_main(int argc, char **argv)
 			fputs(serve_usage, stdout);
 			return 0;
 		}
+		/* --http takes an optional ADDR, also as the next word (`--http 0.0.0.0:9000`) */
+		if (c == 0 && strcmp(opts[idx].name, "http") == 0 && !optarg && optind < argc &&
+		    argv[optind][0] != '-')
+			optarg = argv[optind++];
 		if (c != 0 || serve_config_option(&cfg, opts[idx].name, optarg) <= 0) {
 			fprintf(stderr, "%s", serve_usage);
 			return 2;
@@ -191,5 +260,12 @@ int serve_main(int argc, char **argv)
 	if (cfg.default_timeout_s > cfg.max_timeout_s)
 		cfg.max_timeout_s = cfg.default_timeout_s;
 	log_init("master", cfg.log_level);
+	if (cfg.http) {
+		if (!cfg.accounting_log)
+			cfg.accounting_log = "off";
+		if (cfg.workers_min_idle > cfg.max_workers)
+			cfg.workers_min_idle = cfg.max_workers;
+		return http_serve(&cfg);
+	}
 	return stdio_serve(&cfg);
 }

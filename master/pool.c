@@ -1,0 +1,591 @@
+/*
+ * pool.c - workers and sessions of the shared server (Postfix's master_avail.c and
+ * master_spawn.c, Dovecot's process_min_avail and process_limit, in one place).
+ *
+ * The main thread runs pool_loop: it keeps --workers-min-idle workers started ahead (each with
+ * its sandbox warming), reads every worker's channel, answers sandbox and quota requests, ends
+ * idle sessions, reaps, and throttles workers that die at start-up. HTTP connection threads
+ * (master/http.c) take an idle worker for a new session and wait on `struct pending` for answers.
+ */
+#include "master/pool.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+struct pool pool;
+
+/* pool_wake - make the main loop look again (new slot to poll, a session to end) */
+void pool_wake(void)
+{
+	ssize_t w = write(pool.wake[1], "w", 1);
+	(void)w;
+}
+
+/* acct - one accounting line (JSON) */
+static void __attribute__((format(printf, 1, 2))) acct_line(const char *fmt, ...)
+{
+	if (!pool.acct)
+		return;
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	va_list ap;
+	va_start(ap, fmt);
+	fprintf(pool.acct, "{\"ts\":%lld.%03ld,", (long long)ts.tv_sec, ts.tv_nsec / 1000000);
+	vfprintf(pool.acct, fmt, ap);
+	fputs("}\n", pool.acct);
+	fflush(pool.acct);
+	va_end(ap);
+}
+
+/* json_safe - a name for a JSON string: drop what would need escaping */
+static const char *json_safe(const char *s, char *buf, size_t cap)
+{
+	size_t n = 0;
+	for (; *s && n + 1 < cap; s++)
+		if ((unsigned char)*s >= 0x20 && *s != '"' && *s != '\\')
+			buf[n++] = *s;
+	buf[n] = '\0';
+	return buf;
+}
+
+int pool_init(const struct serve_config *cfg)
+{
+	pool.cfg = cfg;
+	pthread_mutex_init(&pool.mu, NULL);
+	pthread_cond_init(&pool.idle_cv, NULL);
+	pool.nslots = cfg->max_workers;
+	pool.slots = calloc((size_t)pool.nslots, sizeof(*pool.slots));
+	if (!pool.slots || pipe2(pool.wake, O_CLOEXEC | O_NONBLOCK) != 0)
+		return -ENOMEM;
+	int r = spawn_runtime_dir(pool.rundir, sizeof(pool.rundir));
+	if (r)
+		return r;
+	if (cfg->accounting_log && strcmp(cfg->accounting_log, "off") != 0) {
+		pool.acct = strcmp(cfg->accounting_log, "-") == 0 ? stderr : fopen(cfg->accounting_log, "a");
+		if (!pool.acct)
+			log_warn("cannot open the accounting log %s: %s", cfg->accounting_log, strerror(errno));
+	}
+	return 0;
+}
+
+/* slot_spawn - start a worker ahead of need */
+static void slot_spawn(int i)
+{
+	struct slot *s = &pool.slots[i];
+	memset(s, 0, sizeof(*s));
+	if (spawn_worker(&s->w, pool.cfg, pool.rundir, ++pool.nspawned, "-") != 0) {
+		pool.backoff = pool.backoff ? (pool.backoff * 2 > 60 ? 60 : pool.backoff * 2) : 0.5;
+		pool.throttle_until = spawn_now() + pool.backoff;
+		s->state = SLOT_FREE;
+		return;
+	}
+	s->state = SLOT_STARTING;
+	s->opened = spawn_now();
+}
+
+/* pool_avail - keep min-idle workers ready, within max-workers, unless throttled */
+static void pool_avail(void)
+{
+	int ready = 0, used = 0, free_i = -1;
+	for (int i = 0; i < pool.nslots; i++) {
+		enum slot_state st = pool.slots[i].state;
+		ready += st == SLOT_STARTING || st == SLOT_IDLE;
+		used += st != SLOT_FREE;
+		if (st == SLOT_FREE && free_i < 0)
+			free_i = i;
+	}
+	if (ready < pool.cfg->workers_min_idle && used < pool.nslots && free_i >= 0 &&
+	    spawn_now() >= pool.throttle_until)
+		slot_spawn(free_i);
+}
+
+/* pool_take_idle - an idle worker for a new session, waiting up to wait_s (under mu) */
+int pool_take_idle(double wait_s)
+{
+	double until = spawn_now() + wait_s;
+	for (;;) {
+		for (int i = 0; i < pool.nslots; i++)
+			if (pool.slots[i].state == SLOT_IDLE) {
+				pool.slots[i].state = SLOT_OPENING;
+				pool_wake(); /* start a replacement */
+				return i;
+			}
+		double left = until - spawn_now();
+		if (left <= 0 || pool.stopping)
+			return -1;
+		pool_wake();
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += (long)((left < 0.2 ? left : 0.2) * 1e9);
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&pool.idle_cv, &pool.mu, &ts);
+	}
+}
+
+/* pool_find_session - the slot serving session sid */
+int pool_find_session(const char *sid)
+{
+	for (int i = 0; i < pool.nslots; i++)
+		if (pool.slots[i].state == SLOT_SESSION && strcmp(pool.slots[i].w.session, sid) == 0)
+			return i;
+	return -1;
+}
+
+/* pool_end_session - ask the worker to leave; it is killed if it lingers (under mu) */
+void pool_end_session(int i, const char *reason)
+{
+	struct slot *s = &pool.slots[i];
+	if (s->state == SLOT_FREE || s->state == SLOT_ENDING)
+		return;
+	char u[64];
+	if (s->state == SLOT_SESSION)
+		log_info("session %.8s… of %s ends: %s", s->w.session, s->user, reason);
+	if (s->state == SLOT_SESSION || s->state == SLOT_OPENING)
+		acct_line("\"event\":\"session_end\",\"user\":\"%s\",\"session\":\"%s\",\"worker_pid\":%d,"
+		     "\"calls\":%u,\"duration_s\":%.1f,\"reason\":\"%s\"",
+		     json_safe(s->user, u, sizeof(u)), s->w.session, (int)s->w.pid, s->calls,
+		     spawn_now() - s->opened, reason);
+	struct ipc_buf b;
+	if (s->w.hello && ipc_pack_req_shutdown(&b, 0, reason) == 0)
+		spawn_send(&s->w, &b);
+	s->state = SLOT_ENDING;
+	s->kill_at = spawn_now() + 1.0;
+	pool_wake();
+}
+
+/* pool_send - hand a client message to slot i's worker (under mu) */
+struct pending *pool_send(int i, const char *msg, size_t len)
+{
+	static uint32_t seq;
+	struct slot *s = &pool.slots[i];
+	struct pending *p = calloc(1, sizeof(*p));
+	if (!p)
+		return NULL;
+	p->slot = i;
+	p->seq = ++seq;
+	pthread_cond_init(&p->cv, NULL);
+	struct ipc_buf b;
+	if (ipc_pack_req_mcp(&b, p->seq, msg, len, false) != 0 || spawn_send(&s->w, &b) != 0) {
+		pthread_cond_destroy(&p->cv);
+		free(p);
+		return NULL;
+	}
+	p->next = pool.pending;
+	pool.pending = p;
+	s->inflight++;
+	s->last_active = spawn_now();
+	return p;
+}
+
+/* pool_pending_free - the HTTP thread is done with p (under mu) */
+void pool_pending_free(struct pending *p)
+{
+	for (struct pending **pp = &pool.pending; *pp; pp = &(*pp)->next)
+		if (*pp == p) {
+			*pp = p->next;
+			break;
+		}
+	struct slot *s = &pool.slots[p->slot];
+	if (s->inflight > 0)
+		s->inflight--;
+	s->last_active = spawn_now();
+	while (p->q) {
+		struct event *e = p->q;
+		p->q = e->next;
+		free(e);
+	}
+	free(p->answer);
+	free(p->id);
+	pthread_cond_destroy(&p->cv);
+	free(p);
+}
+
+static struct pending *pending_find(int slot, uint32_t seq)
+{
+	for (struct pending *p = pool.pending; p; p = p->next)
+		if (p->slot == slot && p->seq == seq)
+			return p;
+	return NULL;
+}
+
+/* quota_answer - may slot i's session claim a sandbox? */
+static void quota_answer(int i, uint32_t seq)
+{
+	struct slot *s = &pool.slots[i];
+	int held = 0;
+	for (int k = 0; k < pool.nslots; k++)
+		if (k != i && pool.slots[k].quota_held && strcmp(pool.slots[k].user, s->user) == 0)
+			held++;
+	bool ok = s->quota_held || held < pool.cfg->max_sandboxes_per_user;
+	if (ok)
+		s->quota_held = true;
+	else
+		log_info("user %s: sandbox refused (%d open, limit %d)", s->user, held,
+			 pool.cfg->max_sandboxes_per_user);
+	struct ipc_buf b;
+	if (ipc_pack_ans_quota(&b, seq, ok, ok ? "" : "too many open sandboxes for this user") == 0)
+		spawn_send(&s->w, &b);
+}
+
+/* hist_add - one observation into the latency histogram (seconds) */
+static const double hist_bounds[12] = { 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300, 1e300 };
+static void hist_add(unsigned long *h, double *sum, unsigned long *n, double v)
+{
+	for (int k = 0; k < 12; k++)
+		if (v <= hist_bounds[k]) {
+			h[k]++;
+			break;
+		}
+	*sum += v;
+	(*n)++;
+}
+
+/* note_call - a finished tool call: metrics and an accounting line */
+static void note_call(int i, const struct ipc_call *c)
+{
+	struct slot *s = &pool.slots[i];
+	char tool[24], kind[24], u[64];
+	ipc_bytes_str(c->tool, tool, sizeof(tool));
+	ipc_bytes_str(c->kind, kind, sizeof(kind));
+	json_safe(tool, tool, sizeof(tool));
+	json_safe(kind, kind, sizeof(kind));
+	s->calls++;
+	pool.calls_total++;
+	int k;
+	for (k = 0; k < pool.ncalls; k++)
+		if (strcmp(pool.calls[k].tool, tool) == 0 && strcmp(pool.calls[k].kind, kind) == 0)
+			break;
+	if (k == pool.ncalls && pool.ncalls < 48) {
+		snprintf(pool.calls[k].tool, sizeof(pool.calls[k].tool), "%s", tool);
+		snprintf(pool.calls[k].kind, sizeof(pool.calls[k].kind), "%s", kind);
+		pool.ncalls++;
+	}
+	if (k < pool.ncalls)
+		pool.calls[k].n++;
+	if (strcmp(tool, "execute_go_code") == 0) {
+		hist_add(pool.build_hist, &pool.build_sum, &pool.build_n, (double)c->build_ms / 1000);
+		hist_add(pool.run_hist, &pool.run_sum, &pool.run_n, (double)c->run_ms / 1000);
+	}
+	acct_line("\"event\":\"call\",\"user\":\"%s\",\"session\":\"%s\",\"worker_pid\":%d,\"tool\":\"%s\","
+	     "\"kind\":\"%s\",\"cpu_user_ms\":%llu,\"cpu_sys_ms\":%llu,\"max_rss_kb\":%llu,"
+	     "\"build_ms\":%llu,\"run_ms\":%llu,\"bytes_in\":%llu,\"bytes_out\":%llu",
+	     json_safe(s->user, u, sizeof(u)), s->w.session, (int)s->w.pid, tool, kind,
+	     (unsigned long long)c->cpu_user_ms, (unsigned long long)c->cpu_sys_ms,
+	     (unsigned long long)c->max_rss_kb, (unsigned long long)c->build_ms,
+	     (unsigned long long)c->run_ms, (unsigned long long)c->bytes_in,
+	     (unsigned long long)c->bytes_out);
+}
+
+/* slot_kill - the worker broke the protocol */
+static void slot_kill(int i, const char *why)
+{
+	struct slot *s = &pool.slots[i];
+	log_error("worker pid %d %s; killing it", (int)s->w.pid, why);
+	if (s->w.pid > 0)
+		kill(s->w.pid, SIGKILL);
+}
+
+/* from_worker - one message from slot i's worker (under mu) */
+static void from_worker(int i, struct ipc_msg *m)
+{
+	struct slot *s = &pool.slots[i];
+	struct pending *p;
+	switch (m->type) {
+	case IPC_HELLO:
+		if (s->w.hello || m->u.hello.pid != (uint32_t)s->w.pid) {
+			slot_kill(i, "sent a bad HELLO");
+			return;
+		}
+		s->w.hello = true;
+		if (s->state == SLOT_STARTING) {
+			s->state = SLOT_IDLE;
+			pthread_cond_broadcast(&pool.idle_cv);
+		}
+		return;
+	case IPC_ANS_MCP:
+		if (!(p = pending_find(i, m->seq)))
+			return; /* its HTTP request gave up waiting */
+		s->served = true;
+		pool.backoff = 0;
+		if (m->u.mcp_ans.msg.len && (p->answer = malloc(m->u.mcp_ans.msg.len))) {
+			memcpy(p->answer, m->u.mcp_ans.msg.ptr, m->u.mcp_ans.msg.len);
+			p->alen = m->u.mcp_ans.msg.len;
+		}
+		p->done = true;
+		pthread_cond_broadcast(&p->cv);
+		return;
+	case IPC_NOTE_MCP: {
+		if (!(p = pending_find(i, m->u.note_mcp.rel)))
+			return; /* nobody to stream it to: MCP lets notifications go */
+		struct event *e = malloc(sizeof(*e) + m->u.note_mcp.msg.len);
+		if (!e)
+			return;
+		e->next = NULL;
+		e->len = m->u.note_mcp.msg.len;
+		memcpy(e->data, m->u.note_mcp.msg.ptr, e->len);
+		if (p->qtail)
+			p->qtail->next = e;
+		else
+			p->q = e;
+		p->qtail = e;
+		pthread_cond_broadcast(&p->cv);
+		return;
+	}
+	case IPC_NOTE_ACCEPTED:
+		if ((p = pending_find(i, m->seq)) && !p->id) {
+			p->id = strndup(m->u.accepted.id.ptr, m->u.accepted.id.len);
+			p->accepted = true;
+			pthread_cond_broadcast(&p->cv);
+		}
+		return;
+	case IPC_NOTE_SESSION:
+		s->initialized = true;
+		return;
+	case IPC_NOTE_STATE:
+		s->busy = m->u.state.state.len == 4 && memcmp(m->u.state.state.ptr, "busy", 4) == 0;
+		return;
+	case IPC_REQ_SANDBOX:
+		sandbox_local_answer(&s->w, m->seq, &m->u.sandbox_req, pool.cfg);
+		return;
+	case IPC_REQ_QUOTA:
+		quota_answer(i, m->seq);
+		return;
+	case IPC_NOTE_CALL:
+		note_call(i, &m->u.call);
+		return;
+	default:
+		slot_kill(i, "sent a message a worker may not send");
+	}
+}
+
+/* slot_died - reap bookkeeping for slot i (under mu) */
+static void slot_died(int i, int status, const struct rusage *ru)
+{
+	struct slot *s = &pool.slots[i];
+	char how[96];
+	spawn_describe_status(status, how, sizeof(how));
+	bool crash = !(WIFEXITED(status) && WEXITSTATUS(status) == 0) && s->state != SLOT_ENDING;
+	if (crash) {
+		pool.crashes++;
+		log_error("worker pid %d (session %.8s…, user %s) %s", (int)s->w.pid, s->w.session,
+			  s->user[0] ? s->user : "-", how);
+	} else {
+		log_debug("worker pid %d %s", (int)s->w.pid, how);
+	}
+	if (s->state == SLOT_SESSION || s->state == SLOT_OPENING) {
+		char u[64];
+		acct_line("\"event\":\"session_end\",\"user\":\"%s\",\"session\":\"%s\",\"worker_pid\":%d,"
+		     "\"calls\":%u,\"duration_s\":%.1f,\"reason\":\"worker %s\",\"worker_cpu_user_ms\":%ld,"
+		     "\"worker_cpu_sys_ms\":%ld,\"worker_max_rss_kb\":%ld",
+		     json_safe(s->user, u, sizeof(u)), s->w.session, (int)s->w.pid, s->calls,
+		     spawn_now() - s->opened, how, ru->ru_utime.tv_sec * 1000 + ru->ru_utime.tv_usec / 1000,
+		     ru->ru_stime.tv_sec * 1000 + ru->ru_stime.tv_usec / 1000, ru->ru_maxrss);
+	}
+	for (struct pending *p = pool.pending; p; p = p->next)
+		if (p->slot == i && !p->done) {
+			p->gone = true;
+			snprintf(p->gone_why, sizeof(p->gone_why), "worker %s", how);
+			pthread_cond_broadcast(&p->cv);
+		}
+	if (!s->served && s->state == SLOT_STARTING) {
+		pool.backoff = pool.backoff ? (pool.backoff * 2 > 60 ? 60 : pool.backoff * 2) : 0.5;
+		pool.throttle_until = spawn_now() + pool.backoff;
+		log_warn("worker died at start-up; next start in %.1f s", pool.backoff);
+	}
+	s->w.pid = 0;
+	spawn_stop(&s->w, 0); /* closes its channel, releases its sandbox */
+	s->state = SLOT_FREE;
+	s->quota_held = false;
+}
+
+/* pool_reap - every child that ended */
+static void pool_reap(void)
+{
+	int status;
+	struct rusage ru;
+	pid_t pid;
+	while ((pid = wait4(-1, &status, WNOHANG, &ru)) > 0) {
+		bool found = false;
+		for (int i = 0; i < pool.nslots && !found; i++) {
+			struct slot *s = &pool.slots[i];
+			if (s->state == SLOT_FREE)
+				continue;
+			if (s->w.pid == pid) {
+				slot_died(i, status, &ru);
+				found = true;
+			} else if (sandbox_local_reaped(&s->w, pid, status)) {
+				found = true;
+			}
+		}
+	}
+}
+
+/* pool_timers - idle sessions end; lingering workers are killed */
+static void pool_timers(void)
+{
+	double now = spawn_now();
+	for (int i = 0; i < pool.nslots; i++) {
+		struct slot *s = &pool.slots[i];
+		if (s->state == SLOT_SESSION && s->inflight == 0 &&
+		    now - s->last_active > pool.cfg->session_timeout_s)
+			pool_end_session(i, "idle timeout");
+		else if (s->state == SLOT_ENDING && now > s->kill_at && s->w.pid > 0)
+			kill(s->w.pid, SIGKILL);
+	}
+}
+
+void pool_loop(void)
+{
+	struct pollfd *p = calloc((size_t)pool.nslots + 2, sizeof(*p));
+	int *idx = calloc((size_t)pool.nslots + 2, sizeof(int));
+	if (!p || !idx)
+		return;
+	for (;;) {
+		pthread_mutex_lock(&pool.mu);
+		pool_avail();
+		int n = 0;
+		p[n++] = (struct pollfd){ .fd = sig_fd(), .events = POLLIN };
+		p[n++] = (struct pollfd){ .fd = pool.wake[0], .events = POLLIN };
+		for (int i = 0; i < pool.nslots; i++)
+			if (pool.slots[i].state != SLOT_FREE && pool.slots[i].w.recv_fd >= 0) {
+				idx[n] = i;
+				p[n++] = (struct pollfd){ .fd = pool.slots[i].w.recv_fd, .events = POLLIN };
+			}
+		pthread_mutex_unlock(&pool.mu);
+		if (poll(p, (nfds_t)n, 250) < 0 && errno != EINTR)
+			break;
+		char buf[64];
+		while (read(pool.wake[0], buf, sizeof(buf)) > 0)
+			;
+		unsigned sig = sig_take();
+		pthread_mutex_lock(&pool.mu);
+		for (int k = 2; k < n; k++) {
+			if (!(p[k].revents & POLLIN))
+				continue;
+			struct slot *s = &pool.slots[idx[k]];
+			for (int guard = 0; guard < 256 && s->state != SLOT_FREE && s->w.pid > 0; guard++) {
+				struct ipc_msg m;
+				int rc = chan_recv(s->w.sock, &m, NNG_FLAG_NONBLOCK, NULL);
+				if (rc == -EAGAIN || rc == -ESHUTDOWN)
+					break;
+				if (rc == -EPROTO) {
+					slot_kill(idx[k], "sent an undecodable message");
+					break;
+				}
+				if (rc == 0) {
+					from_worker(idx[k], &m);
+					ipc_msg_free(&m);
+				}
+			}
+		}
+		if (sig & SIG_CHLD)
+			pool_reap();
+		pool_timers();
+		pthread_mutex_unlock(&pool.mu);
+		if (sig & SIG_TERM)
+			break;
+	}
+	free(p);
+	free(idx);
+}
+
+/* pool_shutdown - end every session and worker; a restart ends open sessions */
+void pool_shutdown(void)
+{
+	pthread_mutex_lock(&pool.mu);
+	pool.stopping = true;
+	for (int i = 0; i < pool.nslots; i++) {
+		struct slot *s = &pool.slots[i];
+		if (s->state == SLOT_FREE)
+			continue;
+		if (s->state == SLOT_SESSION)
+			pool_end_session(i, "server shutting down");
+		for (struct pending *q = pool.pending; q; q = q->next)
+			if (q->slot == i && !q->done) {
+				q->gone = true;
+				snprintf(q->gone_why, sizeof(q->gone_why), "the server is shutting down");
+				pthread_cond_broadcast(&q->cv);
+			}
+		spawn_stop(&s->w, 300);
+		s->state = SLOT_FREE;
+	}
+	pthread_mutex_unlock(&pool.mu);
+	spawn_runtime_dir_remove(pool.rundir);
+	if (pool.acct && pool.acct != stderr)
+		fclose(pool.acct);
+}
+
+/* pool_metrics - Prometheus text exposition (under mu) */
+void pool_metrics(char **out, size_t *len)
+{
+	FILE *f = open_memstream(out, len);
+	if (!f)
+		return;
+	int open = 0, idle = 0, busy = 0, starting = 0;
+	for (int i = 0; i < pool.nslots; i++) {
+		struct slot *s = &pool.slots[i];
+		open += s->state == SLOT_SESSION;
+		idle += s->state == SLOT_IDLE;
+		starting += s->state == SLOT_STARTING;
+		busy += s->state == SLOT_SESSION && s->busy;
+	}
+	fprintf(f, "# HELP kode_gopher_sessions_open MCP sessions open now.\n"
+		   "# TYPE kode_gopher_sessions_open gauge\nkode_gopher_sessions_open %d\n", open);
+	fprintf(f, "# HELP kode_gopher_workers Worker processes by state.\n# TYPE kode_gopher_workers gauge\n"
+		   "kode_gopher_workers{state=\"idle\"} %d\nkode_gopher_workers{state=\"starting\"} %d\n"
+		   "kode_gopher_workers{state=\"busy\"} %d\nkode_gopher_workers{state=\"session_idle\"} %d\n",
+		idle, starting, busy, open - busy);
+	fprintf(f, "# HELP kode_gopher_sandboxes Sandboxes claimed, per user.\n# TYPE kode_gopher_sandboxes gauge\n");
+	for (int i = 0; i < pool.nslots; i++) {
+		struct slot *s = &pool.slots[i];
+		if (!s->quota_held)
+			continue;
+		bool first = true;
+		for (int k = 0; k < i; k++)
+			first &= !(pool.slots[k].quota_held && strcmp(pool.slots[k].user, s->user) == 0);
+		if (!first)
+			continue;
+		int n = 0;
+		for (int k = i; k < pool.nslots; k++)
+			n += pool.slots[k].quota_held && strcmp(pool.slots[k].user, s->user) == 0;
+		char u[64];
+		fprintf(f, "kode_gopher_sandboxes{user=\"%s\"} %d\n", json_safe(s->user, u, sizeof(u)), n);
+	}
+	fprintf(f, "# HELP kode_gopher_tool_calls_total Tool calls by tool and result kind.\n"
+		   "# TYPE kode_gopher_tool_calls_total counter\n");
+	for (int k = 0; k < pool.ncalls; k++)
+		fprintf(f, "kode_gopher_tool_calls_total{tool=\"%s\",kind=\"%s\"} %lu\n", pool.calls[k].tool,
+			pool.calls[k].kind, pool.calls[k].n);
+	static const char *const names[2] = { "build", "run" };
+	for (int h = 0; h < 2; h++) {
+		unsigned long *hist = h ? pool.run_hist : pool.build_hist, cum = 0;
+		fprintf(f, "# HELP kode_gopher_%s_seconds execute_go_code %s latency.\n"
+			   "# TYPE kode_gopher_%s_seconds histogram\n", names[h], names[h], names[h]);
+		for (int k = 0; k < 12; k++) {
+			cum += hist[k];
+			if (k < 11)
+				fprintf(f, "kode_gopher_%s_seconds_bucket{le=\"%g\"} %lu\n", names[h], hist_bounds[k], cum);
+			else
+				fprintf(f, "kode_gopher_%s_seconds_bucket{le=\"+Inf\"} %lu\n", names[h], cum);
+		}
+		fprintf(f, "kode_gopher_%s_seconds_sum %.3f\nkode_gopher_%s_seconds_count %lu\n", names[h],
+			h ? pool.run_sum : pool.build_sum, names[h], h ? pool.run_n : pool.build_n);
+	}
+	fprintf(f, "# HELP kode_gopher_worker_crashes_total Workers that died unasked.\n"
+		   "# TYPE kode_gopher_worker_crashes_total counter\nkode_gopher_worker_crashes_total %lu\n",
+		pool.crashes);
+	fclose(f);
+}

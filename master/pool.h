@@ -1,0 +1,93 @@
+/*
+ * pool.h - the shared server's workers and sessions (serve --http).
+ *
+ * master/pool.c owns the slot table (one worker each, pre-started, one session each, never
+ * reused), the per-user sandbox quota, idle timeouts, metrics and the accounting log; its main
+ * loop reads every worker's channel. master/http.c's connection threads hand client messages to
+ * a session's worker and wait for the answer as a `struct pending`. Everything here is guarded
+ * by pool.mu.
+ */
+#ifndef KG_POOL_H
+#define KG_POOL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "master/master.h"
+
+enum slot_state { SLOT_FREE, SLOT_STARTING, SLOT_IDLE, SLOT_OPENING, SLOT_SESSION, SLOT_ENDING };
+
+struct slot {
+	struct worker w;
+	enum slot_state state;
+	bool initialized;      /* NOTE_SESSION seen: initialize succeeded */
+	bool busy;             /* NOTE_STATE */
+	bool quota_held;       /* counts against its user's sandboxes */
+	bool served;           /* answered something: not a start-up failure */
+	char user[64];
+	double last_active, kill_at, opened;
+	int inflight;          /* HTTP requests waiting on it */
+	unsigned calls;
+};
+
+struct event {
+	struct event *next;
+	size_t len;
+	char data[];
+};
+
+/* One client message waiting for its worker's answer. */
+struct pending {
+	struct pending *next;
+	int slot;
+	uint32_t seq;
+	pthread_cond_t cv;
+	bool done, accepted, gone;
+	char *answer;          /* the JSON-RPC answer; NULL/0: none (a notification) */
+	size_t alen;
+	char *id;              /* JSON of the request id, from NOTE_ACCEPTED */
+	struct event *q, *qtail; /* notifications that belong to this request (SSE) */
+	char gone_why[160];
+};
+
+struct pool {
+	const struct serve_config *cfg;
+	pthread_mutex_t mu;
+	pthread_cond_t idle_cv; /* a worker became idle */
+	struct slot *slots;
+	int nslots;
+	struct pending *pending;
+	char rundir[512];
+	unsigned nspawned;
+	double throttle_until, backoff;
+	int wake[2];
+	bool stopping;
+	/* metrics */
+	unsigned long crashes, sessions_total, calls_total;
+	struct { char tool[24], kind[24]; unsigned long n; } calls[48];
+	int ncalls;
+	unsigned long build_hist[12], run_hist[12];
+	double build_sum, run_sum;
+	unsigned long build_n, run_n;
+	FILE *acct;
+};
+
+extern struct pool pool;
+
+int pool_init(const struct serve_config *cfg);
+/* pool_loop - the main thread's loop until a signal stops it */
+void pool_loop(void);
+void pool_shutdown(void);
+void pool_wake(void);
+
+/* Under pool.mu: */
+int pool_take_idle(double wait_s);       /* an idle worker's slot index, or -1 */
+int pool_find_session(const char *sid);  /* the slot of an open session, or -1 */
+void pool_end_session(int i, const char *reason);
+struct pending *pool_send(int i, const char *msg, size_t len); /* NULL if the worker is gone */
+void pool_pending_free(struct pending *p);
+void pool_metrics(char **out, size_t *len);
+
+#endif
