@@ -23,6 +23,7 @@
 #include "policy/seccomp.h"
 #include <linux/filter.h>
 #include "agent/server.h"
+#include "ipc/fsutil.h"
 #include "ipc/log.h"
 
 #ifndef KG_RUNTIME_DIR
@@ -75,23 +76,14 @@ static void am_on_signal(int sig)
 	errno = saved;
 }
 
-/* am_mkdirs - create dir and its parents (mode applies to the last one) */
+/* am_mkdirs - create dir and its parents (mode applies to the last one); it must be a dir */
 static int am_mkdirs(const char *dir, mode_t mode)
 {
-	char tmp[PATH_MAX];
-	if (snprintf(tmp, sizeof(tmp), "%s", dir) >= (int)sizeof(tmp))
-		return -ENAMETOOLONG;
-	for (char *p = tmp + 1; *p; p++)
-		if (*p == '/') {
-			*p = '\0';
-			if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
-				return -errno;
-			*p = '/';
-		}
-	if (mkdir(tmp, mode) != 0 && errno != EEXIST)
-		return -errno;
+	int r = fs_mkdir_p(dir, mode);
+	if (r)
+		return r;
 	struct stat st;
-	if (stat(tmp, &st) != 0)
+	if (stat(dir, &st) != 0)
 		return -errno;
 	return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
 }

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "agent/diag.h"
+#include "ipc/fsutil.h"
 #include "ipc/log.h"
 
 #define GOBUILD_MAX_MODFILE (16 * 1024 * 1024)
@@ -186,31 +187,9 @@ static int read_at(int dirfd, const char *name, size_t max, char **data, size_t 
 	int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
-	struct stat st;
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (size_t)st.st_size > max) {
-		int e = S_ISREG(st.st_mode) ? -EFBIG : -EINVAL;
-		close(fd);
-		return e;
-	}
-	char *buf = malloc((size_t)st.st_size + 1);
-	if (!buf) {
-		close(fd);
-		return -ENOMEM;
-	}
-	size_t got = 0;
-	while (got < (size_t)st.st_size) {
-		ssize_t n = read(fd, buf + got, (size_t)st.st_size - got);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			break;
-		got += (size_t)n;
-	}
+	int rc = fs_read_fd(fd, max, data, len);
 	close(fd);
-	buf[got] = '\0';
-	*data = buf;
-	*len = got;
-	return 0;
+	return rc;
 }
 
 /* write_all - write(2) until done */

@@ -9,6 +9,7 @@
  * so the wipe and the writes go through directory descriptors and never follow a link.
  */
 #include "agent/pipeline.h"
+#include "ipc/fsutil.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -422,29 +423,9 @@ static int read_small(int dirfd, const char *name, size_t max, char **data, size
 		close(fd);
 		return -EINVAL;
 	}
-	if ((size_t)st.st_size > max) {
-		close(fd);
-		return -EFBIG;
-	}
-	char *buf = malloc((size_t)st.st_size + 1);
-	if (!buf) {
-		close(fd);
-		return -ENOMEM;
-	}
-	size_t got = 0;
-	while (got < (size_t)st.st_size) {
-		ssize_t n = read(fd, buf + got, (size_t)st.st_size - got);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			break;
-		got += (size_t)n;
-	}
+	int rc = fs_read_fd(fd, max, data, len);
 	close(fd);
-	buf[got] = '\0';
-	*data = buf;
-	*len = got;
-	return 0;
+	return rc;
 }
 
 /* find_line_start - first occurrence of needle at the start of a line in s[0..len) */

@@ -67,6 +67,7 @@ void spawn_stop(struct worker *w, int grace_ms);
 const char *spawn_describe_status(int status, char *buf, size_t cap);
 double spawn_now(void);
 void spawn_random_hex(char *out, size_t nbytes);
+void spawn_child_setup(pid_t parent, bool stdout_to_stderr);
 
 /* master/sandbox_local.c: sandboxes the master starts on a worker's request */
 int sandbox_local_spawn(struct worker *w, const struct serve_config *cfg, const char *name,

@@ -20,6 +20,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "ipc/fsutil.h"
 #include "master/master.h"
 #include "policy/jail.h"
 
@@ -47,22 +48,6 @@ int sandbox_local_rm_tree(int parent, const char *name)
 	return unlinkat(parent, name, AT_REMOVEDIR) == 0 ? 0 : -errno;
 }
 
-/* mkdir_p - create a directory and its parents */
-static int mkdir_p(const char *path, mode_t mode)
-{
-	char tmp[PATH_MAX];
-	snprintf(tmp, sizeof(tmp), "%s", path);
-	for (char *p = tmp + 1; *p; p++)
-		if (*p == '/') {
-			*p = '\0';
-			if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
-				return -errno;
-			*p = '/';
-		}
-	if (mkdir(tmp, mode) != 0 && errno != EEXIST)
-		return -errno;
-	return 0;
-}
 
 /* sandbox_kill - stop the agent's whole process group */
 static void sandbox_kill(struct worker *w)
@@ -143,14 +128,14 @@ int sandbox_local_spawn(struct worker *w, const struct serve_config *cfg, const 
 		return -ENOENT;
 	}
 	/* sandboxes run as uids of their own, which must pass through the root directory */
-	int r = mkdir_p(cfg->sandbox_root, 0711);
+	int r = fs_mkdir_p(cfg->sandbox_root, 0711);
 	if (r == 0 && getuid() == 0)
 		chmod(cfg->sandbox_root, 0711);
 	static const char *const subs[] = { "", "/app", "/app/persist", "/state", "/sock", "/cache" };
 	for (size_t i = 0; r == 0 && i < sizeof(subs) / sizeof(subs[0]); i++) {
 		char p[700];
 		snprintf(p, sizeof(p), "%s%s", dir, subs[i]);
-		r = mkdir_p(p, 0700);
+		r = fs_mkdir_p(p, 0700);
 	}
 	if (r) {
 		snprintf(err, errlen, "cannot create the sandbox directory %s: %s", dir, strerror(-r));
@@ -184,21 +169,7 @@ int sandbox_local_spawn(struct worker *w, const struct serve_config *cfg, const 
 	}
 	if (pid == 0) {
 		setsid(); /* its own process group: killing the sandbox kills all it started */
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() != parent)
-			_exit(1);
-		int devnull = open("/dev/null", O_RDWR);
-		if (devnull >= 0) {
-			dup2(devnull, STDIN_FILENO);
-			dup2(STDERR_FILENO, STDOUT_FILENO);
-			if (devnull > 2)
-				close(devnull);
-		}
-		sigset_t none;
-		sigemptyset(&none);
-		sigprocmask(SIG_SETMASK, &none, NULL);
-		signal(SIGPIPE, SIG_DFL);
-		closefrom(3);
+		spawn_child_setup(parent, true);
 		execv("/proc/self/exe", argv);
 		_exit(127);
 	}

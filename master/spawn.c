@@ -99,6 +99,28 @@ static void spawn_pipe_check(nng_pipe p, nng_pipe_ev ev, void *arg)
 	}
 }
 
+/* spawn_child_setup - in a forked child before exec (async-signal-safe calls only): die with
+ * the master, stdin from /dev/null, stdout to /dev/null (the MCP stream is never a child's) or to
+ * stderr, default signal state, no inherited descriptors. Returns only if all went well. */
+void spawn_child_setup(pid_t parent, bool stdout_to_stderr)
+{
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (getppid() != parent)
+		_exit(1);
+	int devnull = open("/dev/null", O_RDWR);
+	if (devnull >= 0) {
+		dup2(devnull, STDIN_FILENO);
+		dup2(stdout_to_stderr ? STDERR_FILENO : devnull, STDOUT_FILENO);
+		if (devnull > 2)
+			close(devnull);
+	}
+	sigset_t none;
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	signal(SIGPIPE, SIG_DFL);
+	closefrom(3);
+}
+
 /* spawn_worker - listen on a fresh ipc path, then fork+exec `kode-gopher worker` */
 int spawn_worker(struct worker *w, const struct serve_config *cfg, const char *runtime_dir,
 		 unsigned n, const char *session)
@@ -133,24 +155,10 @@ int spawn_worker(struct worker *w, const struct serve_config *cfg, const char *r
 	}
 	if (pid == 0) {
 		/* child: only async-signal-safe calls until exec */
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() != parent)
-			_exit(1);
-		int devnull = open("/dev/null", O_RDWR);
-		if (devnull >= 0) {
-			dup2(devnull, STDIN_FILENO);
-			dup2(devnull, STDOUT_FILENO); /* stdout is the MCP stream: never the worker's */
-			if (devnull > 2)
-				close(devnull);
-		}
-		sigset_t none;
-		sigemptyset(&none);
-		sigprocmask(SIG_SETMASK, &none, NULL);
-		signal(SIGPIPE, SIG_DFL);
+		spawn_child_setup(parent, false);
 		char *argv[] = { "kode-gopher", "worker", "--ipc", url, "--session", (char *)session,
 				 "--log-level", level, "--seccomp", (char *)cfg->seccomp,
 				 "--timeout", tmo, "--max-timeout", maxtmo, NULL };
-		closefrom(3);
 		execv("/proc/self/exe", argv);
 		_exit(127);
 	}

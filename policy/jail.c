@@ -42,6 +42,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ipc/fsutil.h"
 #include "ipc/log.h"
 #include "policy/seccomp.h"
 
@@ -215,19 +216,12 @@ static const char *at(const char *sub)
 	return buf[i];
 }
 
-/* mkdirs - mkdir -p */
+/* mkdirs - mkdir -p, or die */
 static void mkdirs(const char *path, mode_t mode)
 {
-	char tmp[PATH_MAX];
-	snprintf(tmp, sizeof(tmp), "%s", path);
-	for (char *p = tmp + 1; *p; p++)
-		if (*p == '/') {
-			*p = '\0';
-			mkdir(tmp, 0755);
-			*p = '/';
-		}
-	if (mkdir(tmp, mode) != 0 && errno != EEXIST)
-		die("mkdir %s: %s", path, strerror(errno));
+	int r = fs_mkdir_p(path, mode);
+	if (r)
+		die("mkdir %s: %s", path, strerror(-r));
 }
 
 /* touch - an empty file to bind a file onto */

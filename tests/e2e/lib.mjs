@@ -13,6 +13,7 @@
 import { spawn, spawnSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import fs from 'node:fs';
+import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { after, afterEach, beforeEach } from 'node:test';
@@ -20,6 +21,7 @@ import { fileURLToPath } from 'node:url';
 
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import {
 	CallToolResultSchema,
 	ErrorCode,
@@ -27,7 +29,10 @@ import {
 	McpError,
 } from '@modelcontextprotocol/sdk/types.js';
 
-export { CallToolResultSchema, Client, ErrorCode, LATEST_PROTOCOL_VERSION, McpError, StdioClientTransport };
+export {
+	CallToolResultSchema, Client, ErrorCode, LATEST_PROTOCOL_VERSION, McpError, StdioClientTransport,
+	StreamableHTTPClientTransport,
+};
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 export const REPO = path.resolve(here, '..', '..');
@@ -551,4 +556,133 @@ export function bigRequestLine(id, size, { idFirst = false } = {}) {
 		? { id, jsonrpc: '2.0', method: 'tools/call', params }
 		: { jsonrpc: '2.0', method: 'tools/call', params, id };
 	return JSON.stringify(body) + '\n';
+}
+
+/* ---- the shared server: serve --http ---- */
+
+/*
+ * httpServe - start `kode-gopher serve --http 127.0.0.1:0 --log-level info` with a private
+ * temporary KODE_GOPHER_SANDBOX_ROOT, and wait for the line that names its port.
+ *   args: extra serve arguments (--session-timeout 2s, ...); opts.env, opts.keep as for connect.
+ * Returns {pid, port, base ("http://127.0.0.1:PORT"), url (base + "/mcp"), sandboxRoot, stderr,
+ * exited, connect(opts), close()}. connect opens an SDK client session over Streamable HTTP:
+ * {client, transport, sessionId, errors}; the server's close() closes those clients first, then
+ * SIGTERMs serve (SIGKILL after 5 s), and returns the pids the guard had to kill.
+ */
+export async function httpServe(args = [], opts = {}) {
+	const h = newHandle(opts.keep);
+	const child = spawn(BIN, ['serve', '--http', '127.0.0.1:0', '--log-level', 'info', ...args], {
+		env: serveEnv(h.sandboxRoot, h.marker, opts.env),
+		stdio: ['ignore', 'ignore', 'pipe'],
+	});
+	h.pid = child.pid;
+	let stderr = '';
+	child.stderr.on('data', (d) => {
+		stderr += d.toString();
+		if (stderr.length > 8 << 20)
+			stderr = stderr.slice(-(4 << 20));
+	});
+	h.stderrText = () => stderr;
+	const exited = new Promise((resolve) => child.on('exit', (code, signal) => resolve({ code, signal })));
+	const clients = [];
+	h.shutdown = async () => {
+		for (const c of clients)
+			await c.transport.close().catch(() => {});
+		if (child.exitCode !== null || child.signalCode !== null)
+			return;
+		child.kill('SIGTERM');
+		if (!await Promise.race([exited.then(() => true), sleep(5000).then(() => false)])) {
+			child.kill('SIGKILL');
+			await exited;
+		}
+	};
+	let port;
+	try {
+		port = await waitFor(() => {
+			if (child.exitCode !== null || child.signalCode !== null)
+				throw new Error(`serve --http exited early (${child.exitCode ?? child.signalCode})`);
+			const m = /serving MCP on http:\/\/127\.0\.0\.1:(\d+)\/mcp/.exec(stderr);
+			return m ? Number(m[1]) : null;
+		}, { timeout: 20_000, what: 'serve --http to name its port' });
+	} catch (e) {
+		await reap(h, 'start failed');
+		throw new Error(`${e.message}\n${stderr.slice(-3000)}`);
+	}
+	const base = `http://127.0.0.1:${port}`;
+	return {
+		pid: child.pid,
+		port,
+		base,
+		url: `${base}/mcp`,
+		sandboxRoot: h.sandboxRoot,
+		exited,
+		get stderr() {
+			return stderr;
+		},
+		/* connect - an SDK client session; opts.listTools as for the stdio connect (default true) */
+		async connect(o = {}) {
+			const transport = new StreamableHTTPClientTransport(new URL(`${base}/mcp`));
+			const client = new Client(o.clientInfo || { name: 'kode-gopher-e2e-http', version: '1.0.0' },
+				{ capabilities: {} });
+			const errors = [];
+			transport.onerror = (e) => errors.push(String(e?.message || e));
+			clients.push({ transport });
+			await client.connect(transport);
+			if (o.listTools !== false)
+				await client.listTools();
+			return {
+				client, transport, errors,
+				get sessionId() {
+					return transport.sessionId;
+				},
+			};
+		},
+		close: () => reap(h, 'close'),
+	};
+}
+
+/*
+ * httpRequest - one raw HTTP request with node:http (unlike fetch, it may set Host).
+ *   opts: {method (GET), path (/mcp), headers, body (string, Buffer or object sent as JSON)}
+ * Resolves {status, headers (lower-case names), body (text), json (parsed body or undefined)}.
+ */
+export function httpRequest(port, opts = {}) {
+	let body = opts.body;
+	const headers = { ...(opts.headers || {}) };
+	if (body !== undefined && typeof body !== 'string' && !Buffer.isBuffer(body)) {
+		body = JSON.stringify(body);
+		headers['content-type'] ??= 'application/json';
+	}
+	return new Promise((resolve, reject) => {
+		const req = http.request({
+			host: '127.0.0.1', port, method: opts.method || 'GET', path: opts.path || '/mcp', headers,
+			agent: false,
+		}, (res) => {
+			const chunks = [];
+			res.on('data', (c) => chunks.push(c));
+			res.on('end', () => {
+				const text = Buffer.concat(chunks).toString();
+				let json;
+				try {
+					json = JSON.parse(text);
+				} catch { /* not JSON */ }
+				resolve({ status: res.statusCode, headers: res.headers, body: text, json });
+			});
+			res.on('error', reject);
+		});
+		req.on('error', reject);
+		req.setTimeout(opts.timeout || 60_000, () => req.destroy(new Error('HTTP request timed out')));
+		req.end(body);
+	});
+}
+
+/* sessionWorker - the worker child of an HTTP serve whose title names session sid, or null */
+export function sessionWorker(servePid, sid) {
+	const tag = `s=${sid.slice(0, 8)}`;
+	for (const c of children(servePid)) {
+		const cl = cmdline(c);
+		if (cl && cl.startsWith('kode-gopher: worker') && ` ${cl} `.includes(` ${tag}`) && isAlive(c))
+			return c;
+	}
+	return null;
 }
