@@ -146,13 +146,17 @@ static bool wait_on(struct pending *p, double secs)
 	return pthread_cond_timedwait(&p->cv, &pool.mu, &ts) == 0;
 }
 
-/* gone_answer - the worker died with this request in flight */
+/* gone_answer - the worker died, or the session was ended, with this request in flight */
 static char *gone_answer(struct pending *p)
 {
 	char msg[300];
-	snprintf(msg, sizeof(msg), "The sandbox process crashed while handling this request (%s). The "
-		 "session has ended: start a new one.", p->gone_why);
-	return rpc_error(p->id, -32603, msg);
+	if (p->ended)
+		snprintf(msg, sizeof(msg), "The session ended before this request was answered (%s); "
+			 "start a new session to go on.", p->gone_why);
+	else
+		snprintf(msg, sizeof(msg), "The sandbox process crashed while handling this request (%s). "
+			 "The session has ended: start a new one.", p->gone_why);
+	return rpc_error(p->id, p->ended ? -32000 : -32603, msg);
 }
 
 /* ---- text/event-stream ---- */

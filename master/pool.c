@@ -161,6 +161,9 @@ void pool_end_session(int i, const char *reason)
 	struct ipc_buf b;
 	if (s->w.hello && ipc_pack_req_shutdown(&b, 0, reason) == 0)
 		spawn_send(&s->w, &b);
+	snprintf(s->end_reason, sizeof(s->end_reason), "%s", reason);
+	/* the session has ended: its sandbox no longer counts against its user */
+	s->quota_held = false;
 	s->state = SLOT_ENDING;
 	s->kill_at = spawn_now() + 1.0;
 	pool_wake();
@@ -397,7 +400,11 @@ static void slot_died(int i, int status, const struct rusage *ru)
 	for (struct pending *p = pool.pending; p; p = p->next)
 		if (p->slot == i && !p->done) {
 			p->gone = true;
-			snprintf(p->gone_why, sizeof(p->gone_why), "worker %s", how);
+			p->ended = s->state == SLOT_ENDING;
+			if (p->ended)
+				snprintf(p->gone_why, sizeof(p->gone_why), "%s", s->end_reason);
+			else
+				snprintf(p->gone_why, sizeof(p->gone_why), "worker %s", how);
 			pthread_cond_broadcast(&p->cv);
 		}
 	if (!s->served && s->state == SLOT_STARTING) {
@@ -516,6 +523,7 @@ void pool_shutdown(void)
 		for (struct pending *q = pool.pending; q; q = q->next)
 			if (q->slot == i && !q->done) {
 				q->gone = true;
+				q->ended = true;
 				snprintf(q->gone_why, sizeof(q->gone_why), "the server is shutting down");
 				pthread_cond_broadcast(&q->cv);
 			}

@@ -27,6 +27,7 @@ struct slot {
 	bool quota_held;       /* counts against its user's sandboxes */
 	bool served;           /* answered something: not a start-up failure */
 	char user[64];
+	char end_reason[96];   /* why pool_end_session ended it */
 	double last_active, kill_at, opened;
 	int inflight;          /* HTTP requests waiting on it */
 	unsigned calls;
@@ -45,6 +46,7 @@ struct pending {
 	uint32_t seq;
 	pthread_cond_t cv;
 	bool done, accepted, gone;
+	bool ended;            /* gone because the session was ended on purpose, not a crash */
 	char *answer;          /* the JSON-RPC answer; NULL/0: none (a notification) */
 	size_t alen;
 	char *id;              /* JSON of the request id, from NOTE_ACCEPTED */
