@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "agent/metadata.h"
 #include "agent/pipeline.h"
 #include "policy/seccomp.h"
 #include <linux/filter.h>
@@ -92,6 +93,13 @@ static int am_mkdirs(const char *dir, mode_t mode)
 static json_t *am_execute(void *ctx, json_t *req, pipeline_progress_fn progress, void *pctx)
 {
 	return pipeline_execute(ctx, req, progress, pctx);
+}
+
+/* am_token - the /token handler: a token the metadata emulator asked the worker for */
+static int am_token(void *ctx, json_t *answer, char *msg, size_t msglen)
+{
+	const struct pipeline_config *cfg = ctx;
+	return metadata_server_deliver(cfg->metadata, answer, msg, msglen);
 }
 
 /* am_doc - the /doc handler */
@@ -246,6 +254,15 @@ int agent_main(int argc, char **argv)
 	else
 		log_warn("cannot compile the user programs' seccomp filter; running without it");
 
+	/* the metadata-server emulator, listening only while a run with metadata credentials
+	 * goes on (docs/credentials.md) */
+	pcfg.metadata = metadata_server_new();
+	pcfg.event = agent_server_event;
+	if (!pcfg.metadata) {
+		log_error("out of memory");
+		return 1;
+	}
+
 	if (pipe2(am_sig_pipe, O_CLOEXEC | O_NONBLOCK) < 0) {
 		log_error("cannot create the signal pipe: %s", strerror(errno));
 		return 1;
@@ -258,7 +275,7 @@ int agent_main(int argc, char **argv)
 
 	struct agent_server_options opt = {
 		.listen = listen,
-		.handlers = { .execute = am_execute, .doc = am_doc, .ctx = &pcfg },
+		.handlers = { .execute = am_execute, .doc = am_doc, .token = am_token, .ctx = &pcfg },
 	};
 	struct agent_server *srv = NULL;
 	char err[512];
@@ -283,6 +300,7 @@ int agent_main(int argc, char **argv)
 	}
 	log_info("stopping on %s", sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "error");
 	agent_server_stop(srv);
+	metadata_server_free(pcfg.metadata);
 	signal(SIGTERM, SIG_DFL);
 	signal(SIGINT, SIG_DFL);
 	close(am_sig_pipe[0]);

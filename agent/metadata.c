@@ -314,6 +314,7 @@ struct md_query {
 	char *recursive, *scopes, *audience, *format, *licenses;
 };
 
+/* md_query_free - free the decoded parameters */
 static void md_query_free(struct md_query *q)
 {
 	free(q->recursive);

@@ -15,6 +15,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -27,6 +29,7 @@
 
 #include "agent/diag.h"
 #include "agent/gobuild.h"
+#include "agent/metadata.h"
 #include "agent/normalize.h"
 #include "agent/runproc.h"
 #include "ipc/log.h"
@@ -668,9 +671,9 @@ static bool env_name_ok(const char *s)
 }
 
 /* build_run_env - the program's whole environment: a minimal base, then req.env, then the
- * snippet contract (which req.env cannot override) */
-static char **build_run_env(const struct pl_cfg *c, json_t *reqenv, bool snippet, int timeout_ms,
-			    char *err, size_t errlen)
+ * credentials' variables (extra), then the snippet contract (neither can be overridden) */
+static char **build_run_env(const struct pl_cfg *c, json_t *reqenv, json_t *extra, bool snippet,
+			    int timeout_ms, char *err, size_t errlen)
 {
 	json_t *m = json_object();
 	const char *path = getenv("PATH");
@@ -701,6 +704,8 @@ static char **build_run_env(const struct pl_cfg *c, json_t *reqenv, bool snippet
 			json_object_set(m, k, v);
 		}
 	}
+	if (extra)
+		json_object_update(m, extra);
 	if (snippet) {
 		char p[PATH_MAX + 32], ms[32];
 		snprintf(p, sizeof(p), "%s/result.json", c->rundir);
@@ -726,6 +731,148 @@ static char **build_run_env(const struct pl_cfg *c, json_t *reqenv, bool snippet
 	if (!env)
 		snprintf(err, errlen, "out of memory");
 	return env;
+}
+
+/* ---- credentials for the run (docs/credentials.md) ---- */
+
+/* What the run's credentials left to undo. */
+struct pl_creds {
+	char adc_path[PATH_MAX];      /* non-empty: the ADC copy, deleted when the run ends */
+	bool metadata;                /* the emulator is listening */
+	json_t *env;                  /* the run's credential variables */
+};
+
+/* pl_creds_dir - state_dir/credentials, emptied of anything an earlier run left (an agent
+ * killed mid-run cannot delete its copy); returns an O_DIRECTORY fd or a negative errno */
+static int pl_creds_dir(const struct pl_cfg *c, char *dir, size_t cap)
+{
+	int rc = pathf(dir, cap, "%s/credentials", c->state_dir);
+	if (rc < 0 || (rc = mkdir_private(dir)) < 0)
+		return rc;
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	struct wipe w = { .topfd = fd };
+	wipe_dir(&w, fd, 1);
+	return fd;
+}
+
+/* pl_creds_begin - set up the call's credentials for its run; 0, or -errno with a sentence
+ * (which never quotes a secret) */
+static int pl_creds_begin(const struct pipeline_config *cfg, const struct pl_cfg *c,
+			  json_t *creds, void *ctx, struct pl_creds *pc, char *err, size_t errlen)
+{
+	const char *mode = json_string_value(json_object_get(creds, "mode"));
+	if (!creds || json_is_null(creds))
+		return 0;
+	if (!json_is_object(creds) || !mode) {
+		snprintf(err, errlen, "credentials must be an object with a mode");
+		return -EINVAL;
+	}
+	if (!(pc->env = json_object()))
+		return -ENOMEM;
+	if (strcmp(mode, "adc") == 0) {
+		json_t *text = json_object_get(creds, "adc");
+		if (!json_is_string(text) || json_string_length(text) == 0 ||
+		    json_string_length(text) > 64 * 1024) {
+			snprintf(err, errlen, "credentials.adc must be the text of an ADC file (at most "
+				 "64 KiB)");
+			return -EINVAL;
+		}
+		char dir[PATH_MAX], name[40], hex[17];
+		int dfd = pl_creds_dir(c, dir, sizeof(dir));
+		if (dfd < 0) {
+			snprintf(err, errlen, "the credentials directory cannot be prepared: %s",
+				 strerror(-dfd));
+			return dfd;
+		}
+		unsigned char rnd[8];
+		if (RAND_bytes(rnd, sizeof(rnd)) != 1) {
+			close(dfd);
+			snprintf(err, errlen, "no randomness for the credentials file's name");
+			return -EIO;
+		}
+		for (size_t i = 0; i < sizeof(rnd); i++)
+			snprintf(hex + 2 * i, 3, "%02x", rnd[i]);
+		/* a fresh name per run: a path a program saw names nothing once its run is over */
+		snprintf(name, sizeof(name), "adc-%s.json", hex);
+		int fd = openat(dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+		int rc = fd < 0 ? -errno : 0;
+		const char *p = json_string_value(text);
+		size_t left = json_string_length(text);
+		while (rc == 0 && left) {
+			ssize_t n = write(fd, p, left);
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n <= 0) {
+				rc = n < 0 ? -errno : -EIO;
+				break;
+			}
+			p += n;
+			left -= (size_t)n;
+		}
+		if (fd >= 0 && close(fd) != 0 && rc == 0)
+			rc = -errno;
+		/* the agent keeps no copy of the refresh token or key beyond the file */
+		OPENSSL_cleanse((char *)json_string_value(text), json_string_length(text));
+		if (rc < 0) {
+			unlinkat(dfd, name, 0);
+			close(dfd);
+			snprintf(err, errlen, "the credentials file could not be written: %s",
+				 strerror(-rc));
+			return rc;
+		}
+		close(dfd);
+		if (pathf(pc->adc_path, sizeof(pc->adc_path), "%s/%s", dir, name) < 0)
+			return -ENAMETOOLONG;
+		json_object_set_new(pc->env, "GOOGLE_APPLICATION_CREDENTIALS",
+				    json_string(pc->adc_path));
+		return 0;
+	}
+	if (strcmp(mode, "metadata") == 0) {
+		if (!cfg->metadata || !cfg->event) {
+			snprintf(err, errlen, "this agent has no metadata-server emulator");
+			return -ENOTSUP;
+		}
+		struct timespec now;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		struct metadata_view v;
+		int rc = metadata_view_from_json(creds, (double)now.tv_sec + (double)now.tv_nsec / 1e9,
+						 &v, err, errlen);
+		if (rc < 0)
+			return rc;
+		char host[64];
+		rc = metadata_server_begin(cfg->metadata, &v, cfg->event, ctx, host, sizeof(host), err,
+					   errlen);
+		if (rc < 0)
+			return rc;
+		pc->metadata = true;
+		/* host:port, as each library wants it: Go and google-auth read GCE_METADATA_HOST,
+		 * google-auth's probe GCE_METADATA_IP, older clients GCE_METADATA_ROOT */
+		json_object_set_new(pc->env, "GCE_METADATA_HOST", json_string(host));
+		json_object_set_new(pc->env, "GCE_METADATA_IP", json_string(host));
+		json_object_set_new(pc->env, "GCE_METADATA_ROOT", json_string(host));
+		return 0;
+	}
+	snprintf(err, errlen, "credentials.mode %.32s is not adc or metadata", mode);
+	return -EINVAL;
+}
+
+/* pl_creds_end - the run is over: delete the ADC copy, stop the emulator (idempotent) */
+static void pl_creds_end(const struct pipeline_config *cfg, struct pl_creds *pc)
+{
+	if (pc->adc_path[0]) {
+		if (unlink(pc->adc_path) != 0 && errno != ENOENT)
+			log_warn("the credentials copy %s could not be deleted: %s", pc->adc_path,
+				 strerror(errno));
+		pc->adc_path[0] = '\0';
+	}
+	if (pc->metadata) {
+		metadata_server_end(cfg->metadata);
+		pc->metadata = false;
+	}
+	json_decref(pc->env);
+	pc->env = NULL;
 }
 
 /* run_outcome - the result object for what the binary did */
@@ -949,6 +1096,7 @@ json_t *pipeline_execute(const struct pipeline_config *cfg, json_t *req,
 	char goversion[64], hex[65], bin[PATH_MAX];
 	char **pkgs = NULL;
 	char **envp = NULL;
+	struct pl_creds pcr = { .adc_path = "" };
 	int appfd = open(c.app_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (appfd < 0) {
 		json_decref(o);
@@ -1086,7 +1234,14 @@ json_t *pipeline_execute(const struct pipeline_config *cfg, json_t *req,
 		wipe_dir(&w, rfd, 1);
 		close(rfd);
 	}
-	envp = build_run_env(&c, json_object_get(req, "env"), snippet, timeout_ms, err,
+	rc = pl_creds_begin(cfg, &c, json_object_get(req, "credentials"), ctx, &pcr, err,
+			    sizeof(err));
+	if (rc < 0) {
+		json_decref(o);
+		o = internal_result("the credentials could not be set up for the run: %s", err);
+		goto out;
+	}
+	envp = build_run_env(&c, json_object_get(req, "env"), pcr.env, snippet, timeout_ms, err,
 			     sizeof(err));
 	if (!envp) {
 		json_decref(o);
@@ -1115,6 +1270,7 @@ json_t *pipeline_execute(const struct pipeline_config *cfg, json_t *req,
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	rc = runproc_run(&ro, &rr);
 	tm.run_ms = runproc_elapsed_ms(&ts);
+	pl_creds_end(cfg, &pcr);
 	if (rc < 0) {
 		json_decref(o);
 		o = internal_result("the program could not be started: %s", strerror(-rc));
@@ -1138,6 +1294,7 @@ json_t *pipeline_execute(const struct pipeline_config *cfg, json_t *req,
 	o = finish(o, "run", mode, &tm, &t0);
 
 out:
+	pl_creds_end(cfg, &pcr);
 	gobuild_strv_free(envp);
 	gobuild_strv_free(pkgs);
 	gobuild_modfiles_free(&mf);

@@ -20,6 +20,7 @@
 #include <stddef.h>
 
 struct sock_fprog;
+struct metadata_server;
 
 struct pipeline_config {
 	const char *app_dir;
@@ -38,6 +39,12 @@ struct pipeline_config {
 	/* the sandbox's limits, to explain a program they stopped; 0: unknown */
 	long long memory_limit;
 	int pids_limit;
+	/* credentials (docs/credentials.md): the metadata-server emulator that serves a call's
+	 * "metadata" credentials during its run (NULL: such calls fail), and how it asks the
+	 * worker for more tokens: push one event object (stolen) onto the running call's stream,
+	 * given the progress callback's ctx */
+	struct metadata_server *metadata;
+	void (*event)(void *ctx, json_t *event);
 };
 
 /* Called from the pipeline's thread as work progresses; phase is "normalize", "build", "tidy",
@@ -46,8 +53,12 @@ typedef void (*pipeline_progress_fn)(void *ctx, const char *phase, const char *m
 
 /*
  * pipeline_execute - run one execute request.
- *   req: {"files":[{"path","content"}], "timeout_ms"?: int, "env"?: {"NAME":"value"}}
+ *   req: {"files":[{"path","content"}], "timeout_ms"?: int, "env"?: {"NAME":"value"},
+ *         "credentials"?: {"mode":"adc","adc":"<ADC file text>"} | {"mode":"metadata",...}}
  *        (the worker has already turned a bare `code` string into files[{"main.go",code}])
+ *   credentials, for the run only: "adc" is written to a 0600 file under state_dir/credentials
+ *   (GOOGLE_APPLICATION_CREDENTIALS) and deleted when the run ends; "metadata" starts the
+ *   emulator (agent/metadata.h) and points GCE_METADATA_HOST, _IP and _ROOT at it.
  * Returns a new reference to the result object (docs/snippets-and-results.md):
  *   {"phase","mode","exit_code","signal","build_ms","duration_ms","tidied","cached_build",
  *    "result":{"kind", "value"|"message"|"type"|"stack"...}, "diagnostics"?, "build_output"?,

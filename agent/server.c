@@ -46,7 +46,7 @@
 #define SRV_PHASE_MAX        64
 #define SRV_MESSAGE_MAX      2048
 
-enum srv_route { SRV_NONE, SRV_HEALTH, SRV_CLAIM, SRV_EXECUTE, SRV_DOC };
+enum srv_route { SRV_NONE, SRV_HEALTH, SRV_CLAIM, SRV_EXECUTE, SRV_DOC, SRV_TOKEN };
 
 /* One queued NDJSON line (newline included). */
 struct srv_line {
@@ -413,6 +413,7 @@ static enum srv_route srv_route_of(const char *url, const char **allow)
 		{ "/claim", SRV_CLAIM, "POST" },
 		{ "/execute", SRV_EXECUTE, "POST" },
 		{ "/doc", SRV_DOC, "POST" },
+		{ "/token", SRV_TOKEN, "POST" },
 	};
 	for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++)
 		if (strcmp(url, routes[i].path) == 0) {
@@ -457,7 +458,7 @@ static enum MHD_Result srv_begin(struct agent_server *s, struct MHD_Connection *
 	if (r->route == SRV_NONE) {
 		r->err_status = MHD_HTTP_NOT_FOUND;
 		r->err_msg = "there is no such endpoint; the agent serves /health, /claim, "
-			     "/execute and /doc";
+			     "/execute, /doc and /token";
 		r->allow = NULL;
 	} else if (r->route == SRV_HEALTH ? (strcmp(method, "GET") != 0 &&
 					     strcmp(method, "HEAD") != 0)
@@ -465,7 +466,7 @@ static enum MHD_Result srv_begin(struct agent_server *s, struct MHD_Connection *
 		r->err_status = MHD_HTTP_METHOD_NOT_ALLOWED;
 		r->err_msg = r->route == SRV_HEALTH ? "this endpoint takes GET"
 						    : "this endpoint takes POST";
-	} else if (r->route == SRV_EXECUTE || r->route == SRV_DOC) {
+	} else if (r->route == SRV_EXECUTE || r->route == SRV_DOC || r->route == SRV_TOKEN) {
 		const char *why = srv_check_auth(s, c);
 		if (why) {
 			r->err_status = MHD_HTTP_UNAUTHORIZED;
@@ -722,6 +723,36 @@ static enum MHD_Result srv_doc(struct agent_server *s, struct MHD_Connection *c,
 	return srv_send_json(c, r, MHD_HTTP_OK, res, NULL);
 }
 
+/* srv_token - POST /token: the worker's answer to a token_request of the running call. It
+ * does not take the busy slot: the execute it belongs to holds it. */
+static enum MHD_Result srv_token(struct agent_server *s, struct MHD_Connection *c,
+				 struct srv_req *r)
+{
+	char msg[256];
+	if (!s->h.token)
+		return srv_send_error(c, r, MHD_HTTP_NOT_FOUND, "this agent takes no tokens");
+	json_t *req = srv_parse_object(r, msg, sizeof(msg));
+	if (!req)
+		return srv_send_error(c, r, MHD_HTTP_BAD_REQUEST, msg);
+	int rc = s->h.token(s->h.ctx, req, msg, sizeof(msg));
+	json_decref(req); /* its strings went through the body buffer, which is wiped */
+	if (rc == -ENOENT)
+		return srv_send_error(c, r, MHD_HTTP_NOT_FOUND, msg);
+	if (rc < 0)
+		return srv_send_error(c, r, MHD_HTTP_BAD_REQUEST, msg);
+	return srv_send_json(c, r, MHD_HTTP_OK, json_pack("{s:b}", "ok", 1), NULL);
+}
+
+/* agent_server_event - see server.h */
+void agent_server_event(void *pctx, json_t *ev)
+{
+	if (!pctx) {
+		json_decref(ev);
+		return;
+	}
+	srv_job_push(pctx, ev, false);
+}
+
 /* srv_access - MHD's access handler: headers, then body pieces, then the final call */
 static enum MHD_Result srv_access(void *cls, struct MHD_Connection *c, const char *url,
 				  const char *method, const char *version,
@@ -759,6 +790,8 @@ static enum MHD_Result srv_access(void *cls, struct MHD_Connection *c, const cha
 		return srv_execute(s, c, r);
 	case SRV_DOC:
 		return srv_doc(s, c, r);
+	case SRV_TOKEN:
+		return srv_token(s, c, r);
 	case SRV_NONE:
 		break;
 	}

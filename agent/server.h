@@ -33,6 +33,9 @@
 struct agent_handlers {
 	json_t *(*execute)(void *ctx, json_t *req, pipeline_progress_fn progress, void *pctx);
 	json_t *(*doc)(void *ctx, json_t *req);
+	/* POST /token: the worker's answer to a token_request of the running call (optional;
+	 * NULL answers 404). 0; -ENOENT (404) when nothing waits for it; else 400 with msg. */
+	int (*token)(void *ctx, json_t *answer, char *msg, size_t msglen);
 	void *ctx;
 };
 
@@ -52,6 +55,13 @@ struct agent_server;
  */
 int agent_server_start(const struct agent_server_options *opt, struct agent_server **out,
 		       char *err, size_t errlen);
+
+/*
+ * agent_server_event - push one event object (stolen) onto the stream of the running
+ * /execute; pctx is the progress context its handler was given. Used for token_request events
+ * of the metadata emulator, which must reach the worker however much progress is queued.
+ */
+void agent_server_event(void *pctx, json_t *ev);
 
 /* agent_server_port - the bound TCP port (useful with tcp:HOST:0), 0 for a unix socket */
 int agent_server_port(const struct agent_server *s);

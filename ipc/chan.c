@@ -16,6 +16,8 @@ static int chan_setup(nng_socket *s)
 		return -ENOMEM;
 	nng_socket_set_size(*s, NNG_OPT_RECVMAXSZ, IPC_MAX_MSG);
 	nng_socket_set_ms(*s, NNG_OPT_SENDTIMEO, 30000);
+	/* a queue, so a sender (the master holding its lock) rarely has to wait for the reader */
+	nng_socket_set_int(*s, NNG_OPT_SENDBUF, 128);
 	return 0;
 }
 
@@ -50,6 +52,11 @@ int chan_dial(nng_socket *s, const char *url)
 /* chan_send - hand an encoded message to nng, which then owns the copy */
 int chan_send(nng_socket s, struct ipc_buf *b)
 {
+	return chan_send_flags(s, b, 0);
+}
+
+int chan_send_flags(nng_socket s, struct ipc_buf *b, int flags)
+{
 	nng_msg *m;
 	int r = nng_msg_alloc(&m, 0);
 	if (r == 0 && (r = nng_msg_append(m, b->sb.data, b->sb.size)) != 0)
@@ -57,9 +64,10 @@ int chan_send(nng_socket s, struct ipc_buf *b)
 	ipc_buf_free(b);
 	if (r != 0)
 		return -ENOMEM;
-	if ((r = nng_sendmsg(s, m, 0)) != 0) {
+	if ((r = nng_sendmsg(s, m, flags)) != 0) {
 		nng_msg_free(m);
-		return r == NNG_ECLOSED ? -ESHUTDOWN : r == NNG_ETIMEDOUT ? -ETIMEDOUT : -EIO;
+		return r == NNG_ECLOSED ? -ESHUTDOWN : r == NNG_ETIMEDOUT ? -ETIMEDOUT :
+		       r == NNG_EAGAIN ? -EAGAIN : -EIO;
 	}
 	return 0;
 }

@@ -14,6 +14,9 @@ int chan_listen(nng_socket *s, const char *url);
 int chan_dial(nng_socket *s, const char *url);
 /* chan_send - send and free an encoded message; blocks at most the socket's send timeout */
 int chan_send(nng_socket s, struct ipc_buf *b);
+/* chan_send_flags - the same with nng flags: NNG_FLAG_NONBLOCK gives -EAGAIN instead of waiting
+ * (no peer, or its queue is full) */
+int chan_send_flags(nng_socket s, struct ipc_buf *b, int flags);
 /* chan_recv - receive and decode one message. flags: 0 or NNG_FLAG_NONBLOCK.
  * Returns 0, -EAGAIN (nothing waiting), -EPROTO (undecodable), -ESHUTDOWN (socket closed),
  * -ETIMEDOUT. *pipe receives the sending pipe when not NULL. */

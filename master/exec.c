@@ -41,6 +41,7 @@ static const char exec_usage[] =
 	"  --sandbox-root DIR    where sandboxes live\n"
 	"  --sandbox-network on|none, --sandbox-memory SIZE, --sandbox-pids N\n"
 	"                        sandbox limits, as for serve\n"
+	"  --credentials MODE    the program's Google credentials, as for serve (default adc)\n"
 	"  -h, --help            this text\n"
 	"\n"
 	"examples:\n"
@@ -207,7 +208,7 @@ int exec_main(int argc, char **argv)
 		{ "log-level", required_argument, 0, 0 },  { "runtime-dir", required_argument, 0, 0 },
 		{ "sandbox-root", required_argument, 0, 0 }, { "help", no_argument, 0, 'h' },
 		{ "sandbox-network", required_argument, 0, 0 }, { "sandbox-memory", required_argument, 0, 0 },
-		{ "sandbox-pids", required_argument, 0, 0 },
+		{ "sandbox-pids", required_argument, 0, 0 }, { "credentials", required_argument, 0, 0 },
 		{ 0, 0, 0, 0 }
 	};
 	int c, idx;
@@ -249,6 +250,10 @@ int exec_main(int argc, char **argv)
 	int na = 14;
 	if (keep)
 		sargv[na++] = "--persistent";
+	if (cfg.credentials) {
+		sargv[na++] = "--credentials";
+		sargv[na++] = cfg.credentials;
+	}
 	if (cfg.claim) {
 		sargv[na++] = "--claim";
 		sargv[na++] = cfg.claim;

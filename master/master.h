@@ -38,12 +38,16 @@ struct serve_config {
 	const char *accounting_log;
 	const char *allowed_hosts; /* comma-separated extra Host values */
 	const char *allowed_origins; /* comma-separated extra Origin values */
+	/* the programs' Google credentials, passed to each worker (docs/credentials.md) */
+	const char *credentials;  /* --credentials MODE; NULL: adc over stdio, none with --http */
+	const char *token_endpoint, *iam_endpoint, *metadata_host, *project, *scopes;
 };
 
 /* One worker process and its channel (Postfix's master_proc, nginx's ngx_process_t). */
 struct worker {
 	pid_t pid;
 	bool hello;               /* HELLO received: it is ready for messages */
+	int connected;            /* its channel has a live pipe (set from nng's threads; atomic) */
 	nng_socket sock;
 	int recv_fd;
 	char ipc_path[256];

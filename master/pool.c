@@ -514,10 +514,9 @@ void pool_shutdown(void)
 {
 	pthread_mutex_lock(&pool.mu);
 	pool.stopping = true;
+	/* tell every worker first, then collect them: they leave in parallel */
 	for (int i = 0; i < pool.nslots; i++) {
 		struct slot *s = &pool.slots[i];
-		if (s->state == SLOT_FREE)
-			continue;
 		if (s->state == SLOT_SESSION)
 			pool_end_session(i, "server shutting down");
 		for (struct pending *q = pool.pending; q; q = q->next)
@@ -527,6 +526,11 @@ void pool_shutdown(void)
 				snprintf(q->gone_why, sizeof(q->gone_why), "the server is shutting down");
 				pthread_cond_broadcast(&q->cv);
 			}
+	}
+	for (int i = 0; i < pool.nslots; i++) {
+		struct slot *s = &pool.slots[i];
+		if (s->state == SLOT_FREE)
+			continue;
 		spawn_stop(&s->w, 300);
 		s->state = SLOT_FREE;
 	}

@@ -14,6 +14,7 @@
 
 #include "master/master.h"
 #include "master/stdio.h"
+#include "worker/creds.h"
 
 /* `make debug` builds with "log": a denied syscall is logged by name instead of killing */
 #ifndef KG_SECCOMP_DEFAULT
@@ -44,6 +45,14 @@ static const char serve_usage[] =
 	"  --seccomp MODE          the worker's syscall filter: kill (default; log in a\n"
 	"                          `make debug` build), log (debugging:\n"
 	"                          log a denied syscall and fail it instead of killing), off\n"
+	"  --credentials MODE      the programs' Google credentials: adc (the default over stdio:\n"
+	"                          your ADC file, for the run only), metadata (tokens minted from\n"
+	"                          your ADC, served by a metadata-server emulator), server,\n"
+	"                          service-account:EMAIL, user, none (the default with --http)\n"
+	"  --project ID            the project programs see (default $GOOGLE_CLOUD_PROJECT)\n"
+	"  --scopes LIST           default OAuth scopes, comma-separated (default cloud-platform)\n"
+	"  --token-endpoint URL, --iam-endpoint URL, --metadata-host HOST\n"
+	"                          where tokens are minted (docs/credentials.md)\n"
 	"\n"
 	"shared server (--http):\n"
 	"  --http [ADDR]           serve Streamable HTTP at http://ADDR/mcp (default 127.0.0.1:8080),\n"
@@ -210,6 +219,31 @@ int serve_config_option(struct serve_config *cfg, const char *name, const char *
 		cfg->allowed_hosts = val;
 	} else if (strcmp(name, "allowed-origins") == 0) {
 		cfg->allowed_origins = val;
+	} else if (strcmp(name, "credentials") == 0) {
+		struct creds_config cc = { 0 };
+		char err[256];
+		if (creds_parse_mode(val, &cc, err, sizeof(err)) != 0) {
+			fprintf(stderr, "kode-gopher: %s\n", err);
+			return -1;
+		}
+		cfg->credentials = val;
+	} else if (strcmp(name, "token-endpoint") == 0 || strcmp(name, "iam-endpoint") == 0) {
+		if (strncmp(val, "https://", 8) != 0 && strncmp(val, "http://", 7) != 0) {
+			fprintf(stderr, "kode-gopher: --%s wants an https:// URL\n", name);
+			return -1;
+		}
+		*(name[0] == 't' ? &cfg->token_endpoint : &cfg->iam_endpoint) = val;
+	} else if (strcmp(name, "metadata-host") == 0) {
+		cfg->metadata_host = val;
+	} else if (strcmp(name, "project") == 0) {
+		cfg->project = val;
+	} else if (strcmp(name, "scopes") == 0) {
+		for (const char *p = val; *p; p++)
+			if (*p <= ' ' || *p > '~') {
+				fprintf(stderr, "kode-gopher: --scopes wants scopes separated by commas\n");
+				return -1;
+			}
+		cfg->scopes = val;
 	} else if (strcmp(name, "claim") == 0) {
 		cfg->claim = val;
 	} else if (strcmp(name, "persistent") == 0) {
@@ -236,6 +270,9 @@ int serve_main(int argc, char **argv)
 		{ "workers-min-idle", required_argument, 0, 0 }, { "max-workers", required_argument, 0, 0 },
 		{ "auth", required_argument, 0, 0 },         { "accounting-log", required_argument, 0, 0 },
 		{ "allowed-hosts", required_argument, 0, 0 }, { "allowed-origins", required_argument, 0, 0 },
+		{ "credentials", required_argument, 0, 0 },  { "token-endpoint", required_argument, 0, 0 },
+		{ "iam-endpoint", required_argument, 0, 0 }, { "metadata-host", required_argument, 0, 0 },
+		{ "project", required_argument, 0, 0 },      { "scopes", required_argument, 0, 0 },
 		{ "help", no_argument, 0, 'h' },             { 0, 0, 0, 0 }
 	};
 	int c, idx;
@@ -259,6 +296,14 @@ int serve_main(int argc, char **argv)
 	}
 	if (cfg.default_timeout_s > cfg.max_timeout_s)
 		cfg.max_timeout_s = cfg.default_timeout_s;
+	if (!cfg.credentials)
+		cfg.credentials = cfg.http ? "none" : "adc";
+	if (cfg.http && strcmp(cfg.credentials, "adc") == 0) {
+		fprintf(stderr, "kode-gopher serve: --credentials adc would hand this server's own "
+			"credentials file to every user's programs; with --http use server, "
+			"service-account:EMAIL, user or none\n");
+		return 2;
+	}
 	log_init("master", cfg.log_level);
 	if (cfg.http) {
 		if (!cfg.accounting_log)

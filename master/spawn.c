@@ -121,6 +121,14 @@ void spawn_child_setup(pid_t parent, bool stdout_to_stderr)
 	closefrom(3);
 }
 
+/* spawn_pipe_up - the worker's pipe is connected, or gone: sends may wait only while it lives */
+static void spawn_pipe_up(nng_pipe p, nng_pipe_ev ev, void *arg)
+{
+	(void)p;
+	struct worker *w = arg;
+	__atomic_store_n(&w->connected, ev == NNG_PIPE_EV_ADD_POST, __ATOMIC_SEQ_CST);
+}
+
 /* spawn_worker - listen on a fresh ipc path, then fork+exec `kode-gopher worker` */
 int spawn_worker(struct worker *w, const struct serve_config *cfg, const char *runtime_dir,
 		 unsigned n, const char *session)
@@ -137,6 +145,8 @@ int spawn_worker(struct worker *w, const struct serve_config *cfg, const char *r
 	if (r)
 		return r;
 	nng_pipe_notify(w->sock, NNG_PIPE_EV_ADD_PRE, spawn_pipe_check, w);
+	nng_pipe_notify(w->sock, NNG_PIPE_EV_ADD_POST, spawn_pipe_up, w);
+	nng_pipe_notify(w->sock, NNG_PIPE_EV_REM_POST, spawn_pipe_up, w);
 	w->recv_fd = chan_recv_fd(w->sock);
 	/* the socket file must not be reachable by anyone else even if the dir were */
 	chmod(w->ipc_path, 0600);
@@ -156,9 +166,21 @@ int spawn_worker(struct worker *w, const struct serve_config *cfg, const char *r
 	if (pid == 0) {
 		/* child: only async-signal-safe calls until exec */
 		spawn_child_setup(parent, false);
-		char *argv[] = { "kode-gopher", "worker", "--ipc", url, "--session", (char *)session,
-				 "--log-level", level, "--seccomp", (char *)cfg->seccomp,
-				 "--timeout", tmo, "--max-timeout", maxtmo, NULL };
+		char *argv[32] = { "kode-gopher", "worker", "--ipc", url, "--session", (char *)session,
+				   "--log-level", level, "--seccomp", (char *)cfg->seccomp,
+				   "--timeout", tmo, "--max-timeout", maxtmo, NULL };
+		/* the credential settings (docs/credentials.md), those that are set */
+		const char *const cred[][2] = {
+			{ "--credentials", cfg->credentials }, { "--token-endpoint", cfg->token_endpoint },
+			{ "--iam-endpoint", cfg->iam_endpoint }, { "--metadata-host", cfg->metadata_host },
+			{ "--project", cfg->project }, { "--scopes", cfg->scopes } };
+		int argc = 14;
+		for (size_t i = 0; i < sizeof(cred) / sizeof(cred[0]); i++)
+			if (cred[i][1]) {
+				argv[argc++] = (char *)cred[i][0];
+				argv[argc++] = (char *)cred[i][1];
+			}
+		argv[argc] = NULL;
 		execv("/proc/self/exe", argv);
 		_exit(127);
 	}
@@ -168,14 +190,24 @@ int spawn_worker(struct worker *w, const struct serve_config *cfg, const char *r
 	return 0;
 }
 
-/* spawn_send - send to a worker; a failure means the worker is gone */
+/* spawn_send - send to a worker; a failure means the worker is gone. A queue full of messages
+ * for a live worker is waited out (up to the send timeout); a worker whose channel is gone is
+ * not, so a master that holds a lock never hangs on a dead worker. */
 int spawn_send(struct worker *w, struct ipc_buf *b)
 {
-	if (w->pid <= 0) {
+	if (w->pid <= 0 || !w->hello) {
 		ipc_buf_free(b);
 		return -ESRCH;
 	}
-	return chan_send(w->sock, b);
+	struct ipc_buf copy;
+	msgpack_sbuffer_init(&copy.sb);
+	msgpack_sbuffer_write(&copy.sb, b->sb.data, b->sb.size);
+	int r = chan_send_flags(w->sock, b, NNG_FLAG_NONBLOCK);
+	if (r == -EAGAIN && __atomic_load_n(&w->connected, __ATOMIC_SEQ_CST))
+		r = chan_send(w->sock, &copy);
+	else
+		ipc_buf_free(&copy);
+	return r;
 }
 
 /* spawn_describe_status - "exited with status 1" / "killed by signal 9 (SIGKILL)" */
@@ -197,8 +229,9 @@ void spawn_stop(struct worker *w, int grace_ms)
 {
 	if (w->pid > 0) {
 		struct ipc_buf b;
+		/* never wait here: the worker may have been told already and be gone */
 		if (w->hello && ipc_pack_req_shutdown(&b, 0, "the server is shutting down") == 0)
-			chan_send(w->sock, &b);
+			chan_send_flags(w->sock, &b, NNG_FLAG_NONBLOCK);
 		int status;
 		pid_t got = 0;
 		for (int waited = 0; waited < grace_ms; waited += 10) {

@@ -27,3 +27,12 @@ if [ -f tests/e2e/package.json ]; then
 		touch tests/e2e/node_modules
 	fi
 fi
+
+# npm packages of the conformance suite (the official MCP conformance tests, and the Node 22 they need).
+if [ -f tests/conformance/package.json ]; then
+	if [ ! -d tests/conformance/node_modules ] || [ tests/conformance/package.json -nt tests/conformance/node_modules ]; then
+		echo "install-deps: npm install in tests/conformance" >&2
+		(cd tests/conformance && npm install --no-audit --no-fund --loglevel=error >/dev/null)
+		touch tests/conformance/node_modules
+	fi
+fi

@@ -44,6 +44,7 @@
 
 #include "ipc/fsutil.h"
 #include "ipc/log.h"
+#include "policy/netif.h"
 #include "policy/seccomp.h"
 
 struct jail_opts {
@@ -498,6 +499,11 @@ static int jail_init(const struct jail_opts *o, bool cgroups, bool own_uid)
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	jail_fs(o);
 	sethostname("kode-gopher-sandbox", 19);
+	/* a new network namespace starts with its loopback down; we still hold CAP_NET_ADMIN over
+	 * it, and programs and the metadata-server emulator want 127.0.0.0/8 */
+	int lo = o->network ? 0 : netif_up("lo");
+	if (lo < 0)
+		log_warn("the sandbox's loopback interface stays down: %s", strerror(-lo));
 	pid_t agent = fork();
 	if (agent < 0)
 		die("fork the agent: %s", strerror(errno));

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <linux/filter.h>
+#include <linux/netlink.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -110,7 +111,10 @@ int seccomp_worker_lockdown(const char *mode)
 	scmp_filter_ctx ctx = seccomp_init(m == 1 ? SCMP_ACT_TRAP : SCMP_ACT_KILL_PROCESS);
 	if (!ctx)
 		return -ENOMEM;
-	int r = 0;
+	/* every thread, not only this one: the call and minter threads and nng's own were
+	 * started before the filter, and a filter binds only the thread that loads it unless
+	 * synchronized */
+	int r = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_TSYNC, 1);
 	for (size_t i = 0; r == 0 && i < sizeof(allow_plain) / sizeof(allow_plain[0]); i++)
 		r = add(ctx, SCMP_ACT_ALLOW, allow_plain[i], 0, NULL);
 
@@ -129,6 +133,12 @@ int seccomp_worker_lockdown(const char *mode)
 		if (r == 0 && families[i] == AF_UNIX)
 			r = add(ctx, SCMP_ACT_ALLOW, "socketpair", 1, &fam);
 	}
+	/* glibc's getaddrinfo asks the kernel's routing table (a NETLINK_ROUTE socket) to order the
+	 * addresses of a name that has several, as oauth2.googleapis.com has: libcurl's resolver */
+	struct scmp_arg_cmp nl[2] = { SCMP_A0(SCMP_CMP_EQ, AF_NETLINK),
+				      SCMP_A2(SCMP_CMP_EQ, NETLINK_ROUTE) };
+	if (r == 0)
+		r = add(ctx, SCMP_ACT_ALLOW, "socket", 2, nl);
 	/* signals: only to itself (abort, pthread_kill) */
 	struct scmp_arg_cmp self = SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)getpid());
 	if (r == 0)

@@ -3,7 +3,8 @@
 #
 # Called by `make test` (and so by make check and make asan) with BUILD set to the build dir.
 # Suites: the cmocka unit tests (build/tests/test_*), then the end-to-end and security tests
-# (node's test runner driving the real server with the official MCP SDK client).
+# (node's test runner driving the real server with the official MCP SDK client), then the official
+# MCP conformance suite against serve --http (tests/conformance/run.sh).
 # Each suite's own output goes to the terminal; the counts come from its TAP lines.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -50,6 +51,19 @@ if ((${#e2e[@]})); then
 	count_tap "$log/e2e.tap"
 	if ! grep -qE '^(not )?ok [0-9]+' "$log/e2e.tap"; then
 		echo "e2e suite ran nothing:"; tail -30 "$log/e2e.tap"; failed=$((failed + 1))
+	fi
+fi
+
+# the official MCP conformance suite against serve --http: one TAP line per scenario, expected
+# failures (what kode-gopher deliberately does not offer) included as ok lines with their reason
+if [ -x tests/conformance/run.sh ]; then
+	echo "== conformance: tests/conformance/run.sh"
+	timeout -k 30 300 tests/conformance/run.sh >"$log/conformance.tap" 2>&1
+	rc=$?
+	cat "$log/conformance.tap"
+	count_tap "$log/conformance.tap"
+	if [ $rc -ne 0 ] && ! grep -qE '^not ok [0-9]+' "$log/conformance.tap"; then
+		echo "not ok 1 - conformance run.sh failed (exit $rc)"; failed=$((failed + 1))
 	fi
 fi
 

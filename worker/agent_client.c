@@ -29,6 +29,7 @@
 #define AC_CLAIM_TIMEOUT_MS   15000L
 #define AC_DOC_TIMEOUT_MS     120000L
 #define AC_DOC_MAX_ANSWER     (8u * 1024 * 1024)
+#define AC_TOKEN_TIMEOUT_MS   10000L
 
 static const char ac_died[] = "the sandbox stopped responding in the middle of the call";
 
@@ -51,6 +52,8 @@ struct ac_xfer {
 	json_t *result;
 	agent_progress_fn progress;
 	void *ctx;
+	agent_event_fn on_event;
+	void *ectx;
 	volatile int *cancel;
 };
 
@@ -129,6 +132,8 @@ static int ac_line(struct ac_xfer *x, const char *s, size_t n)
 	} else if (n > AGENT_CLIENT_MAX_LINE) {
 		ac_fail(x, -EPROTO, "the sandbox sent an oversized \"%.32s\" event", name);
 		rc = -1;
+	} else if (strcmp(name, "token_request") == 0 && x->on_event) {
+		x->on_event(x->ectx, ev);
 	}
 	/* "heartbeat" and events added by newer agents carry nothing for us */
 	json_decref(ev);
@@ -301,6 +306,10 @@ static int ac_status_error(struct ac_xfer *x, char *err, size_t errlen)
 			snprintf(err, errlen, "the sandbox is still running another call");
 			rc = -EBUSY;
 		}
+		break;
+	case 404:
+		snprintf(err, errlen, "the sandbox has no such endpoint or request: %s", why);
+		rc = -ESRCH;
 		break;
 	case 413:
 		snprintf(err, errlen, "the request is larger than the sandbox accepts: %s", why);
@@ -565,6 +574,16 @@ int agent_client_execute(const struct agent_endpoint *ep, json_t *req, agent_pro
 			 void *ctx, volatile int *cancel, json_t **result, char *err,
 			 size_t errlen)
 {
+	return agent_client_execute_ev(ep, req, progress, ctx, NULL, NULL, cancel, result, err,
+				       errlen);
+}
+
+/* agent_client_execute_ev - POST /execute, with token requests handed to on_event */
+int agent_client_execute_ev(const struct agent_endpoint *ep, json_t *req,
+			    agent_progress_fn progress, void *ctx, agent_event_fn on_event,
+			    void *ectx, volatile int *cancel, json_t **result, char *err,
+			    size_t errlen)
+{
 	*result = NULL;
 	size_t len;
 	int rc;
@@ -572,8 +591,9 @@ int agent_client_execute(const struct agent_endpoint *ep, json_t *req, agent_pro
 	if (!body)
 		return rc;
 	struct ac_xfer x = { .kind = AC_EXECUTE, .progress = progress, .ctx = ctx,
-			     .cancel = cancel };
+			     .on_event = on_event, .ectx = ectx, .cancel = cancel };
 	rc = ac_call(ep, "/execute", body, len, 0, &x, err, errlen);
+	OPENSSL_cleanse(body, len); /* it may carry credentials */
 	free(body);
 	if (rc == 0) {
 		*result = x.result;
@@ -598,6 +618,23 @@ int agent_client_doc(const struct agent_endpoint *ep, json_t *req, json_t **resu
 	free(body);
 	if (rc == 0)
 		rc = ac_answer(&x, result, err, errlen);
+	ac_xfer_free(&x);
+	return rc;
+}
+
+/* agent_client_token - POST /token: the answer to one token_request */
+int agent_client_token(const struct agent_endpoint *ep, json_t *answer, char *err,
+		       size_t errlen)
+{
+	size_t len;
+	int rc;
+	char *body = ac_body(answer, &len, &rc, err, errlen);
+	if (!body)
+		return rc;
+	struct ac_xfer x = { .kind = AC_DOC, .max = AGENT_CLIENT_MAX_LINE };
+	rc = ac_call(ep, "/token", body, len, AC_TOKEN_TIMEOUT_MS, &x, err, errlen);
+	OPENSSL_cleanse(body, len);
+	free(body);
 	ac_xfer_free(&x);
 	return rc;
 }

@@ -20,6 +20,7 @@
  *   -EACCES       401: the secret is missing or wrong
  *   -EMSGSIZE     the request is over the agent's 8 MiB limit (checked here, or 413)
  *   -EINVAL       400: the agent rejected the request; err carries its sentence
+ *   -ESRCH        404: no such endpoint, or (POST /token) no token request waits for that id
  *   -EPROTO       an answer that does not follow the protocol
  *   -EIO, -ENOMEM anything else
  * agent_client_gone() says which of these mean "claim a fresh sandbox and retry once".
@@ -73,6 +74,22 @@ typedef void (*agent_progress_fn)(void *ctx, const char *phase, const char *mess
 int agent_client_execute(const struct agent_endpoint *ep, json_t *req, agent_progress_fn progress,
 			 void *ctx, volatile int *cancel, json_t **result, char *err,
 			 size_t errlen);
+
+/* Called on the execute thread for each {"event":"token_request",...} the agent's metadata
+ * emulator sends during a run (event is borrowed; answer with agent_client_token from another
+ * thread, since this one is busy reading the stream). */
+typedef void (*agent_event_fn)(void *ctx, json_t *event);
+
+/* agent_client_execute_ev - agent_client_execute with token requests handed to on_event */
+int agent_client_execute_ev(const struct agent_endpoint *ep, json_t *req,
+			    agent_progress_fn progress, void *ctx, agent_event_fn on_event,
+			    void *ectx, volatile int *cancel, json_t **result, char *err,
+			    size_t errlen);
+
+/* agent_client_token - POST /token {"id",...}: the worker's answer to a token_request; 0, or
+ * -ESRCH (404: nobody waits for it any more) and the usual errors */
+int agent_client_token(const struct agent_endpoint *ep, json_t *answer, char *err,
+		       size_t errlen);
 
 /* agent_client_doc - POST /doc {"package","symbol"?}; 0 and *result = the agent's answer
  * ({"ok":true,"text",...} or {"ok":false,"error"}) */

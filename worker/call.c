@@ -4,6 +4,11 @@
  * mcp.c queues a checked tools/call here; this thread takes it to the sandbox's agent, turns
  * progress into notifications/progress when the client asked for it, retries once in a fresh
  * sandbox if the sandbox died mid-call, and answers the request.
+ *
+ * An execute request carries the session's credentials (worker/creds.c). While the program
+ * runs, the sandbox's metadata emulator may ask for more tokens through token_request events
+ * on the execute stream; this thread is busy reading that stream, so the minter thread mints
+ * them and POSTs each answer to the agent's /token.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -11,10 +16,115 @@
 #include <string.h>
 #include <time.h>
 
+#include <openssl/crypto.h>
+
 #include "worker/agent_client.h"
+#include "worker/creds.h"
 #include "worker/worker.h"
 
-static pthread_t call_tid;
+static pthread_t call_tid, mint_tid;
+
+/* The token requests of the running call, and where its agent listens. */
+struct mint_item {
+	json_t *event;
+	struct mint_item *next;
+};
+static struct {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct mint_item *head, *tail;
+	bool active;                  /* an execute is running: ep is valid */
+	struct agent_endpoint ep;     /* a copy, strings in the buffers below */
+	char unix_path[600], base_url[300];
+} minter = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
+
+/* minter_begin - the execute on ep starts: token requests may come */
+static void minter_begin(const struct agent_endpoint *ep)
+{
+	pthread_mutex_lock(&minter.mu);
+	minter.ep = *ep;
+	snprintf(minter.unix_path, sizeof(minter.unix_path), "%s", ep->unix_path ? ep->unix_path : "");
+	snprintf(minter.base_url, sizeof(minter.base_url), "%s", ep->base_url ? ep->base_url : "");
+	minter.ep.unix_path = ep->unix_path ? minter.unix_path : NULL;
+	minter.ep.base_url = ep->base_url ? minter.base_url : NULL;
+	minter.active = true;
+	pthread_mutex_unlock(&minter.mu);
+}
+
+/* minter_end - the execute is over: requests not yet answered are for nobody */
+static void minter_end(void)
+{
+	pthread_mutex_lock(&minter.mu);
+	minter.active = false;
+	OPENSSL_cleanse(minter.ep.secret, sizeof(minter.ep.secret));
+	while (minter.head) {
+		struct mint_item *it = minter.head;
+		minter.head = it->next;
+		json_decref(it->event);
+		free(it);
+	}
+	minter.tail = NULL;
+	pthread_mutex_unlock(&minter.mu);
+}
+
+/* call_token_event - the execute stream carried a token_request: queue it for the minter */
+static void call_token_event(void *ctx, json_t *event)
+{
+	(void)ctx;
+	struct mint_item *it = calloc(1, sizeof(*it));
+	/* a copy: the minter thread must not share reference counts with this one */
+	if (!it || !(it->event = json_deep_copy(event))) {
+		free(it);
+		return;
+	}
+	pthread_mutex_lock(&minter.mu);
+	if (minter.tail)
+		minter.tail->next = it;
+	else
+		minter.head = it;
+	minter.tail = it;
+	pthread_cond_signal(&minter.cv);
+	pthread_mutex_unlock(&minter.mu);
+}
+
+/* mint_thread - answer token requests one at a time */
+static void *mint_thread(void *arg)
+{
+	struct session *s = arg;
+	for (;;) {
+		pthread_mutex_lock(&minter.mu);
+		while (!minter.head)
+			pthread_cond_wait(&minter.cv, &minter.mu);
+		struct mint_item *it = minter.head;
+		minter.head = it->next;
+		if (!minter.head)
+			minter.tail = NULL;
+		pthread_mutex_unlock(&minter.mu);
+
+		json_t *answer = s->creds ? creds_answer(s->creds, it->event) : NULL;
+		pthread_mutex_lock(&minter.mu);
+		struct agent_endpoint ep = minter.ep;
+		char unix_path[sizeof(minter.unix_path)], base_url[sizeof(minter.base_url)];
+		memcpy(unix_path, minter.unix_path, sizeof(unix_path));
+		memcpy(base_url, minter.base_url, sizeof(base_url));
+		bool active = minter.active;
+		pthread_mutex_unlock(&minter.mu);
+		ep.unix_path = ep.unix_path ? unix_path : NULL;
+		ep.base_url = ep.base_url ? base_url : NULL;
+		if (answer && active) {
+			char err[512];
+			int r = agent_client_token(&ep, answer, err, sizeof(err));
+			if (r < 0)
+				log_debug("the token answer did not reach the sandbox: %s", err);
+		}
+		OPENSSL_cleanse(ep.secret, sizeof(ep.secret));
+		creds_wipe(answer);
+		json_decref(answer);
+		json_decref(it->event);
+		free(it);
+	}
+	return NULL;
+}
 
 void job_free(struct job *j)
 {
@@ -111,8 +221,15 @@ static int call_once(struct agent_endpoint *ep, struct job *j, json_t *req, bool
 		     json_t **res, char *err, size_t errlen)
 {
 	for (int tries = 0;; tries++) {
-		int r = doc ? agent_client_doc(ep, req, res, err, errlen)
-			    : agent_client_execute(ep, req, call_progress, ctx, &j->cancel, res, err, errlen);
+		int r;
+		if (doc) {
+			r = agent_client_doc(ep, req, res, err, errlen);
+		} else {
+			minter_begin(ep);
+			r = agent_client_execute_ev(ep, req, call_progress, ctx, call_token_event, NULL,
+						    &j->cancel, res, err, errlen);
+			minter_end();
+		}
 		if (r != -EBUSY || tries == 1 || agent_client_wait_idle(ep, 120000, err, errlen) != 0)
 			return r;
 	}
@@ -200,7 +317,11 @@ static json_t *call_run(struct session *s, struct job *j)
 				"timeout_ms", secs * 1000);
 	if (!files)
 		json_decref(json_object_get(req, "files")); /* the pack above took its own reference */
+	json_t *creds = s->creds ? creds_for_call(s->creds) : NULL;
+	if (creds)
+		json_object_set_new(req, "credentials", creds);
 	json_t *out = call_agent(s, j, req, false);
+	creds_wipe(json_object_get(req, "credentials"));
 	json_decref(req);
 	return out;
 }
@@ -269,12 +390,16 @@ static void *call_thread(void *arg)
 	}
 }
 
-/* call_start - the call thread, started before the seccomp filter goes on */
+/* call_start - the call and minter threads, started before the seccomp filter goes on */
 int call_start(struct session *s)
 {
 	int r = pthread_create(&call_tid, NULL, call_thread, s);
 	if (r != 0)
 		return -r;
 	pthread_detach(call_tid);
+	r = pthread_create(&mint_tid, NULL, mint_thread, s);
+	if (r != 0)
+		return -r;
+	pthread_detach(mint_tid);
 	return 0;
 }

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "policy/seccomp.h"
+#include "worker/creds.h"
 #include "worker/worker.h"
 
 static const char worker_usage[] =
@@ -32,7 +33,16 @@ static const char worker_usage[] =
 	"  --log-level LEVEL      debug, info, warn, error or off\n"
 	"  --seccomp MODE         kill (default), log or off\n"
 	"  --timeout S            default execute timeout in seconds (60)\n"
-	"  --max-timeout S        largest timeout a call may ask for (300)\n";
+	"  --max-timeout S        largest timeout a call may ask for (300)\n"
+	"  --credentials MODE     adc, metadata, service-account:EMAIL, server, user or none\n"
+	"                         (default none; see docs/credentials.md)\n"
+	"  --token-endpoint URL   OAuth token endpoint (default " CREDS_DEFAULT_TOKEN_ENDPOINT ")\n"
+	"  --iam-endpoint URL     IAM Credentials API (default " CREDS_DEFAULT_IAM_ENDPOINT ")\n"
+	"  --metadata-host HOST   the host's metadata server (default $GCE_METADATA_HOST, else\n"
+	"                         " CREDS_DEFAULT_METADATA_HOST ")\n"
+	"  --project ID           the project programs see (default $GOOGLE_CLOUD_PROJECT, else\n"
+	"                         the credentials')\n"
+	"  --scopes LIST          comma-separated default OAuth scopes (default cloud-platform)\n";
 
 static const char *const state_names[WS_COUNT] = { "new", "idle", "busy", "closing" };
 
@@ -208,8 +218,16 @@ int worker_main(int argc, char **argv)
 		{ "ipc", required_argument, 0, 'i' },     { "session", required_argument, 0, 's' },
 		{ "log-level", required_argument, 0, 'l' }, { "seccomp", required_argument, 0, 'c' },
 		{ "timeout", required_argument, 0, 't' }, { "max-timeout", required_argument, 0, 'm' },
+		{ "credentials", required_argument, 0, 'C' },
+		{ "token-endpoint", required_argument, 0, 'T' },
+		{ "iam-endpoint", required_argument, 0, 'I' },
+		{ "metadata-host", required_argument, 0, 'M' },
+		{ "project", required_argument, 0, 'P' },
+		{ "scopes", required_argument, 0, 'S' },
 		{ "help", no_argument, 0, 'h' },          { 0, 0, 0, 0 }
 	};
+	struct creds_config ccfg = { .mode = CREDS_NONE };
+	char cerr[256];
 	int c;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (c) {
@@ -222,6 +240,17 @@ int worker_main(int argc, char **argv)
 		case 'c': seccomp_mode = optarg; break;
 		case 't': s->default_timeout_s = atoi(optarg) > 0 ? atoi(optarg) : 60; break;
 		case 'm': s->max_timeout_s = atoi(optarg) > 0 ? atoi(optarg) : 300; break;
+		case 'C':
+			if (creds_parse_mode(optarg, &ccfg, cerr, sizeof(cerr)) != 0) {
+				fprintf(stderr, "kode-gopher worker: %s\n", cerr);
+				return 2;
+			}
+			break;
+		case 'T': ccfg.token_endpoint = optarg; break;
+		case 'I': ccfg.iam_endpoint = optarg; break;
+		case 'M': ccfg.metadata_host = optarg; break;
+		case 'P': ccfg.project = optarg; break;
+		case 'S': ccfg.scopes = optarg; break;
 		case 'h': fputs(worker_usage, stdout); return 0;
 		default: fputs(worker_usage, stderr); return 2;
 		}
@@ -237,6 +266,9 @@ int worker_main(int argc, char **argv)
 	s->mcp_log_level = 6; /* "warning" until the client says otherwise */
 	if (curl_global_init(CURL_GLOBAL_DEFAULT) != 0 || chan_dial(&s->sock, url) != 0)
 		return 1;
+	if (ccfg.mode != CREDS_NONE && !(s->creds = creds_new(&ccfg)))
+		return 1;
+	log_debug("credentials: %s", creds_mode_name(ccfg.mode));
 
 	struct ipc_buf b;
 	if (ipc_pack_hello(&b, session_next_seq(s), (uint32_t)getpid(), KG_VERSION) != 0 ||

@@ -60,6 +60,8 @@ struct session {
 	uint32_t quota_seq;
 
 	uint32_t out_seq;          /* seq of worker-originated messages; atomic */
+
+	struct creds *creds;       /* the session's Google credentials (worker/creds.h) */
 };
 
 /* worker/main.c */
