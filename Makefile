@@ -81,7 +81,7 @@ fuzz:
 
 bench: all runtime
 	@mkdir -p $(BUILD)
-	$(CC) $(CFLAGS_BASE) $(CFLAGS) $(LDFLAGS) -o $(BUILD)/mcpbench bench/mcpbench.c -ljansson -lm
+	@$(CC) $(CFLAGS_BASE) $(CFLAGS) $(LDFLAGS) -o $(BUILD)/mcpbench bench/mcpbench.c -ljansson -lm
 	@BUILD=$(BUILD) RUNTIME_DIR=$(RUNTIME_DIR) bench/run.sh $(BENCH_ARGS)
 
 demo: deps runtime all

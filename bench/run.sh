@@ -1,11 +1,15 @@
 #!/bin/sh
-# run.sh - `make bench`: build what the benchmarks need, then print their table on stdout.
+# run.sh - `make bench`: build what the benchmarks need, then print their tables on stdout.
 #
 # Called by the root Makefile's bench target (which has already built build/mcpbench), or by
-# hand: bench/run.sh [--quick] [--only ping|rss|calls|sandbox] [--sessions N] [mcpbench
-# options...].  Build output and progress go to stderr, so stdout is the table alone.  The exit
-# status is non-zero only when the benchmark could not run (or a figure could not be measured);
-# a missed aim is a line in the table, never a failure.  See bench/README.md.
+# hand: bench/run.sh [--quick] [--only ping|rss|calls|sandbox|http|http-throughput|http-rss|
+# http-open] [--sessions N] [mcpbench options...].  Two tables: mcpbench's (one session over
+# stdio, tool calls, the local sandbox), then httpbench's (the shared server, `serve --http`,
+# against the TypeScript SDK's reference server); --only picks a section of one of them.
+# $HTTPBENCH_ARGS goes to httpbench (bench/httpbench.mjs --help).  Build output and progress go
+# to stderr, so stdout is the tables alone.  The exit status is non-zero only when a benchmark
+# could not run (or a figure could not be measured); a missed aim is a line in a table, never a
+# failure.  See bench/README.md.
 set -eu
 
 cd "$(dirname "$0")/.."
@@ -33,4 +37,51 @@ if [ ! -f "$RUNTIME_DIR/stamp" ]; then
 		"the tool-call figures will fail" >&2
 fi
 
-exec "$BUILD/mcpbench" "$@" "${KODE_GOPHER_BIN:-$BUILD/kode-gopher}"
+# which tables: --only http* is httpbench's alone, any other --only mcpbench's alone; the rest
+# of the arguments are mcpbench's, but --quick goes to both
+run_mc=yes run_http=yes quick= only_http=
+n=$#
+while [ "$n" -gt 0 ]; do
+	a=$1
+	shift
+	n=$((n - 1))
+	case $a in
+	--only)
+		[ "$n" -gt 0 ] || { echo "bench: --only needs a section" >&2; exit 1; }
+		sec=$1
+		shift
+		n=$((n - 1))
+		case $sec in
+		http) run_mc=no ;;
+		http-throughput | http-rss | http-open) run_mc=no only_http=${sec#http-} ;;
+		*) run_http=no; set -- "$@" --only "$sec" ;;
+		esac
+		;;
+	--quick) quick=--quick; set -- "$@" "$a" ;;
+	*) set -- "$@" "$a" ;;
+	esac
+done
+
+status=0
+if [ $run_mc = yes ]; then
+	"$BUILD/mcpbench" "$@" "${KODE_GOPHER_BIN:-$BUILD/kode-gopher}" || status=$?
+fi
+
+if [ $run_http = yes ]; then
+	# httpbench's npm packages: the reference server it is compared with, and undici
+	if [ ! -d bench/node_modules ] || [ bench/package.json -nt bench/node_modules ]; then
+		echo "bench: npm install in bench" >&2
+		if (cd bench && npm install --no-audit --no-fund --loglevel=error >&2); then
+			touch bench/node_modules
+		else
+			echo "bench: npm install in bench/ failed: the shared-server table needs it" >&2
+			exit 1
+		fi
+	fi
+	[ $run_mc = yes ] && echo
+	# shellcheck disable=SC2086 # HTTPBENCH_ARGS is a list of options
+	node bench/httpbench.mjs $quick ${only_http:+--only "$only_http"} \
+		--bin "${KODE_GOPHER_BIN:-$BUILD/kode-gopher}" --runtime-dir "$RUNTIME_DIR" \
+		${HTTPBENCH_ARGS:-} || status=$?
+fi
+exit $status

@@ -1,0 +1,760 @@
+#!/usr/bin/env node
+/*
+ * httpbench.mjs - the shared server's figures (`serve --http`), printed as one markdown table.
+ *
+ * Called by bench/run.sh (so by `make bench`), or by hand:
+ *   node bench/httpbench.mjs [--quick] [--only throughput|rss|open] [--bin PATH] ...
+ * (--help lists the options).  Progress goes to stderr, the table alone to stdout.  Three parts:
+ *   1. throughput and latency of `ping` and `tools/list` at 1, 16 and 64 concurrent sessions,
+ *      against kode-gopher and against the TypeScript SDK's reference server
+ *      (@modelcontextprotocol/server-everything, Streamable HTTP), with the same client, cells
+ *      of the two servers taking turns so they share the machine's load;
+ *   2. the master's RSS with 200 open idle sessions (and the workers' and sandboxes' sums);
+ *   3. the time to open a session on a warm pool: initialize -> first tools/call result.
+ * The client speaks raw JSON-RPC over keep-alive HTTP/1.1 (undici), not the SDK client, so
+ * that its own cost stays small next to the servers'; the table says how much CPU it used.
+ * Every process started here is ended here (SIGTERM, then SIGKILL after 60 s), on success,
+ * failure and SIGINT/SIGTERM alike.  The exit status is non-zero only when a figure could not be
+ * measured; a missed aim is a word in the table.  See bench/README.md.
+ */
+import { spawn, execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import http from 'node:http';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { performance } from 'node:perf_hooks';
+import { Pool } from 'undici';
+
+const HERE = path.dirname(fileURLToPath(import.meta.url));
+const ROOT = path.resolve(HERE, '..');
+const PROTOCOL = '2025-11-25';
+const REQ_TIMEOUT_MS = 30000;
+
+/* ------------------------------------------------------------------ options */
+
+const USAGE = `usage: node bench/httpbench.mjs [options]
+  --quick               2 s per cell, 1 and 16 sessions, 50 idle sessions for the RSS, 3 opens
+  --only PART           throughput, rss or open (default: all three)
+  --bin PATH            kode-gopher binary (default $KODE_GOPHER_BIN, else build/kode-gopher)
+  --runtime-dir DIR     passed to serve (default $RUNTIME_DIR, else /var/cache/kode-gopher/runtime)
+  --everything PATH     server-everything's dist/index.js (default bench/node_modules/...)
+  --duration S          seconds per measured cell (default 5)
+  --warmup S            unmeasured seconds before each cell (default 0.5)
+  --levels LIST         concurrent sessions, comma-separated (default 1,16,64)
+  --rss-sessions N      idle sessions for the master's RSS (default 200)
+  --open-sessions N     sessions opened one after another (default 10)
+`;
+
+/* parse_args - options into a settings object; exits on --help or a bad option */
+function parse_args(argv) {
+	const o = {
+		quick: false, only: null, duration: 5, warmup: 0.5, levels: [1, 16, 64], rss: 200, opens: 10,
+		bin: process.env.KODE_GOPHER_BIN || path.join(ROOT, process.env.BUILD || 'build', 'kode-gopher'),
+		runtime: process.env.RUNTIME_DIR || process.env.KODE_GOPHER_RUNTIME_DIR || '/var/cache/kode-gopher/runtime',
+		everything: path.join(HERE, 'node_modules/@modelcontextprotocol/server-everything/dist/index.js'),
+	};
+	const set = {};
+	for (let i = 0; i < argv.length; i++) {
+		const a = argv[i];
+		const val = () => {
+			if (i + 1 >= argv.length)
+				die(`${a} needs a value\n${USAGE}`);
+			return argv[++i];
+		};
+		if (a === '--quick') o.quick = true;
+		else if (a === '--help' || a === '-h') { process.stdout.write(USAGE); process.exit(0); }
+		else if (a === '--only') o.only = val();
+		else if (a === '--bin') o.bin = val();
+		else if (a === '--runtime-dir') o.runtime = val();
+		else if (a === '--everything') o.everything = val();
+		else if (a === '--duration') set.duration = Number(val());
+		else if (a === '--warmup') set.warmup = Number(val());
+		else if (a === '--levels') set.levels = val().split(',').map(Number);
+		else if (a === '--rss-sessions') set.rss = Number(val());
+		else if (a === '--open-sessions') set.opens = Number(val());
+		else die(`unknown option ${a}\n${USAGE}`);
+	}
+	if (o.quick)
+		Object.assign(o, { duration: 2, warmup: 0.3, levels: [1, 16], rss: 50, opens: 3 });
+	Object.assign(o, set);
+	if (o.only && !['throughput', 'rss', 'open'].includes(o.only))
+		die(`--only takes throughput, rss or open, not ${o.only}`);
+	for (const [k, v] of [['duration', o.duration], ['warmup', o.warmup], ['rss-sessions', o.rss], ['open-sessions', o.opens]])
+		if (!(v >= 0) || (k !== 'warmup' && !(v > 0)))
+			die(`--${k} needs a positive number`);
+	if (!o.levels.length || o.levels.some((n) => !Number.isInteger(n) || n < 1))
+		die('--levels needs positive whole numbers, like 1,16,64');
+	return o;
+}
+
+/* die - a sentence on stderr, exit 1 (before anything was started) */
+function die(msg) {
+	process.stderr.write(`httpbench: ${msg}\n`);
+	process.exit(1);
+}
+
+/* progress - a line on stderr */
+function progress(msg) {
+	process.stderr.write(`httpbench: ${msg}\n`);
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/* ------------------------------------------------------------------ numbers */
+
+/* fmt - three significant digits, no exponent (as mcpbench prints) */
+function fmt(v) {
+	if (v === null || v === undefined || Number.isNaN(v)) return '-';
+	if (Math.abs(v) >= 1000) return String(Math.round(v));
+	if (v === 0) return '0';
+	return v.toPrecision(3);
+}
+
+/* sorted - a sorted copy */
+const sorted = (a) => Float64Array.from(a).sort();
+
+/* pct - nearest-rank percentile of a sorted array */
+function pct(s, p) {
+	if (!s.length) return NaN;
+	const rank = Math.ceil((p / 100) * s.length);
+	return s[Math.max(rank, 1) - 1];
+}
+
+/* median - middle value (mean of the middle two for an even n) */
+function median(a) {
+	const s = sorted(a);
+	if (!s.length) return NaN;
+	return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
+}
+
+/* ------------------------------------------------------------------ /proc */
+
+/* proc_read - a /proc file, or null when the process is gone */
+function proc_read(pid, file) {
+	try {
+		return fs.readFileSync(`/proc/${pid}/${file}`, 'utf8');
+	} catch {
+		return null;
+	}
+}
+
+/* proc_kib - a "Vm...:   N kB" field of /proc/PID/status in KiB (NaN if gone) */
+function proc_kib(pid, field) {
+	const s = proc_read(pid, 'status');
+	const m = s && s.match(new RegExp(`^${field}:\\s+(\\d+) kB`, 'm'));
+	return m ? Number(m[1]) : NaN;
+}
+
+/* proc_stat - ppid and CPU time (utime+stime, seconds) from /proc/PID/stat */
+const CLK_TCK = (() => {
+	try {
+		return Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
+	} catch {
+		return 100;
+	}
+})();
+function proc_stat(pid) {
+	const s = proc_read(pid, 'stat');
+	if (!s) return null;
+	/* the command name is in parentheses and may hold spaces: fields count from its end */
+	const f = s.slice(s.lastIndexOf(')') + 2).split(' ');
+	return { ppid: Number(f[1]), cpu: (Number(f[11]) + Number(f[12])) / CLK_TCK };
+}
+
+/* proc_tree - pid and all its descendants */
+function proc_tree(root) {
+	const kids = new Map();
+	for (const d of fs.readdirSync('/proc')) {
+		if (!/^\d+$/.test(d)) continue;
+		const st = proc_stat(d);
+		if (!st) continue;
+		if (!kids.has(st.ppid)) kids.set(st.ppid, []);
+		kids.get(st.ppid).push(Number(d));
+	}
+	const out = [root];
+	for (let i = 0; i < out.length; i++)
+		for (const k of kids.get(out[i]) || []) out.push(k);
+	return out;
+}
+
+/* tree_cpu - CPU seconds used so far by a process tree (the living members) */
+function tree_cpu(root) {
+	let sum = 0;
+	for (const p of proc_tree(root)) {
+		const st = proc_stat(p);
+		if (st) sum += st.cpu;
+	}
+	return sum;
+}
+
+/* ------------------------------------------------------------------ children */
+
+const children = new Set(); /* every server started here, until it has exited */
+
+/* child_stop - SIGTERM (kode-gopher then ends its sessions and sandboxes), SIGKILL after 60 s */
+async function child_stop(c) {
+	if (c.exited) return;
+	c.proc.kill('SIGTERM');
+	const killer = setTimeout(() => {
+		progress(`${c.name} (pid ${c.proc.pid}) did not end within 60 s of SIGTERM: killing it`);
+		c.proc.kill('SIGKILL');
+	}, 60000);
+	await c.done;
+	clearTimeout(killer);
+	if (c.target) c.target.pool.destroy().catch(() => {});
+}
+
+/* stop_all - end every child still running */
+async function stop_all() {
+	await Promise.all([...children].map(child_stop));
+}
+
+/* track - remember a started child until it exits */
+function track(name, proc) {
+	const c = { name, proc, exited: false, status: null };
+	c.done = new Promise((resolve) => {
+		proc.on('exit', (code, sig) => {
+			c.exited = true;
+			c.status = sig ? `signal ${sig}` : `exit ${code}`;
+			children.delete(c);
+			resolve();
+		});
+	});
+	children.add(c);
+	return c;
+}
+
+/* free_port - a loopback port nobody listens on right now (for a server that wants a number) */
+function free_port() {
+	return new Promise((resolve, reject) => {
+		const s = net.createServer();
+		s.on('error', reject);
+		s.listen(0, '127.0.0.1', () => {
+			const port = s.address().port;
+			s.close(() => resolve(port));
+		});
+	});
+}
+
+/* wait_line - resolve with the first match of re in a child's stderr, reject on exit/timeout */
+function wait_line(c, re, what, ms) {
+	return new Promise((resolve, reject) => {
+		let buf = '';
+		const t = setTimeout(() => done(new Error(`${c.name} did not print ${what} within ${ms / 1000} s`)), ms);
+		const on = (chunk) => {
+			buf += chunk;
+			const m = buf.match(re);
+			if (m) done(null, m);
+			else if (buf.length > 65536) buf = buf.slice(-4096);
+		};
+		const onexit = () => done(new Error(`${c.name} exited (${c.status}) before printing ${what}; see ${c.log}`));
+		function done(err, m) {
+			clearTimeout(t);
+			c.proc.stderr.off('data', on);
+			c.proc.off('exit', onexit);
+			err ? reject(err) : resolve(m);
+		}
+		c.proc.stderr.on('data', on);
+		c.proc.on('exit', onexit);
+	});
+}
+
+/* start_kg - `kode-gopher serve --http 127.0.0.1:0` with its own sandbox root; its log to a file */
+async function start_kg(o, tmp, tag, args) {
+	const root = path.join(tmp, `sandboxes-${tag}`);
+	fs.mkdirSync(root, { mode: 0o711 });
+	const log = path.join(tmp, `kode-gopher-${tag}.log`);
+	const argv = ['serve', '--http', '127.0.0.1:0', '--runtime-dir', o.runtime, ...args];
+	const proc = spawn(o.run_bin, argv, {
+		env: { ...process.env, KODE_GOPHER_SANDBOX_ROOT: root },
+		stdio: ['ignore', 'ignore', 'pipe'],
+	});
+	const c = track(`kode-gopher (${tag})`, proc);
+	c.log = log;
+	c.problems = []; /* warn and error lines of its log */
+	const out = fs.createWriteStream(log);
+	proc.stderr.setEncoding('utf8');
+	let partial = '';
+	proc.stderr.on('data', (chunk) => {
+		out.write(chunk);
+		const lines = (partial + chunk).split('\n');
+		partial = lines.pop();
+		for (const l of lines)
+			if (/Z (warn|error) /.test(l)) c.problems.push(l);
+	});
+	proc.on('exit', () => out.end());
+	proc.on('error', (e) => progress(`cannot start ${o.run_bin}: ${e.message}`));
+	const m = await wait_line(c, /serving MCP on http:\/\/127\.0\.0\.1:(\d+)\/mcp/, 'its "serving MCP on" line', 20000);
+	c.target = target(Number(m[1]));
+	progress(`kode-gopher (${tag}) pid ${proc.pid} on port ${m[1]}: ${argv.join(' ')}`);
+	return c;
+}
+
+/* start_everything - server-everything in Streamable HTTP mode on a free port */
+async function start_everything(o) {
+	const port = await free_port();
+	/* it logs every request on stdout: to /dev/null, which costs it a write per request, as it
+	 * would anywhere its output is not read */
+	const proc = spawn(process.execPath, [o.everything, 'streamableHttp'], {
+		env: { ...process.env, PORT: String(port) },
+		stdio: ['ignore', 'ignore', 'pipe'],
+	});
+	const c = track('server-everything', proc);
+	c.log = '(its stderr)';
+	proc.stderr.setEncoding('utf8');
+	let tail = '';
+	proc.stderr.on('data', (d) => (tail = (tail + d).slice(-2000)));
+	proc.on('exit', (code) => code && progress(`server-everything exited ${code}: ${tail}`));
+	await wait_line(c, /listening on port (\d+)/, 'its "listening on port" line', 20000);
+	c.target = target(port);
+	progress(`server-everything pid ${proc.pid} on port ${port}`);
+	return c;
+}
+
+/* ------------------------------------------------------------------ HTTP client */
+
+/* target - where requests go, with its own pool of keep-alive connections (one per session
+ * in flight: each session is a closed loop, so it never has two requests out) */
+function target(port) {
+	return { port, pool: new Pool(`http://127.0.0.1:${port}`, { connections: null, pipelining: 1 }) };
+}
+
+/* sse_answer - the JSON-RPC response with this id among the events of a text/event-stream body */
+function sse_answer(text, id) {
+	for (const ev of text.split(/\r?\n\r?\n/)) {
+		const data = ev.split(/\r?\n/).filter((l) => l.startsWith('data:')).map((l) => l.slice(5).replace(/^ /, '')).join('\n');
+		if (!data) continue;
+		const msg = JSON.parse(data);
+		if (msg.id === id) return msg;
+	}
+	return null;
+}
+
+/* post - one HTTP request to /mcp; resolves with status, headers, the parsed answer and its size */
+async function post(t, method, body, sid, id) {
+	const headers = { 'content-type': 'application/json', accept: 'application/json, text/event-stream' };
+	if (sid) {
+		headers['mcp-session-id'] = sid;
+		headers['mcp-protocol-version'] = PROTOCOL;
+	}
+	const res = await t.pool.request({
+		path: '/mcp', method, headers, body: body === null ? undefined : body,
+		headersTimeout: REQ_TIMEOUT_MS, bodyTimeout: REQ_TIMEOUT_MS,
+	});
+	const text = await res.body.text();
+	const type = res.headers['content-type'] || '';
+	let msg = null;
+	try {
+		if (type.startsWith('text/event-stream')) msg = sse_answer(text, id);
+		else if (text.length && type.startsWith('application/json')) msg = JSON.parse(text);
+	} catch (e) {
+		throw new Error(`HTTP ${res.statusCode}: unparsable answer (${e.message}): ${text.slice(0, 200)}`);
+	}
+	return { status: res.statusCode, headers: res.headers, msg, bytes: text.length, text };
+}
+
+/* rpc - a JSON-RPC request in a session; resolves with the result, rejects with a sentence */
+async function rpc(t, sess, method, params) {
+	const id = ++sess.seq;
+	const body = JSON.stringify(params === undefined ? { jsonrpc: '2.0', id, method } : { jsonrpc: '2.0', id, method, params });
+	const r = await post(t, 'POST', body, sess.sid, id);
+	if (r.status !== 200 || !r.msg) throw new Error(`${method}: HTTP ${r.status}: ${r.text.slice(0, 200)}`);
+	if (r.msg.error) throw new Error(`${method}: JSON-RPC error ${r.msg.error.code}: ${r.msg.error.message}`);
+	if (r.msg.id !== id || r.msg.result === undefined) throw new Error(`${method}: an answer that is not the result of request ${id}`);
+	sess.bytes = r.bytes;
+	return r.msg.result;
+}
+
+/* open_session - initialize (no session id: the server hands one out), then notifications/initialized */
+async function open_session(t) {
+	const body = JSON.stringify({
+		jsonrpc: '2.0', id: 0, method: 'initialize',
+		params: { protocolVersion: PROTOCOL, capabilities: {}, clientInfo: { name: 'kode-gopher-httpbench', version: '1' } },
+	});
+	const r = await post(t, 'POST', body, null, 0);
+	const sid = r.headers['mcp-session-id'];
+	if (r.status !== 200 || !r.msg || !r.msg.result || !sid)
+		throw new Error(`initialize: HTTP ${r.status}${sid ? '' : ', no Mcp-Session-Id'}: ${r.text.slice(0, 300)}`);
+	const sess = { sid, seq: 0 };
+	const n = await post(t, 'POST', JSON.stringify({ jsonrpc: '2.0', method: 'notifications/initialized' }), sid, undefined);
+	if (n.status !== 202 && n.status !== 200)
+		throw new Error(`notifications/initialized: HTTP ${n.status}: ${n.text.slice(0, 200)}`);
+	return sess;
+}
+
+/* close_session - DELETE the session */
+async function close_session(t, sess) {
+	const r = await post(t, 'DELETE', null, sess.sid, undefined);
+	if (r.status !== 200 && r.status !== 204)
+		throw new Error(`DELETE: HTTP ${r.status}: ${r.text.slice(0, 200)}`);
+}
+
+/* open_many - n sessions, `par` at a time (each of ours costs a worker and a jail) */
+async function open_many(t, n, par, what) {
+	const out = [];
+	const t0 = performance.now();
+	let next = 0;
+	async function lane() {
+		while (next < n) {
+			next++;
+			out.push(await open_session(t));
+			if (out.length % 50 === 0) progress(`${what}: ${out.length}/${n} sessions open`);
+		}
+	}
+	await Promise.all(Array.from({ length: Math.min(par, n) }, lane));
+	progress(`${what}: ${n} sessions opened in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+	return out;
+}
+
+/* close_many - DELETE them all, `par` at a time; the first failure is returned (not thrown) */
+async function close_many(t, sessions, par) {
+	let next = 0;
+	let err = null;
+	async function lane() {
+		while (next < sessions.length) {
+			const s = sessions[next++];
+			try {
+				await close_session(t, s);
+			} catch (e) {
+				err = err || e;
+			}
+		}
+	}
+	await Promise.all(Array.from({ length: par }, lane));
+	return err;
+}
+
+/* ------------------------------------------------------------------ 1. throughput */
+
+/* cell - `level` sessions each in a closed loop of `method` for warmup + duration seconds;
+ * with churn, one more lane opens a session and DELETEs it, over and over, meanwhile */
+async function cell(srv, sessions, method, level, o, churn = false) {
+	const tStart = performance.now() + o.warmup * 1000;
+	const tEnd = tStart + o.duration * 1000;
+	const lat = [];
+	let errors = 0;
+	let first_error = null;
+	let bytes = 0;
+	let cpu0 = null, srv0 = 0, wall0 = 0;
+	const mark = setTimeout(() => {
+		cpu0 = process.cpuUsage();
+		srv0 = tree_cpu(srv.proc.pid);
+		wall0 = performance.now();
+	}, o.warmup * 1000);
+	async function loop(sess) {
+		while (performance.now() < tEnd) {
+			const t0 = performance.now();
+			let ok = true;
+			try {
+				await rpc(srv.target, sess, method);
+				bytes = sess.bytes;
+			} catch (e) {
+				ok = false;
+				first_error = first_error || e.message;
+			}
+			const t1 = performance.now();
+			if (t0 >= tStart && t1 <= tEnd) {
+				if (ok) lat.push(t1 - t0);
+				else errors++;
+			}
+		}
+	}
+	let churned = 0;
+	async function churner() {
+		while (performance.now() < tEnd) {
+			const t0 = performance.now();
+			try {
+				await close_session(srv.target, await open_session(srv.target));
+				if (t0 >= tStart && performance.now() <= tEnd) churned++;
+			} catch (e) {
+				errors++;
+				first_error = first_error || `churn: ${e.message}`;
+			}
+		}
+	}
+	await Promise.all([...sessions.slice(0, level).map(loop), ...(churn ? [churner()] : [])]);
+	clearTimeout(mark);
+	const wall = (performance.now() - wall0) / 1000;
+	const cpu = process.cpuUsage(cpu0);
+	const srv_cpu = tree_cpu(srv.proc.pid) - srv0;
+	const s = sorted(lat);
+	return {
+		rps: lat.length / o.duration, p50: pct(s, 50), p99: pct(s, 99), max: s[s.length - 1], n: lat.length, errors, first_error,
+		churned,
+		client_cpu: (cpu.user + cpu.system) / 1e6 / wall, srv_us: (srv_cpu * 1e6) / Math.max(lat.length, 1),
+		srv_cores: srv_cpu / wall, bytes,
+	};
+}
+
+/* part_throughput - figure 1: both servers, 64 sessions each opened first, cells taking turns */
+async function part_throughput(o, tmp, rows, info) {
+	const maxLevel = Math.max(...o.levels);
+	const kg = await start_kg(o, tmp, 'throughput', ['--max-workers', String(Math.max(80, maxLevel + 16)), '--workers-min-idle', '4']);
+	const ev = await start_everything(o);
+	const kgS = await open_many(kg.target, maxLevel, 4, 'kode-gopher');
+	const evS = await open_many(ev.target, maxLevel, 4, 'server-everything');
+	await sleep(1000);
+	info.push(['RSS kode-gopher master, ' + maxLevel + ' idle sessions (MiB)', proc_kib(kg.proc.pid, 'VmRSS') / 1024, '-', String(maxLevel),
+		'for information: the serve process alone (each session has its own worker and sandbox)']);
+	info.push(['RSS server-everything, ' + maxLevel + ' idle sessions (MiB)', proc_kib(ev.proc.pid, 'VmRSS') / 1024, '-', String(maxLevel),
+		'for information: its one process holds all its sessions']);
+	const crashes0 = await kg_metric(kg.target.port, 'kode_gopher_worker_crashes_total');
+	const cells = [];
+	for (const method of ['ping', 'tools/list'])
+		for (const level of o.levels) cells.push({ method, level, churn: false });
+	/* the same pings while other sessions come and go: what session churn costs everyone else */
+	const churnLevel = Math.max(...o.levels.filter((l) => l <= 16));
+	cells.push({ method: 'ping', level: churnLevel, churn: true });
+	for (const { method, level, churn } of cells) {
+		const what = churn ? `${method} + churn` : method;
+		progress(`${what} x ${level}: kode-gopher, then server-everything (${o.warmup} + ${o.duration} s each)`);
+		const a = await cell(kg, kgS, method, level, o, churn);
+		const b = await cell(ev, evS, method, level, o, churn);
+		const rr = a.rps / b.rps, pr = a.p99 / b.p99;
+		const notes = [];
+		if (churn)
+			notes.push(`while one more client opens a session and DELETEs it, over and over: ${a.churned} / ${b.churned} sessions in the window; no aim`);
+		else
+			notes.push(`aim ≥ 3× req/s at ≤ p99: ${rr >= 3 && pr <= 1 ? 'met' : 'MISSED'}`);
+		if (a.errors || b.errors)
+			notes.push(`errors: kode-gopher ${a.errors}${a.first_error ? ` (${a.first_error})` : ''}, everything ${b.errors}${b.first_error ? ` (${b.first_error})` : ''}`);
+		notes.push(`max ${fmt(a.max)} / ${fmt(b.max)} ms`);
+		notes.push(`server CPU per request ${fmt(a.srv_us)} / ${fmt(b.srv_us)} µs (${fmt(a.srv_cores * 100)} / ${fmt(b.srv_cores * 100)} % of a core)`);
+		notes.push(`client CPU ${fmt(a.client_cpu * 100)} / ${fmt(b.client_cpu * 100)} % of a core`);
+		if (level === o.levels[0]) notes.push(`answer ${a.bytes} / ${b.bytes} bytes`);
+		rows.push([what, String(level), a.rps, a.p50, a.p99, b.rps, b.p50, b.p99, rr, pr, notes.join('; ')]);
+		if (a.errors || !a.n)
+			progress(`kode-gopher: ${a.errors} failed requests in ${what} at ${level} sessions; first: ${a.first_error}`);
+	}
+	const crashes1 = await kg_metric(kg.target.port, 'kode_gopher_worker_crashes_total');
+	const alive = kg_alive(kg, kgS.length);
+	const e1 = await close_many(kg.target, kgS, 4);
+	const e2 = await close_many(ev.target, evS, 4);
+	if (e1) progress(`kode-gopher: closing a session failed: ${e1.message}`);
+	if (e2) progress(`server-everything: closing a session failed: ${e2.message}`);
+	await Promise.all([child_stop(kg), child_stop(ev)]);
+	const problems = kg.problems.length ? `; its log has ${kg.problems.length} warn/error lines, first: ${kg.problems[0].replace(/^\S+ /, '')}` : '';
+	info.push(['kode-gopher during the runs', alive, '-', '-',
+		`worker crashes ${crashes1 - crashes0} (kode_gopher_worker_crashes_total); serve ${kg.status} after SIGTERM${problems}`]);
+	if (rows.some((r) => !(r[2] > 0) || !(r[5] > 0)))
+		throw new Error('a throughput cell completed no request (see the errors above)');
+}
+
+/* kg_alive - "ok" when serve and a worker per session were alive after the runs */
+function kg_alive(kg, n) {
+	if (kg.exited) return `serve ${kg.status}`;
+	const workers = proc_tree(kg.proc.pid).filter((p) => (proc_read(p, 'cmdline') || '').startsWith('kode-gopher: worker local')).length;
+	return workers >= n ? 'ok' : `${workers}/${n} workers`;
+}
+
+/* kg_metrics - /metrics as text */
+async function kg_metrics(port) {
+	return new Promise((resolve, reject) => {
+		const req = http.get({ host: '127.0.0.1', port, path: '/metrics', agent: false }, (res) => {
+			let s = '';
+			res.setEncoding('utf8');
+			res.on('data', (d) => (s += d));
+			res.on('end', () => resolve(s));
+		});
+		req.setTimeout(10000, () => req.destroy(new Error('/metrics did not answer within 10 s')));
+		req.on('error', reject);
+	});
+}
+
+/* kg_metric - one sample of /metrics (the first line that starts with name) */
+async function kg_metric(port, name) {
+	const m = (await kg_metrics(port)).split('\n').find((l) => l.startsWith(name + ' '));
+	return m ? Number(m.slice(name.length + 1)) : NaN;
+}
+
+/* ------------------------------------------------------------------ 2. RSS */
+
+/* part_rss - figure 2: the master's VmRSS with N idle sessions, workers and sandboxes summed */
+async function part_rss(o, tmp, rows) {
+	const n = o.rss;
+	const kg = await start_kg(o, tmp, 'rss', ['--max-workers', String(n + 10), '--workers-min-idle', '2']);
+	await sleep(1500);
+	const before = proc_kib(kg.proc.pid, 'VmRSS') / 1024;
+	const sessions = await open_many(kg.target, n, 4, `kode-gopher, ${n} idle sessions`);
+	await sleep(2000);
+	const pid = kg.proc.pid;
+	const rss = proc_kib(pid, 'VmRSS') / 1024, hwm = proc_kib(pid, 'VmHWM') / 1024;
+	let workers = [], sandboxes = 0, nsand = 0;
+	for (const p of proc_tree(pid).slice(1)) {
+		const kib = proc_kib(p, 'VmRSS');
+		if (Number.isNaN(kib)) continue;
+		if ((proc_read(p, 'cmdline') || '').startsWith('kode-gopher: worker')) workers.push(kib / 1024);
+		else { sandboxes += kib / 1024; nsand++; }
+	}
+	const open = await kg_metric(kg.target.port, 'kode_gopher_sessions_open');
+	progress(`RSS: master ${rss.toFixed(1)} MiB with ${open} sessions open; closing them`);
+	const t0 = performance.now();
+	const err = await close_many(kg.target, sessions, 4);
+	const closeS = (performance.now() - t0) / 1000;
+	if (err) progress(`kode-gopher: closing a session failed: ${err.message}`);
+	await sleep(500);
+	const after = proc_kib(pid, 'VmRSS') / 1024;
+	const t1 = performance.now();
+	await child_stop(kg);
+	const stopS = (performance.now() - t1) / 1000;
+	const sum = workers.reduce((x, y) => x + y, 0);
+	rows.push([`RSS master, ${n} idle sessions open (MiB)`, rss, '-', String(n),
+		`aim ≤ 20 MiB${n === 200 ? '' : ' (at 200 sessions)'}: ${rss <= 20 ? 'met' : 'MISSED'}; VmHWM ${fmt(hwm)} MiB; ` +
+		`${fmt(before)} MiB before the sessions, ${fmt(after)} MiB after closing them; /metrics said ${open} open; pid ${pid}`]);
+	rows.push([`RSS workers, sum over the ${workers.length} (MiB)`, sum, '-', String(workers.length),
+		`for information: median ${fmt(median(workers))} MiB per worker (${n} sessions + idle ones kept ready); RSS counts the shared binary and libraries in each`]);
+	rows.push([`RSS sandboxes, sum (MiB)`, sandboxes, '-', String(nsand),
+		`for information: every other descendant of serve (per sandbox the jail's two processes and the agent); shared pages counted in each`]);
+	rows.push([`closing ${n} sessions (s)`, closeS, '-', String(n),
+		`for information: DELETE each, 4 at a time${err ? `; a DELETE failed: ${err.message}` : ''}; then SIGTERM: serve ${kg.status} after ${fmt(stopS)} s`]);
+}
+
+/* ------------------------------------------------------------------ 3. session open */
+
+const SNIPPET = 'package snippet\n\nimport (\n\t"context"\n\t"strings"\n)\n\n' +
+	'func run(ctx context.Context) (any, error) {\n\treturn strings.ToUpper("hello, gopher"), nil\n}\n';
+
+/* wait_idle - until /metrics shows `want` idle workers (the pool refilled), or throw */
+async function wait_idle(port, want, ms) {
+	const end = performance.now() + ms;
+	while (performance.now() < end) {
+		const m = (await kg_metrics(port)).match(/^kode_gopher_workers\{state="idle"\} (\d+)/m);
+		if (m && Number(m[1]) >= want) return;
+		await sleep(20);
+	}
+	throw new Error(`the pool did not get back to ${want} idle workers within ${ms / 1000} s`);
+}
+
+/* part_open - figure 3: initialize -> first tools/call result on a warm pool, one after another */
+async function part_open(o, tmp, rows) {
+	const kg = await start_kg(o, tmp, 'open', ['--max-workers', '16', '--workers-min-idle', '2']);
+	const total = [], init = [], call = [], build = [], claim = [];
+	for (let i = 0; i < o.opens; i++) {
+		/* a warm pool is idle workers whose sandboxes answer: the metrics count the first, and a
+		 * fixed 0.3 s more leaves their jails (about 0.15 s to ready) time for the second */
+		await wait_idle(kg.target.port, 2, 30000);
+		await sleep(300);
+		const t0 = performance.now();
+		const sess = await open_session(kg.target);
+		const t1 = performance.now();
+		const res = await rpc(kg.target, sess, 'tools/call', { name: 'execute_go_code', arguments: { code: SNIPPET } });
+		const t2 = performance.now();
+		const sc = res.structuredContent || {};
+		if (res.isError || !sc.result || sc.result.kind !== 'ok')
+			throw new Error(`the first tools/call did not run the snippet: ${JSON.stringify(res).slice(0, 400)}`);
+		total.push(t2 - t0);
+		init.push(t1 - t0);
+		call.push(t2 - t1);
+		build.push(sc.build_ms);
+		if (sc.timings && sc.timings.claim_ms !== undefined) claim.push(sc.timings.claim_ms);
+		await close_session(kg.target, sess);
+	}
+	await child_stop(kg);
+	const p90 = (a) => pct(sorted(a), 90);
+	rows.push(['session open on a warm pool: initialize → first result (ms)', median(total), p90(total), String(total.length),
+		'--workers-min-idle 2, the pool back at 2 idle workers before each; a stdlib snippet (strings.ToUpper), the same each time: a new sandbox builds it once']);
+	rows.push(['  initialize + notifications/initialized (ms)', median(init), p90(init), String(init.length), 'until the Mcp-Session-Id is in hand']);
+	rows.push(['  first tools/call (ms)', median(call), p90(call), String(call.length),
+		`build_ms ${fmt(median(build))}, claim_ms ${fmt(median(claim))} (medians, as the result reports them)`]);
+}
+
+/* ------------------------------------------------------------------ table */
+
+/* table - a markdown table, columns aligned; `right` marks the numeric columns */
+function table(head, rows, right) {
+	const cells = rows.map((r) => r.map((v) => (typeof v === 'number' ? fmt(v) : String(v))));
+	const w = head.map((h, c) => Math.max(3, [...h].length, ...cells.map((r) => [...r[c]].length)));
+	const line = (r) => '|' + r.map((v, c) => {
+		const pad = ' '.repeat(w[c] - [...v].length);
+		return ' ' + (right[c] ? pad + v : v + pad) + ' |';
+	}).join('');
+	const sep = '|' + w.map((n, c) => ' ' + (right[c] ? '-'.repeat(n - 1) + ':' : '-'.repeat(n)) + ' |').join('');
+	return [line(head), sep, ...cells.map(line)].join('\n') + '\n';
+}
+
+/* ------------------------------------------------------------------ main */
+
+/* version_of - a command's first line, or "?" */
+function version_of(cmd, args) {
+	try {
+		return execFileSync(cmd, args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).split('\n')[0].trim();
+	} catch {
+		return '?';
+	}
+}
+
+/* main - the parts asked for, then the tables; servers and the temporary directory go in every case */
+async function main() {
+	const o = parse_args(process.argv.slice(2));
+	const want = (p) => !o.only || o.only === p;
+	if (!fs.existsSync(o.bin)) die(`${o.bin} does not exist: build it first (make)`);
+	if (want('throughput') && !fs.existsSync(o.everything))
+		die(`${o.everything} is missing: run \`npm install\` in bench/ (bench/run.sh does it)`);
+	let evVersion = '?';
+	try {
+		evVersion = JSON.parse(fs.readFileSync(path.join(path.dirname(o.everything), '..', 'package.json'), 'utf8')).version;
+	} catch { /* reported as ? */ }
+	const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'httpbench-'));
+	fs.chmodSync(tmp, 0o711); /* jailed sandboxes run as another uid and walk through it */
+	/* a copy, so that a rebuild of the binary during the run (a shared machine) changes nothing:
+	 * a serve whose binary was replaced can no longer start sandboxes */
+	o.run_bin = path.join(tmp, 'kode-gopher');
+	fs.copyFileSync(o.bin, o.run_bin);
+	fs.chmodSync(o.run_bin, 0o755);
+	const kgVersion = version_of(o.run_bin, ['--version']);
+	let interrupted = false;
+	const onsig = (sig) => {
+		if (interrupted) return;
+		interrupted = true;
+		progress(`${sig}: stopping the servers`);
+		stop_all().finally(() => {
+			fs.rmSync(tmp, { recursive: true, force: true });
+			process.exit(130);
+		});
+	};
+	process.on('SIGINT', onsig);
+	process.on('SIGTERM', onsig);
+	process.on('exit', () => {
+		for (const c of children) c.proc.kill('SIGTERM'); /* last resort: nothing async runs now */
+	});
+
+	const load0 = os.loadavg()[0];
+	const date = new Date().toISOString().slice(0, 16).replace('T', ' ');
+	const tput = [], info = [], other = [];
+	let failed = null;
+	try {
+		if (want('throughput')) await part_throughput(o, tmp, tput, info);
+		if (want('rss')) await part_rss(o, tmp, other);
+		if (want('open')) await part_open(o, tmp, other);
+	} catch (e) {
+		failed = e;
+	} finally {
+		await stop_all();
+		if (!failed) fs.rmSync(tmp, { recursive: true, force: true });
+	}
+	const load1 = os.loadavg()[0];
+	let out = `kode-gopher shared-server benchmarks, ${date} UTC: ${os.cpus().length} CPUs, load average ` +
+		`${load0.toFixed(2)} at start, ${load1.toFixed(2)} at end; node ${process.version}; ${path.relative(ROOT, o.bin) || o.bin}` +
+		`${kgVersion !== '?' ? ` (${kgVersion}, run from a copy)` : ''}; @modelcontextprotocol/server-everything ${evVersion}; ` +
+		`${o.duration} s per cell after ${o.warmup} s unmeasured\n\n`;
+	if (tput.length)
+		out += table(['method', 'sessions', 'kode-gopher req/s', 'p50 ms', 'p99 ms', 'everything req/s', 'p50 ms', 'p99 ms',
+			'× req/s', '× p99', 'note'], tput, [0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0]) + '\n';
+	const rest = [...other, ...info];
+	if (rest.length)
+		out += table(['figure', 'median', 'p90', 'n', 'note'], rest, [0, 1, 1, 1, 0]);
+	process.stdout.write(out);
+	if (failed) {
+		progress(`a figure could not be measured: ${failed.message}`);
+		progress(`the servers' logs are kept in ${tmp}`);
+		process.exit(1);
+	}
+}
+
+main().catch(async (e) => {
+	progress(`failed: ${e.stack || e.message}`);
+	await stop_all();
+	process.exit(1);
+});
