@@ -24,6 +24,45 @@
 
 struct pool pool;
 
+/* Sandboxes of workers that ended, released by the main loop outside pool.mu: killing a jail,
+ * removing its cgroups and its directory take long enough to stall every HTTP request. */
+static struct worker *to_release;
+static size_t nrelease, caprelease;
+
+/* release_later - take w's sandbox off its slot, to be released without the lock (under mu) */
+static void release_later(struct worker *w)
+{
+	if (!w->sandbox_dir[0] && w->sandbox_pid <= 0)
+		return;
+	if (nrelease == caprelease) {
+		caprelease = caprelease ? caprelease * 2 : 16;
+		struct worker *n = realloc(to_release, caprelease * sizeof(*n));
+		if (!n) {
+			sandbox_local_release(w); /* no memory: do it now */
+			return;
+		}
+		to_release = n;
+	}
+	to_release[nrelease++] = *w;
+	w->sandbox_pid = 0;
+	w->sandbox_dir[0] = '\0';
+	w->sandbox_name[0] = '\0';
+}
+
+/* release_now - what release_later queued (without mu) */
+static void release_now(void)
+{
+	pthread_mutex_lock(&pool.mu);
+	struct worker *batch = to_release;
+	size_t n = nrelease;
+	to_release = NULL;
+	nrelease = caprelease = 0;
+	pthread_mutex_unlock(&pool.mu);
+	for (size_t i = 0; i < n; i++)
+		sandbox_local_release(&batch[i]);
+	free(batch);
+}
+
 /* pool_wake - make the main loop look again (new slot to poll, a session to end) */
 void pool_wake(void)
 {
@@ -413,7 +452,8 @@ static void slot_died(int i, int status, const struct rusage *ru)
 		log_warn("worker died at start-up; next start in %.1f s", pool.backoff);
 	}
 	s->w.pid = 0;
-	spawn_stop(&s->w, 0); /* closes its channel, releases its sandbox */
+	release_later(&s->w);
+	spawn_stop(&s->w, 0); /* closes its channel */
 	s->state = SLOT_FREE;
 	s->quota_held = false;
 }
@@ -502,6 +542,7 @@ void pool_loop(void)
 			pool_reap();
 		pool_timers();
 		pthread_mutex_unlock(&pool.mu);
+		release_now();
 		if (sig & SIG_TERM)
 			break;
 	}

@@ -53,6 +53,7 @@ struct jail_opts {
 	long long memory; /* bytes; 0: no limit */
 	long pids;
 	char **agent_argv;
+	int self_fd;      /* O_PATH descriptor of the running binary */
 };
 
 static const char jail_usage[] =
@@ -342,11 +343,7 @@ static void overlay(const char *base, const char *dir, const char *which, const 
 /* jail_fs - the sandbox's whole file system; ends with us inside it */
 static void jail_fs(const struct jail_opts *o)
 {
-	char p[PATH_MAX], self[PATH_MAX];
-	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	if (n <= 0)
-		die("cannot find our own binary");
-	self[n] = '\0';
+	char p[PATH_MAX];
 	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)
 		die("make mounts private: %s", strerror(errno));
 	snprintf(jail_root, sizeof(jail_root), "%s/root", o->dir);
@@ -419,8 +416,6 @@ static void jail_fs(const struct jail_opts *o)
 		mkdirs(at(rw[i].target), 0755);
 		bind(p, at(rw[i].target), true);
 	}
-	touch(at(JAIL_BIN));
-	bind(self, at(JAIL_BIN), false);
 
 	mkdirs(at("/tmp"), 01777);
 	if (mount("tmpfs", at("/tmp"), "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=1g") != 0)
@@ -519,7 +514,9 @@ static int jail_init(const struct jail_opts *o, bool cgroups, bool own_uid)
 		char *envp[] = { "PATH=/usr/local/go/bin:/usr/local/bin:/usr/bin:/bin", "HOME=/app",
 				 "LANG=C.UTF-8", "USER=sandbox", "TMPDIR=/tmp",
 				 proxy ? proxyenv : NULL, NULL };
-		execve(JAIL_BIN, o->agent_argv, envp);
+		/* our own binary through the descriptor opened before the jail existed: it is not
+		 * in the jail's file system, and may even be gone from the host's after an upgrade */
+		syscall(SYS_execveat, o->self_fd, "", o->agent_argv, envp, AT_EMPTY_PATH);
 		die("exec the agent: %s", strerror(errno));
 	}
 	drop_caps();
@@ -568,6 +565,8 @@ int jail_main(int argc, char **argv)
 	}
 	o.agent_argv = argv + optind;
 	log_init("jail", lvl);
+	if ((o.self_fd = open("/proc/self/exe", O_PATH | O_CLOEXEC)) < 0)
+		die("open our own binary: %s", strerror(errno));
 
 	bool root = getuid() == 0;
 	bool cgroups = root && jail_cgroups(&o);

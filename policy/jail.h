@@ -8,7 +8,6 @@
 #define KG_JAIL_H
 
 /* Paths inside the jail, as the agent sees them. */
-#define JAIL_BIN        "/kg/kode-gopher"
 /* The runtime directory (base caches, lockfile) is at the same path as on the host, with this
  * session's overlays on its gomodcache and gocache: the go command's module index in the build
  * cache is keyed on the module cache's path, so another path would cost seconds per sandbox. */
