@@ -686,3 +686,12 @@ export function sessionWorker(servePid, sid) {
 	}
 	return null;
 }
+
+/* snippet - a snippet file: package snippet, the given imports, run's body */
+export function snippet(body, imports = []) {
+	const imp = ['context', ...new Set(imports)].map((p) => `\t"${p}"`).join('\n');
+	return `package snippet\n\nimport (\n${imp}\n)\n\nfunc run(ctx context.Context) (any, error) {\n${body}\n}\n`;
+}
+
+/* goStr - a Go string literal (JSON's escapes are Go's for the strings the tests use) */
+export const goStr = (s) => JSON.stringify(s);

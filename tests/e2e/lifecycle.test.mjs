@@ -16,7 +16,7 @@ import path from 'node:path';
 import test, { after, before } from 'node:test';
 
 import {
-	BIN, callTool, cmdline, connect, descendants, isAlive, procsMatching, sc, sleep, text, waitFor,
+	BIN, callTool, cmdline, connect, descendants, goStr, isAlive, procsMatching, sc, sleep, snippet, text, waitFor,
 } from './lib.mjs';
 
 const T = { timeout: 300_000 };
@@ -37,14 +37,7 @@ after(async () => {
 	await session?.close();
 });
 
-/* goStr - a Go string literal */
-const goStr = (s) => JSON.stringify(s);
 
-/* snippet - a snippet file: package snippet, the given imports, run's body */
-function snippet(body, imports = []) {
-	const imp = ['context', ...new Set(imports)].map((p) => `\t"${p}"`).join('\n');
-	return `package snippet\n\nimport (\n${imp}\n)\n\nfunc run(ctx context.Context) (any, error) {\n${body}\n}\n`;
-}
 
 /* show - a result for an assertion message */
 const show = (s) => JSON.stringify(s).slice(0, 2000);

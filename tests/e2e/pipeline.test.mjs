@@ -11,7 +11,9 @@
 import assert from 'node:assert/strict';
 import test, { after, before } from 'node:test';
 
-import { callTool, connect, sc, text } from './lib.mjs';
+import {
+	callTool, connect, sc, snippet, text,
+} from './lib.mjs';
 
 const T = { timeout: 300_000 };
 let session;
@@ -31,11 +33,6 @@ after(async () => {
 	await session?.close();
 });
 
-/* snippet - a snippet file: package snippet, the given imports, run's body */
-function snippet(body, imports = []) {
-	const imp = ['context', ...imports].map((p) => `\t"${p}"`).join('\n');
-	return `package snippet\n\nimport (\n${imp}\n)\n\nfunc run(ctx context.Context) (any, error) {\n${body}\n}\n`;
-}
 
 /* exec - execute_go_code in the shared session; returns [result, structuredContent] */
 async function exec(args) {

@@ -16,7 +16,9 @@ import os from 'node:os';
 import path from 'node:path';
 import test, { after, before } from 'node:test';
 
-import { BIN, callTool, connect, isAlive, REPO, sc, text, waitFor } from '../e2e/lib.mjs';
+import {
+	BIN, callTool, connect, goStr, isAlive, REPO, sc, snippet, text, waitFor,
+} from '../e2e/lib.mjs';
 
 const T = { timeout: 240_000 };
 
@@ -42,14 +44,7 @@ after(async () => {
 	await session?.close();
 });
 
-/* goStr - a Go string literal (JSON's escapes are Go's for these paths) */
-const goStr = (s) => JSON.stringify(s);
 
-/* snippet - a snippet file: package snippet, the given imports, run's body */
-function snippet(body, imports = []) {
-	const imp = ['context', ...new Set(imports)].map((p) => `\t"${p}"`).join('\n');
-	return `package snippet\n\nimport (\n${imp}\n)\n\nfunc run(ctx context.Context) (any, error) {\n${body}\n}\n`;
-}
 
 /* show - a result for an assertion message, long outputs cut */
 function show(s) {
