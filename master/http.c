@@ -269,8 +269,13 @@ static enum MHD_Result answer_pending(struct MHD_Connection *c, struct pending *
 	unsigned status;
 	char *body = NULL;
 	size_t len = 0;
+	static const char unaddressed[] = "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":";
 	if (p->done && p->alen) {
-		status = MHD_HTTP_OK;
+		/* an error the worker could not address to a request (not JSON, not JSON-RPC, a
+		 * batch) means the input was not accepted: 400, with the error as the body */
+		status = p->alen > sizeof(unaddressed) - 1 &&
+				 memcmp(p->answer, unaddressed, sizeof(unaddressed) - 1) == 0
+			 ? MHD_HTTP_BAD_REQUEST : MHD_HTTP_OK;
 		body = p->answer;
 		len = p->alen;
 		p->answer = NULL;

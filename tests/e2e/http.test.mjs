@@ -354,6 +354,22 @@ test('http: an unsupported MCP-Protocol-Version gets 400; supported ones pass', 
 	assert.equal(del.status, 200, del.body);
 });
 
+test('http: a body that is not JSON or not JSON-RPC gets 400 with the error; a request error stays 200', T, async () => {
+	const sid = await rawSession(srv.port);
+	const h = { 'mcp-session-id': sid, 'mcp-protocol-version': '2025-11-25' };
+	const garbage = await post(srv.port, 'garbage', h);
+	assert.equal(garbage.status, 400, garbage.body);
+	assert.equal(garbage.json?.error?.code, -32700, garbage.body);
+	const notRpc = await post(srv.port, '{"x":1}', h);
+	assert.equal(notRpc.status, 400, notRpc.body);
+	assert.equal(notRpc.json?.error?.code, -32600, notRpc.body);
+	const unknown = await post(srv.port, '{"jsonrpc":"2.0","id":9,"method":"nope"}', h);
+	assert.equal(unknown.status, 200, unknown.body);
+	assert.equal(unknown.json?.error?.code, -32601, unknown.body);
+	const del = await httpRequest(srv.port, { method: 'DELETE', headers: { 'mcp-session-id': sid } });
+	assert.equal(del.status, 200, del.body);
+});
+
 test('http: GET /mcp gets 405; /healthz says ok', T, async () => {
 	const sid = await rawSession(srv.port);
 	for (const headers of [{ accept: 'text/event-stream' }, { accept: 'text/event-stream', 'mcp-session-id': sid }]) {
