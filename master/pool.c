@@ -49,18 +49,45 @@ static void release_later(struct worker *w)
 	w->sandbox_name[0] = '\0';
 }
 
-/* release_now - what release_later queued (without mu) */
+struct release_job {
+	struct worker *batch;
+	size_t n, next;
+	pthread_mutex_t mu;
+};
+
+/* release_thread - take sandboxes off a shared batch until none is left */
+static void *release_thread(void *arg)
+{
+	struct release_job *j = arg;
+	for (;;) {
+		pthread_mutex_lock(&j->mu);
+		size_t i = j->next++;
+		pthread_mutex_unlock(&j->mu);
+		if (i >= j->n)
+			return NULL;
+		sandbox_local_release(&j->batch[i]);
+	}
+}
+
+/* release_now - what release_later queued (without mu); a big batch (a shutdown) in parallel */
 static void release_now(void)
 {
 	pthread_mutex_lock(&pool.mu);
-	struct worker *batch = to_release;
-	size_t n = nrelease;
+	struct release_job j = { .batch = to_release, .n = nrelease };
 	to_release = NULL;
 	nrelease = caprelease = 0;
 	pthread_mutex_unlock(&pool.mu);
-	for (size_t i = 0; i < n; i++)
-		sandbox_local_release(&batch[i]);
-	free(batch);
+	pthread_mutex_init(&j.mu, NULL);
+	pthread_t t[8];
+	int nt = 0;
+	for (; j.n > 2 && nt < 8 && (size_t)nt < j.n / 2; nt++)
+		if (pthread_create(&t[nt], NULL, release_thread, &j) != 0)
+			break;
+	release_thread(&j);
+	for (int k = 0; k < nt; k++)
+		pthread_join(t[k], NULL);
+	pthread_mutex_destroy(&j.mu);
+	free(j.batch);
 }
 
 /* pool_wake - make the main loop look again (new slot to poll, a session to end) */
@@ -568,13 +595,21 @@ void pool_shutdown(void)
 				pthread_cond_broadcast(&q->cv);
 			}
 	}
+	/* every sandbox's processes go at once; their directories go after, in parallel */
+	for (int i = 0; i < pool.nslots; i++)
+		if (pool.slots[i].state != SLOT_FREE && pool.slots[i].w.sandbox_pid > 0)
+			kill(-pool.slots[i].w.sandbox_pid, SIGKILL);
 	for (int i = 0; i < pool.nslots; i++) {
 		struct slot *s = &pool.slots[i];
 		if (s->state == SLOT_FREE)
 			continue;
+		release_later(&s->w);
 		spawn_stop(&s->w, 300);
 		s->state = SLOT_FREE;
 	}
+	pthread_mutex_unlock(&pool.mu);
+	release_now();
+	pthread_mutex_lock(&pool.mu);
 	pthread_mutex_unlock(&pool.mu);
 	spawn_runtime_dir_remove(pool.rundir);
 	if (pool.acct && pool.acct != stderr)
