@@ -375,13 +375,16 @@ test('fork bomb in a shell → contained by the pids limit; the next call works'
 	await nextCallWorks(undefined, { prev: st });
 });
 
+/* spawner - a snippet that starts up to max never-waited `sleep` processes, returning how many */
+const spawner = (max) => snippet(
+	`\tn := 0\n\tfor i := 0; i < ${max}; i++ {\n` +
+	'\t\tif err := exec.Command("sleep", "1000").Start(); err != nil {\n' +
+	'\t\t\treturn n, fmt.Errorf("after %d processes: %w", n, err)\n\t\t}\n\t\tn++\n\t}\n' +
+	'\treturn n, nil', ['fmt', 'os/exec']);
+
 test('process spawner (os/exec sleep in a loop, never waited) → "resource temporarily unavailable"', T, async () => {
 	const [res, st] = await run({
-		code: snippet(
-			'\tn := 0\n\tfor i := 0; i < 100000; i++ {\n' +
-			'\t\tif err := exec.Command("sleep", "1000").Start(); err != nil {\n' +
-			'\t\t\treturn n, fmt.Errorf("after %d processes: %w", n, err)\n\t\t}\n\t\tn++\n\t}\n' +
-			'\treturn n, nil', ['fmt', 'os/exec']),
+		code: spawner(100000),
 		timeout_seconds: 30,
 	});
 	assert.equal(res.isError, true, show(st));
@@ -397,11 +400,7 @@ test('process spawner (os/exec sleep in a loop, never waited) → "resource temp
 test('--sandbox-pids 64 → the spawner stops near 64 processes, and the message names that limit', T, async () => {
 	const s = await connect({ args: ['--sandbox-pids', '64'] });
 	const [res, st] = await run({
-		code: snippet(
-			'\tn := 0\n\tfor i := 0; i < 1000; i++ {\n' +
-			'\t\tif err := exec.Command("sleep", "1000").Start(); err != nil {\n' +
-			'\t\t\treturn n, fmt.Errorf("after %d processes: %w", n, err)\n\t\t}\n\t\tn++\n\t}\n' +
-			'\treturn n, nil', ['fmt', 'os/exec']),
+		code: spawner(1000),
 		timeout_seconds: 30,
 	}, s);
 	assert.equal(res.isError, true, show(st));
