@@ -19,7 +19,7 @@ VERSION  := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 CFLAGS_BASE := -std=gnu11 -Wall -Wextra -Werror -D_GNU_SOURCE -I. \
 	-DKG_VERSION='"$(VERSION)"' -DKG_RUNTIME_DIR='"$(RUNTIME_DIR)"'
 CFLAGS   ?= -O2 -g
-LIBS     := -lnng -lmsgpackc -lcurl -ljansson -lseccomp -lmicrohttpd -lcrypto -lpthread
+LIBS     := -lnng -lmsgpackc -lcurl -ljansson -lseccomp -lmicrohttpd -lcrypto -lyaml -lpthread
 
 SRC      := $(sort $(wildcard ipc/*.c policy/*.c agent/*.c worker/*.c master/*.c))
 ASM      := $(sort $(wildcard runtime/*.S))

@@ -435,12 +435,17 @@ static const char *srv_check_auth(struct agent_server *s, struct MHD_Connection 
 	if (!claimed)
 		return "this sandbox has not been claimed yet; POST /claim first";
 
-	const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
-						    MHD_HTTP_HEADER_AUTHORIZATION);
-	if (!h || strncasecmp(h, "Bearer ", 7) != 0)
-		return "this request needs the header `Authorization: Bearer <secret>` with the "
-		       "secret given to POST /claim";
-	const char *tok = h + 7;
+	/* Through the API server's pods/proxy the Authorization header belongs to the API server
+	 * (which removes it after authenticating), so the secret may come in its own header too. */
+	const char *tok = MHD_lookup_connection_value(c, MHD_HEADER_KIND, AGENT_SECRET_HEADER);
+	if (!tok) {
+		const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+							    MHD_HTTP_HEADER_AUTHORIZATION);
+		if (!h || strncasecmp(h, "Bearer ", 7) != 0)
+			return "this request needs the header `Authorization: Bearer <secret>` (or `"
+			       AGENT_SECRET_HEADER ": <secret>`) with the secret given to POST /claim";
+		tok = h + 7;
+	}
 	while (*tok == ' ')
 		tok++;
 	if (srv_sha256(tok, strlen(tok), got) < 0)

@@ -17,6 +17,9 @@
 
 /* Largest request body the server reads; larger ones get 413. */
 #define AGENT_MAX_BODY (8u * 1024 * 1024)
+/* The header that carries the claim secret where Authorization cannot (the API server's pod
+ * proxy); Authorization: Bearer works everywhere else. */
+#define AGENT_SECRET_HEADER "X-Kode-Gopher-Secret"
 /* Secrets handed over by POST /claim: this many visible ASCII characters. */
 #define AGENT_SECRET_MIN 32
 #define AGENT_SECRET_MAX 256

@@ -34,6 +34,14 @@
  *                           cpu_sys_ms:uint max_rss_kb:uint bytes_in:uint bytes_out:uint
  *                                                                 one finished tool call, for
  *                                                                 metrics and accounting
+ *   REQ_KUBE          w->m  (empty)                               the Kubernetes API server and
+ *                                                                 current credentials, please
+ *   ANS_KUBE          m->w  ok:bool error:str server:str ca:bin cert:bin key:bin token:str
+ *                           insecure:bool sni:str namespace:str in_cluster:bool expires:uint
+ *                                                                 from the kubeconfig (or the
+ *                                                                 pod's service account), an
+ *                                                                 exec plugin's output included;
+ *                                                                 expires = unix seconds, 0 never
  */
 #ifndef KG_IPC_H
 #define KG_IPC_H
@@ -67,6 +75,8 @@ enum ipc_type {
 	IPC_REQ_QUOTA,
 	IPC_ANS_QUOTA,
 	IPC_NOTE_CALL,
+	IPC_REQ_KUBE,
+	IPC_ANS_KUBE,
 	IPC_TYPE_MAX
 };
 
@@ -90,6 +100,11 @@ struct ipc_shutdown { struct ipc_bytes reason; };
 struct ipc_sandbox_note { struct ipc_bytes name, status; };
 struct ipc_assign { struct ipc_bytes session, user; };
 struct ipc_quota_ans { bool ok; struct ipc_bytes error; };
+struct ipc_kube_ans {
+	bool ok, insecure, in_cluster;
+	struct ipc_bytes error, server, ca, cert, key, token, sni, namespace;
+	uint64_t expires;
+};
 struct ipc_call {
 	struct ipc_bytes tool, kind;
 	uint64_t build_ms, run_ms, cpu_user_ms, cpu_sys_ms, max_rss_kb, bytes_in, bytes_out;
@@ -114,6 +129,7 @@ struct ipc_msg {
 		struct ipc_assign assign;
 		struct ipc_quota_ans quota_ans;
 		struct ipc_call call;
+		struct ipc_kube_ans kube_ans;
 	} u;
 	msgpack_unpacked unp; /* the decoded tree; its strings point into raw */
 	char *raw;            /* our copy of the message bytes */
@@ -153,6 +169,9 @@ int ipc_pack_note_sandbox(struct ipc_buf *b, uint32_t seq, const char *name, con
 int ipc_pack_note_assign(struct ipc_buf *b, uint32_t seq, const char *session, const char *user);
 int ipc_pack_req_quota(struct ipc_buf *b, uint32_t seq);
 int ipc_pack_ans_quota(struct ipc_buf *b, uint32_t seq, bool ok, const char *error);
+int ipc_pack_req_kube(struct ipc_buf *b, uint32_t seq);
+/* ipc_pack_ans_kube - a's byte ranges point at the caller's strings and PEM data */
+int ipc_pack_ans_kube(struct ipc_buf *b, uint32_t seq, const struct ipc_kube_ans *a);
 int ipc_pack_note_call(struct ipc_buf *b, uint32_t seq, const struct ipc_call *c, const char *tool,
 		       const char *kind);
 

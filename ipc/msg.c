@@ -28,6 +28,8 @@ static const char *const ipc_names[IPC_TYPE_MAX] = {
 	[IPC_REQ_QUOTA] = "REQ_QUOTA",
 	[IPC_ANS_QUOTA] = "ANS_QUOTA",
 	[IPC_NOTE_CALL] = "NOTE_CALL",
+	[IPC_REQ_KUBE] = "REQ_KUBE",
+	[IPC_ANS_KUBE] = "ANS_KUBE",
 };
 
 /* ipc_type_name - printable name of a message type, for logs */
@@ -229,6 +231,22 @@ static int dec_note_call(const msgpack_object_map *m, struct ipc_msg *o)
 	return r;
 }
 
+/* dec_ans_kube - ANS_KUBE: the API server and credentials, or why there are none */
+static int dec_ans_kube(const msgpack_object_map *m, struct ipc_msg *o)
+{
+	struct ipc_kube_ans *a = &o->u.kube_ans;
+	int r = DECODE(m, { "ok", F_BOOL, &a->ok }, { "error", F_STR, &a->error },
+		       { "server", F_STR, &a->server }, { "ca", F_BIN, &a->ca },
+		       { "cert", F_BIN, &a->cert }, { "key", F_BIN, &a->key },
+		       { "token", F_STR, &a->token }, { "insecure", F_BOOL, &a->insecure },
+		       { "sni", F_STR, &a->sni }, { "namespace", F_STR, &a->namespace },
+		       { "in_cluster", F_BOOL, &a->in_cluster }, { "expires", F_UINT, &a->expires });
+	if (r == 0 && (a->server.len > 2048 || a->namespace.len > 253 || a->sni.len > 255 ||
+		       a->token.len > 64 * 1024))
+		r = -EPROTO;
+	return r;
+}
+
 typedef int (*ipc_decoder)(const msgpack_object_map *, struct ipc_msg *);
 
 static const ipc_decoder ipc_decoders[IPC_TYPE_MAX] = {
@@ -248,6 +266,8 @@ static const ipc_decoder ipc_decoders[IPC_TYPE_MAX] = {
 	[IPC_REQ_QUOTA] = dec_req_quota,
 	[IPC_ANS_QUOTA] = dec_ans_quota,
 	[IPC_NOTE_CALL] = dec_note_call,
+	[IPC_REQ_KUBE] = dec_req_quota, /* empty, like REQ_QUOTA */
+	[IPC_ANS_KUBE] = dec_ans_kube,
 };
 
 /* ipc_decode - check the envelope, then hand the body to its type's decoder */
@@ -335,6 +355,13 @@ static void pack_bin(msgpack_packer *pk, const char *k, const void *v, size_t le
 {
 	pack_key(pk, k);
 	msgpack_pack_bin_with_body(pk, len ? v : "", len);
+}
+
+/* pack_bin_str - a byte range as a msgpack str */
+static void pack_bin_str(msgpack_packer *pk, const char *k, struct ipc_bytes v)
+{
+	pack_key(pk, k);
+	msgpack_pack_str_with_body(pk, v.len ? v.ptr : "", v.len);
 }
 
 static void pack_bool(msgpack_packer *pk, const char *k, bool v)
@@ -504,5 +531,29 @@ int ipc_pack_note_call(struct ipc_buf *b, uint32_t seq, const struct ipc_call *c
 	pack_uint(&pk, "max_rss_kb", c->max_rss_kb);
 	pack_uint(&pk, "bytes_in", c->bytes_in);
 	pack_uint(&pk, "bytes_out", c->bytes_out);
+	return pack_end(b);
+}
+
+int ipc_pack_req_kube(struct ipc_buf *b, uint32_t seq)
+{
+	pack_begin(b, IPC_REQ_KUBE, seq, 0);
+	return pack_end(b);
+}
+
+int ipc_pack_ans_kube(struct ipc_buf *b, uint32_t seq, const struct ipc_kube_ans *a)
+{
+	msgpack_packer pk = pack_begin(b, IPC_ANS_KUBE, seq, 12);
+	pack_bool(&pk, "ok", a->ok);
+	pack_bin_str(&pk, "error", a->error);
+	pack_bin_str(&pk, "server", a->server);
+	pack_bin(&pk, "ca", a->ca.ptr, a->ca.len);
+	pack_bin(&pk, "cert", a->cert.ptr, a->cert.len);
+	pack_bin(&pk, "key", a->key.ptr, a->key.len);
+	pack_bin_str(&pk, "token", a->token);
+	pack_bool(&pk, "insecure", a->insecure);
+	pack_bin_str(&pk, "sni", a->sni);
+	pack_bin_str(&pk, "namespace", a->namespace);
+	pack_bool(&pk, "in_cluster", a->in_cluster);
+	pack_uint(&pk, "expires", a->expires);
 	return pack_end(b);
 }

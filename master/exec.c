@@ -42,6 +42,10 @@ static const char exec_usage[] =
 	"  --sandbox-network on|none, --sandbox-memory SIZE, --sandbox-pids N\n"
 	"                        sandbox limits, as for serve\n"
 	"  --credentials MODE    the program's Google credentials, as for serve (default adc)\n"
+	"  --backend kubernetes  run in a sandbox pod claimed from a warm pool; with\n"
+	"                        --kubeconfig, --context, --namespace, --warm-pool,\n"
+	"                        --agent-access, --agent-port, --claim-lease, --claim-ready-timeout\n"
+	"                        as for serve (--keep leaves the SandboxClaim, without a lease)\n"
 	"  -h, --help            this text\n"
 	"\n"
 	"examples:\n"
@@ -209,8 +213,12 @@ int exec_main(int argc, char **argv)
 		{ "sandbox-root", required_argument, 0, 0 }, { "help", no_argument, 0, 'h' },
 		{ "sandbox-network", required_argument, 0, 0 }, { "sandbox-memory", required_argument, 0, 0 },
 		{ "sandbox-pids", required_argument, 0, 0 }, { "credentials", required_argument, 0, 0 },
+		{ "claim-lease", required_argument, 0, 0 }, SERVE_KUBE_OPTIONS,
 		{ 0, 0, 0, 0 }
 	};
+	/* the Kubernetes settings go to the server as they came */
+	const char *kube_args[24];
+	int nkube = 0;
 	int c, idx;
 	while ((c = getopt_long(argc, argv, "h", opts, &idx)) != -1) {
 		switch (c) {
@@ -222,8 +230,17 @@ int exec_main(int argc, char **argv)
 			break;
 		case 'h': fputs(exec_usage, stdout); return 0;
 		case 0:
-			if (serve_config_option(&cfg, opts[idx].name, optarg) > 0)
+			if (serve_config_option(&cfg, opts[idx].name, optarg) > 0) {
+				static char names[24][32];
+				if (idx >= 12 && nkube < 24) { /* claim-lease and SERVE_KUBE_OPTIONS */
+					int k = nkube / 2;
+					snprintf(names[k], sizeof(names[0]), "--%s", opts[idx].name);
+					kube_args[nkube] = names[k];
+					kube_args[nkube + 1] = optarg;
+					nkube += 2;
+				}
 				break;
+			}
 			/* fall through */
 		default: fputs(exec_usage, stderr); return 2;
 		}
@@ -244,7 +261,7 @@ int exec_main(int argc, char **argv)
 	char mem[32], pids[16];
 	snprintf(mem, sizeof(mem), "%lld", cfg.memory);
 	snprintf(pids, sizeof(pids), "%d", cfg.pids);
-	const char *sargv[24] = { "kode-gopher", "serve", "--log-level", lv[cfg.log_level], "--runtime-dir",
+	const char *sargv[48] = { "kode-gopher", "serve", "--log-level", lv[cfg.log_level], "--runtime-dir",
 				  cfg.runtime_dir, "--sandbox-root", cfg.sandbox_root, "--sandbox-network",
 				  cfg.network ? "on" : "none", "--sandbox-memory", mem, "--sandbox-pids", pids };
 	int na = 14;
@@ -258,6 +275,8 @@ int exec_main(int argc, char **argv)
 		sargv[na++] = "--claim";
 		sargv[na++] = cfg.claim;
 	}
+	for (int i = 0; i < nkube; i++)
+		sargv[na++] = kube_args[i];
 	char tmo[16];
 	if (timeout_s > 0) {
 		snprintf(tmo, sizeof(tmo), "%d", timeout_s > 300 ? timeout_s : 300);

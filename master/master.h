@@ -41,6 +41,13 @@ struct serve_config {
 	/* the programs' Google credentials, passed to each worker (docs/credentials.md) */
 	const char *credentials;  /* --credentials MODE; NULL: adc over stdio, none with --http */
 	const char *token_endpoint, *iam_endpoint, *metadata_host, *project, *scopes;
+	/* sandboxes from a Kubernetes warm pool (--backend kubernetes; master/kubecfg.h) */
+	bool kubernetes;
+	const char *kubeconfig, *kube_context, *kube_namespace;
+	const char *warm_pool;    /* go-runtime-pool */
+	const char *agent_access; /* auto | pod-ip | proxy */
+	int agent_port;           /* 8888 */
+	int claim_ready_timeout_s; /* how long a claim may take to be Ready (2 min) */
 };
 
 /* One worker process and its channel (Postfix's master_proc, nginx's ngx_process_t). */
@@ -93,6 +100,17 @@ unsigned sig_take(void);
 
 /* master/http.c: the Streamable HTTP transport (serve --http) */
 int http_serve(const struct serve_config *cfg);
+
+/* master/serve.c: settings shared by serve and exec */
+int serve_backend_init(const struct serve_config *cfg);
+bool serve_dns_label(const char *s);
+/* the Kubernetes backend's options (serve and exec) */
+#define SERVE_KUBE_OPTIONS                                                                       \
+	{ "backend", required_argument, 0, 0 }, { "kubeconfig", required_argument, 0, 0 },        \
+	{ "context", required_argument, 0, 0 }, { "namespace", required_argument, 0, 0 },         \
+	{ "warm-pool", required_argument, 0, 0 }, { "agent-access", required_argument, 0, 0 },    \
+	{ "agent-port", required_argument, 0, 0 },                                               \
+	{ "claim-ready-timeout", required_argument, 0, 0 }
 
 /* subcommands */
 int serve_main(int argc, char **argv);

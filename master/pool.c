@@ -7,6 +7,7 @@
  * idle sessions, reaps, and throttles workers that die at start-up. HTTP connection threads
  * (master/http.c) take an idle worker for a new session and wait on `struct pending` for answers.
  */
+#include "master/kubecfg.h"
 #include "master/pool.h"
 
 #include <errno.h>
@@ -431,6 +432,9 @@ static void from_worker(int i, struct ipc_msg *m)
 		return;
 	case IPC_REQ_QUOTA:
 		quota_answer(i, m->seq);
+		return;
+	case IPC_REQ_KUBE:
+		kubecfg_answer(&s->w, m->seq);
 		return;
 	case IPC_NOTE_CALL:
 		note_call(i, &m->u.call);

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "master/kubecfg.h"
 #include "master/master.h"
 #include "master/stdio.h"
 #include "worker/creds.h"
@@ -41,7 +42,24 @@ static const char serve_usage[] =
 	"  --sandbox-memory SIZE   memory limit of a sandbox, builds included (default 4g)\n"
 	"  --sandbox-pids N        process and thread limit of a sandbox (default 512)\n"
 	"  --persistent            keep the sandbox when the session ends (reattach with --claim)\n"
-	"  --claim NAME            reattach to a kept sandbox, with its /app/persist and caches\n"
+	"  --claim NAME            reattach to a kept sandbox (local) or SandboxClaim (kubernetes),\n"
+	"                          with its /app/persist and caches\n"
+	"  --claim-lease DUR       lease of each sandbox claim, renewed while the session lives;\n"
+	"                          a crashed server's claims expire after it (default 10m)\n"
+	"\n"
+	"sandboxes in a Kubernetes cluster (agent-sandbox warm pool; docs/getting-started.md):\n"
+	"  --backend NAME          local (default: a jail on this machine) or kubernetes\n"
+	"  --kubeconfig PATH       default $KUBECONFIG, then ~/.kube/config, then the pod's own\n"
+	"                          service account when running in a cluster\n"
+	"  --context NAME          kubeconfig context (default: its current-context)\n"
+	"  --namespace NS          where claims are made (default: the context's namespace, or\n"
+	"                          default)\n"
+	"  --warm-pool NAME        the SandboxWarmPool to claim from (default go-runtime-pool)\n"
+	"  --agent-access MODE     pod-ip: reach the sandbox's agent on its pod IP (inside the\n"
+	"                          cluster); proxy: through the API server's pods/proxy (from\n"
+	"                          outside); auto (default): pod-ip in a cluster, else proxy\n"
+	"  --agent-port N          the agent's port in the sandbox pod (default 8888)\n"
+	"  --claim-ready-timeout DUR  how long a new claim may take to become Ready (default 2m)\n"
 	"  --seccomp MODE          the worker's syscall filter: kill (default; log in a\n"
 	"                          `make debug` build), log (debugging:\n"
 	"                          log a denied syscall and fail it instead of killing), off\n"
@@ -59,8 +77,6 @@ static const char serve_usage[] =
 	"                          with /healthz and /metrics (Prometheus) beside it\n"
 	"  --session-timeout DUR   idle sessions end and release their sandbox (default 15m)\n"
 	"  --max-sandboxes-per-user N  open sandboxes per user (default 2)\n"
-	"  --claim-lease DUR       lease of each sandbox claim, renewed while the session lives\n"
-	"                          (default 10m)\n"
 	"  --workers-min-idle N    workers (and sandboxes) started ahead of need (default 2)\n"
 	"  --max-workers N         at most this many workers, so sessions (default 64)\n"
 	"  --auth none             no sign-in: everyone is user \"local\"; loopback addresses only\n"
@@ -71,6 +87,25 @@ static const char serve_usage[] =
 	"\n"
 	"Register with Claude Code:\n"
 	"  claude mcp add kode-gopher -- /path/to/kode-gopher serve\n";
+
+/* serve_backend_init - with --backend kubernetes, resolve the cluster access now, so a bad
+ * kubeconfig is reported at start-up rather than at the first tool call */
+int serve_backend_init(const struct serve_config *cfg)
+{
+	if (!cfg->kubernetes) {
+		if (cfg->kubeconfig || cfg->kube_context || cfg->kube_namespace)
+			log_warn("--kubeconfig, --context and --namespace apply to --backend kubernetes "
+				 "only; ignored");
+		return 0;
+	}
+	char err[1024];
+	if (kubecfg_load(cfg, err, sizeof(err)) != 0) {
+		fprintf(stderr, "kode-gopher: --backend kubernetes: %s\n", err);
+		return -1;
+	}
+	log_info("kubernetes: %s, warm pool %s", kubecfg_describe(), cfg->warm_pool);
+	return 0;
+}
 
 /* serve_default_sandbox_root - a per-user place for sandbox directories */
 static const char *serve_default_sandbox_root(void)
@@ -107,6 +142,10 @@ void serve_config_defaults(struct serve_config *cfg)
 	cfg->workers_min_idle = 2;
 	cfg->max_workers = 64;
 	cfg->auth = "none";
+	cfg->warm_pool = "go-runtime-pool";
+	cfg->agent_access = "auto";
+	cfg->agent_port = 8888;
+	cfg->claim_ready_timeout_s = 120;
 }
 
 /* parse_duration - "15m", "90s", "2h" or plain seconds */
@@ -156,6 +195,20 @@ int serve_parse_int(const char *opt, const char *val, int min, int max, int *out
 	}
 	*out = (int)v;
 	return 0;
+}
+
+/* serve_dns_label - a Kubernetes object name: lower-case alphanumerics, '-' and '.', at most
+ * 253 characters, starting and ending alphanumeric */
+bool serve_dns_label(const char *s)
+{
+	size_t n = strlen(s);
+	if (n == 0 || n > 253 || s[0] == '-' || s[0] == '.' || s[n - 1] == '-' || s[n - 1] == '.')
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '-' ||
+		      s[i] == '.'))
+			return false;
+	return true;
 }
 
 /* serve_config_option - one shared option of serve and exec; 1 handled, 0 not ours, -1 bad */
@@ -244,6 +297,40 @@ int serve_config_option(struct serve_config *cfg, const char *name, const char *
 				return -1;
 			}
 		cfg->scopes = val;
+	} else if (strcmp(name, "backend") == 0) {
+		if (strcmp(val, "local") && strcmp(val, "kubernetes")) {
+			fprintf(stderr, "kode-gopher: --backend wants local or kubernetes\n");
+			return -1;
+		}
+		cfg->kubernetes = strcmp(val, "kubernetes") == 0;
+	} else if (strcmp(name, "kubeconfig") == 0) {
+		cfg->kubeconfig = val;
+	} else if (strcmp(name, "context") == 0) {
+		cfg->kube_context = val;
+	} else if (strcmp(name, "namespace") == 0) {
+		if (!serve_dns_label(val)) {
+			fprintf(stderr, "kode-gopher: --namespace wants a Kubernetes namespace name "
+				"(lower-case letters, digits and '-'), not \"%s\"\n", val);
+			return -1;
+		}
+		cfg->kube_namespace = val;
+	} else if (strcmp(name, "warm-pool") == 0) {
+		if (!serve_dns_label(val)) {
+			fprintf(stderr, "kode-gopher: --warm-pool wants a SandboxWarmPool's name, not "
+				"\"%s\"\n", val);
+			return -1;
+		}
+		cfg->warm_pool = val;
+	} else if (strcmp(name, "agent-access") == 0) {
+		if (strcmp(val, "auto") && strcmp(val, "pod-ip") && strcmp(val, "proxy")) {
+			fprintf(stderr, "kode-gopher: --agent-access wants auto, pod-ip or proxy\n");
+			return -1;
+		}
+		cfg->agent_access = val;
+	} else if (strcmp(name, "agent-port") == 0) {
+		return serve_parse_int("--agent-port", val, 1, 65535, &cfg->agent_port) ? -1 : 1;
+	} else if (strcmp(name, "claim-ready-timeout") == 0) {
+		return parse_duration("--claim-ready-timeout", val, &cfg->claim_ready_timeout_s) ? -1 : 1;
 	} else if (strcmp(name, "claim") == 0) {
 		cfg->claim = val;
 	} else if (strcmp(name, "persistent") == 0) {
@@ -273,6 +360,7 @@ int serve_main(int argc, char **argv)
 		{ "credentials", required_argument, 0, 0 },  { "token-endpoint", required_argument, 0, 0 },
 		{ "iam-endpoint", required_argument, 0, 0 }, { "metadata-host", required_argument, 0, 0 },
 		{ "project", required_argument, 0, 0 },      { "scopes", required_argument, 0, 0 },
+		SERVE_KUBE_OPTIONS,
 		{ "help", no_argument, 0, 'h' },             { 0, 0, 0, 0 }
 	};
 	int c, idx;
@@ -305,6 +393,8 @@ int serve_main(int argc, char **argv)
 		return 2;
 	}
 	log_init("master", cfg.log_level);
+	if (serve_backend_init(&cfg) != 0)
+		return 2;
 	if (cfg.http) {
 		if (!cfg.accounting_log)
 			cfg.accounting_log = "off";

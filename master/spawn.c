@@ -156,6 +156,10 @@ int spawn_worker(struct worker *w, const struct serve_config *cfg, const char *r
 	char tmo[16], maxtmo[16];
 	snprintf(tmo, sizeof(tmo), "%d", cfg->default_timeout_s);
 	snprintf(maxtmo, sizeof(maxtmo), "%d", cfg->max_timeout_s);
+	char port[16], lease[16], ready[16];
+	snprintf(port, sizeof(port), "%d", cfg->agent_port);
+	snprintf(lease, sizeof(lease), "%d", cfg->claim_lease_s);
+	snprintf(ready, sizeof(ready), "%d", cfg->claim_ready_timeout_s);
 	pid_t parent = getpid();
 	pid_t pid = fork();
 	if (pid < 0) {
@@ -166,7 +170,7 @@ int spawn_worker(struct worker *w, const struct serve_config *cfg, const char *r
 	if (pid == 0) {
 		/* child: only async-signal-safe calls until exec */
 		spawn_child_setup(parent, false);
-		char *argv[32] = { "kode-gopher", "worker", "--ipc", url, "--session", (char *)session,
+		char *argv[64] = { "kode-gopher", "worker", "--ipc", url, "--session", (char *)session,
 				   "--log-level", level, "--seccomp", (char *)cfg->seccomp,
 				   "--timeout", tmo, "--max-timeout", maxtmo, NULL };
 		/* the credential settings (docs/credentials.md), those that are set */
@@ -180,6 +184,19 @@ int spawn_worker(struct worker *w, const struct serve_config *cfg, const char *r
 				argv[argc++] = (char *)cred[i][0];
 				argv[argc++] = (char *)cred[i][1];
 			}
+		/* the Kubernetes backend's settings: the worker claims and renews itself */
+		const char *const kube[][2] = {
+			{ "--backend", "kubernetes" }, { "--warm-pool", cfg->warm_pool },
+			{ "--agent-access", cfg->agent_access }, { "--agent-port", port },
+			{ "--claim-lease", lease }, { "--claim-ready-timeout", ready },
+			{ "--claim", cfg->claim } };
+		for (size_t i = 0; cfg->kubernetes && i < sizeof(kube) / sizeof(kube[0]); i++)
+			if (kube[i][1]) {
+				argv[argc++] = (char *)kube[i][0];
+				argv[argc++] = (char *)kube[i][1];
+			}
+		if (cfg->kubernetes && cfg->persistent)
+			argv[argc++] = "--persistent";
 		argv[argc] = NULL;
 		execv("/proc/self/exe", argv);
 		_exit(127);

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "ipc/frame.h"
+#include "master/kubecfg.h"
 #include "master/stdio.h"
 
 struct inflight {
@@ -294,6 +295,9 @@ static void relay_from_worker(struct relay *r, struct ipc_msg *m)
 		return;
 	}
 	case IPC_NOTE_CALL:
+		return;
+	case IPC_REQ_KUBE:
+		kubecfg_answer(&r->w, m->seq);
 		return;
 	default:
 		relay_kill_worker(r, "sent a message a worker may not send");

@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 debs=(build-essential pkg-config libnng-dev libmsgpack-dev libcurl4-openssl-dev libjansson-dev
-      libseccomp-dev libmicrohttpd-dev libssl-dev libcmocka-dev clang libclang-rt-14-dev
+      libseccomp-dev libmicrohttpd-dev libssl-dev libyaml-dev libcmocka-dev clang libclang-rt-14-dev
       curl ca-certificates hyperfine)
 missing=()
 for p in "${debs[@]}"; do

@@ -10,6 +10,7 @@
  * it): line sizes are bounded, every line must be a JSON object, nothing may follow the result.
  */
 #include "worker/agent_client.h"
+#include "worker/kube.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -329,6 +330,16 @@ static int ac_status_error(struct ac_xfer *x, char *err, size_t errlen)
 	return rc;
 }
 
+/* ac_is_kube_status - is the answer the API server's own Status object (not the agent's)? */
+static bool ac_is_kube_status(struct ac_xfer *x)
+{
+	json_t *j = x->buf ? json_loadb(x->buf, x->len, 0, NULL) : NULL;
+	const char *kind = json_string_value(json_object_get(j, "kind"));
+	bool yes = kind && strcmp(kind, "Status") == 0;
+	json_decref(j);
+	return yes;
+}
+
 /*
  * ac_call - one request; on 0, a whole answer is in x->buf (x->len) or, for /execute, the
  * result in x->result. The caller frees x->buf, x->line and x->result.
@@ -355,7 +366,8 @@ static int ac_call(const struct agent_endpoint *ep, const char *path, const char
 	if (body)
 		hdr = curl_slist_append(hdr, "Content-Type: application/json");
 	if (ep->secret[0]) {
-		snprintf(auth, sizeof(auth), "Authorization: Bearer %s", ep->secret);
+		snprintf(auth, sizeof(auth), ep->proxy ? "X-Kode-Gopher-Secret: %s"
+						       : "Authorization: Bearer %s", ep->secret);
 		h2 = curl_slist_append(hdr, auth);
 		hdr = h2 ? h2 : hdr;
 		OPENSSL_cleanse(auth, sizeof(auth));
@@ -389,6 +401,10 @@ static int ac_call(const struct agent_endpoint *ep, const char *path, const char
 		curl_easy_setopt(h, CURLOPT_TCP_KEEPIDLE, 30L);
 		curl_easy_setopt(h, CURLOPT_TCP_KEEPINTVL, 10L);
 	}
+	if (ep->proxy && kube_api_curl(ep->proxy, h, &hdr, err, errlen) != 0) {
+		rc = -EHOSTUNREACH;
+		goto out;
+	}
 	if (hdr)
 		curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
 	if (body) {
@@ -414,7 +430,14 @@ static int ac_call(const struct agent_endpoint *ep, const char *path, const char
 	} else {
 		if (!x->status)
 			curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &x->status);
-		if (x->status != 200) {
+		if (x->status != 200 && ep->proxy && (x->status == 502 || x->status == 503 ||
+						      (x->status == 404 && ac_is_kube_status(x)))) {
+			/* the API server could not reach the pod, or the pod is gone */
+			snprintf(err, errlen, "the sandbox's pod is not reachable through the API "
+				 "server (HTTP %ld): %.*s", x->status, (int)(x->len > 300 ? 300 : x->len),
+				 x->buf ? x->buf : "");
+			rc = x->status == 404 ? -ENOENT : -ECONNREFUSED;
+		} else if (x->status != 200) {
 			rc = ac_status_error(x, err, errlen);
 		} else if (x->kind == AC_EXECUTE && !x->result) {
 			/* a clean end of the stream without the result is still a dead call */
@@ -472,7 +495,8 @@ int agent_client_claim(struct agent_endpoint *ep, char *err, size_t errlen)
 	char body[96];
 	int n = snprintf(body, sizeof(body), "{\"secret\":\"%s\"}", ep->secret);
 	/* /claim carries no Authorization header: send it from a copy without the secret */
-	struct agent_endpoint anon = { .unix_path = ep->unix_path, .base_url = ep->base_url };
+	struct agent_endpoint anon = { .unix_path = ep->unix_path, .base_url = ep->base_url,
+				       .proxy = ep->proxy };
 	struct ac_xfer x = { .kind = AC_CLAIM, .max = AGENT_CLIENT_MAX_LINE };
 	int rc = ac_call(&anon, "/claim", body, (size_t)n, AC_CLAIM_TIMEOUT_MS, &x, err, errlen);
 	OPENSSL_cleanse(body, sizeof(body));

@@ -12,7 +12,9 @@
 # keys), kube-controller-manager (garbage collection, namespaces, service-account tokens),
 # kube-scheduler, kwok (the node stand-in: it makes scheduled pods Running with pod IPs in
 # 127.100.0.0/16) with one fake node, and the kubernetes-sigs/agent-sandbox controller with
-# its CRDs and RBAC, the controller authenticating as its own service account.
+# its CRDs and RBAC, the controller authenticating as its own service account. Behind the pods,
+# the agents fixture (agents.mjs) runs a real jailed `kode-gopher agent` on each sandbox pod's
+# IP, replaced when the pod is, so the kubernetes backend talks to real agents.
 # DIR/kubeconfig is an admin (system:masters) client-certificate kubeconfig.
 #
 # Everything is built from the Go module proxy: kubernetes through a wrapper module that
@@ -40,6 +42,11 @@ else
 fi
 NSRUN=()
 NODE_NAME=kg-node-0
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+# The agents fixture's kode-gopher and Go caches (see agents.mjs).
+KG_BIN=${KG_BIN:-${KODE_GOPHER_BIN:-$REPO/build/kode-gopher}}
+KG_RUNTIME_DIR=${KG_RUNTIME_DIR:-${KODE_GOPHER_RUNTIME_DIR:-/var/cache/kode-gopher/runtime}}
 
 KUBE_BIN=$CACHE/kubernetes-$KUBE_VERSION
 ETCD_BIN=$CACHE/etcd-$ETCD_VERSION
@@ -348,11 +355,14 @@ EOF
 # pid_of - the pid recorded for NAME if that process still runs and is ours: every component's
 # command line names DIR, which guards against a recycled pid (we never signal a stranger)
 pid_of() {
-	local pid
+	local pid cmd
 	[ -f "$DIR/pids/$1.pid" ] || return 1
 	pid=$(cat "$DIR/pids/$1.pid")
 	[ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 1
-	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "$DIR/" || return 1
+	# read whole, not piped into grep -q: grep's early exit would SIGPIPE tr on a long command
+	# line, and pipefail would turn that into "not running"
+	cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 1
+	[[ $cmd == *"$DIR/"* ]] || return 1
 	echo "$pid"
 }
 
@@ -569,6 +579,49 @@ install_agent_sandbox() {
 	wait_for agent-sandbox-controller 60 kc get sandboxclaims.v1alpha1.extensions.agents.x-k8s.io -A
 }
 
+# start_agents - the agents fixture: a real jailed agent behind every sandbox pod (agents.mjs)
+start_agents() {
+	command -v node >/dev/null || die "node is not on PATH; the agents fixture (agents.mjs) needs it"
+	[ -x "$KG_BIN" ] || die "no kode-gopher binary at $KG_BIN (KG_BIN); build it with make"
+	KG_BIN=$(cd "$(dirname "$KG_BIN")" && pwd)/$(basename "$KG_BIN")
+	# as root, jail runs each agent as a uid of its own, which must pass through DIR
+	[ "$(id -u)" != 0 ] || chmod o+x "$DIR"
+	alive agents || rm -f "$DIR/pids/agents.ready"
+	export KG_BIN KG_RUNTIME_DIR
+	start agents node "$HERE/agents.mjs" \
+		--kubectl "$KUBE_BIN/kubectl" --kubeconfig "$DIR/kubeconfig" \
+		--dir "$DIR/agents" --logs "$DIR/logs/agents" --ready "$DIR/pids/agents.ready"
+	wait_for agents 30 test -f "$DIR/pids/agents.ready"
+}
+
+# stop_agents - stop the agents fixture (it stops its agents), then kill any sandbox it left
+# behind (a fixture killed with SIGKILL cannot clean up): every `kode-gopher jail` whose
+# --dir is under DIR/agents, with its process group
+stop_agents() {
+	local proc pid cmd name left=""
+	stop_group agents
+	for proc in /proc/[0-9]*; do
+		pid=${proc#/proc/}
+		cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || continue
+		case "$cmd" in
+		*" jail "*"--dir $DIR/agents/"*)
+			kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
+			left="$left $pid" ;;
+		esac
+	done
+	[ -z "$left" ] || say "killed sandboxes the agents fixture left behind (pids$left)"
+	# their cgroups, once the jails' pid namespaces have emptied
+	for name in "$DIR"/agents/*/; do
+		[ -d "$name" ] || continue
+		name=k8s-$(basename "$name")
+		for _ in $(seq 1 40); do
+			rmdir "/sys/fs/cgroup/memory/kode-gopher/$name" "/sys/fs/cgroup/pids/kode-gopher/$name" 2>/dev/null
+			[ -e "/sys/fs/cgroup/memory/kode-gopher/$name" ] || [ -e "/sys/fs/cgroup/pids/kode-gopher/$name" ] || break
+			sleep 0.05
+		done
+	done
+}
+
 # cmd_up - build what is missing and start (or finish starting) the cluster in DIR
 cmd_up() {
 	local start_s=$SECONDS
@@ -589,6 +642,7 @@ cmd_up() {
 	start_controllers
 	start_kwok
 	install_agent_sandbox
+	start_agents
 	cat >"$DIR/env" <<EOF
 export KUBECONFIG=$DIR/kubeconfig
 export PATH=$KUBE_BIN:\$PATH
@@ -601,7 +655,7 @@ EOF
 }
 
 # COMPONENTS - every process `up` starts, in start order
-COMPONENTS="etcd kube-apiserver kube-controller-manager kube-scheduler kwok agent-sandbox-controller"
+COMPONENTS="etcd kube-apiserver kube-controller-manager kube-scheduler kwok agent-sandbox-controller agents"
 
 # stop_group - TERM the named components together, KILL whatever still runs after 10s
 stop_group() {
@@ -626,12 +680,13 @@ stop_group() {
 	done
 }
 
-# cmd_down - stop the API server's clients together, then the API server, then etcd (a client
-# whose API server has gone, or an API server whose etcd has, hangs in its shutdown), and
-# remove DIR
+# cmd_down - stop the agents, then the API server's clients together, then the API server, then
+# etcd (a client whose API server has gone, or an API server whose etcd has, hangs in its
+# shutdown), and remove DIR
 cmd_down() {
 	[ -d "$DIR" ] || { say "$DIR does not exist; nothing to stop"; return 0; }
 	local t0=$SECONDS
+	stop_agents
 	stop_group agent-sandbox-controller kwok kube-scheduler kube-controller-manager
 	stop_group kube-apiserver
 	stop_group etcd
