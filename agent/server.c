@@ -46,7 +46,7 @@
 #define SRV_PHASE_MAX        64
 #define SRV_MESSAGE_MAX      2048
 
-enum srv_route { SRV_NONE, SRV_HEALTH, SRV_CLAIM, SRV_EXECUTE, SRV_DOC, SRV_TOKEN };
+enum srv_route { SRV_NONE, SRV_HEALTH, SRV_CLAIM, SRV_EXECUTE, SRV_DOC, SRV_TOKEN, SRV_RELEASE };
 
 /* One queued NDJSON line (newline included). */
 struct srv_line {
@@ -414,6 +414,7 @@ static enum srv_route srv_route_of(const char *url, const char **allow)
 		{ "/execute", SRV_EXECUTE, "POST" },
 		{ "/doc", SRV_DOC, "POST" },
 		{ "/token", SRV_TOKEN, "POST" },
+		{ "/release", SRV_RELEASE, "POST" },
 	};
 	for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++)
 		if (strcmp(url, routes[i].path) == 0) {
@@ -463,7 +464,7 @@ static enum MHD_Result srv_begin(struct agent_server *s, struct MHD_Connection *
 	if (r->route == SRV_NONE) {
 		r->err_status = MHD_HTTP_NOT_FOUND;
 		r->err_msg = "there is no such endpoint; the agent serves /health, /claim, "
-			     "/execute, /doc and /token";
+			     "/execute, /doc, /token and /release";
 		r->allow = NULL;
 	} else if (r->route == SRV_HEALTH ? (strcmp(method, "GET") != 0 &&
 					     strcmp(method, "HEAD") != 0)
@@ -471,7 +472,8 @@ static enum MHD_Result srv_begin(struct agent_server *s, struct MHD_Connection *
 		r->err_status = MHD_HTTP_METHOD_NOT_ALLOWED;
 		r->err_msg = r->route == SRV_HEALTH ? "this endpoint takes GET"
 						    : "this endpoint takes POST";
-	} else if (r->route == SRV_EXECUTE || r->route == SRV_DOC || r->route == SRV_TOKEN) {
+	} else if (r->route == SRV_EXECUTE || r->route == SRV_DOC || r->route == SRV_TOKEN ||
+		   r->route == SRV_RELEASE) {
 		const char *why = srv_check_auth(s, c);
 		if (why) {
 			r->err_status = MHD_HTTP_UNAUTHORIZED;
@@ -608,6 +610,25 @@ static enum MHD_Result srv_claim(struct agent_server *s, struct MHD_Connection *
 		return srv_send_error(c, r, MHD_HTTP_CONFLICT, "this sandbox is already claimed");
 	}
 	log_info("sandbox claimed");
+	return srv_send_json(c, r, MHD_HTTP_OK, json_pack("{s:b}", "ok", 1), NULL);
+}
+
+/* srv_release - POST /release: the claim holder lets go, so a later session can claim this
+ * sandbox (a persistent sandbox in a cluster, reattached with --claim); /app stays */
+static enum MHD_Result srv_release(struct agent_server *s, struct MHD_Connection *c,
+				   struct srv_req *r)
+{
+	pthread_mutex_lock(&s->mu);
+	bool busy = s->busy;
+	if (!busy) {
+		s->claimed = false;
+		OPENSSL_cleanse(s->secret_hash, sizeof(s->secret_hash));
+	}
+	pthread_mutex_unlock(&s->mu);
+	if (busy)
+		return srv_send_error(c, r, MHD_HTTP_CONFLICT, "a call is still running; release "
+				      "the sandbox when it has finished");
+	log_info("sandbox released by its claim holder");
 	return srv_send_json(c, r, MHD_HTTP_OK, json_pack("{s:b}", "ok", 1), NULL);
 }
 
@@ -797,6 +818,8 @@ static enum MHD_Result srv_access(void *cls, struct MHD_Connection *c, const cha
 		return srv_doc(s, c, r);
 	case SRV_TOKEN:
 		return srv_token(s, c, r);
+	case SRV_RELEASE:
+		return srv_release(s, c, r);
 	case SRV_NONE:
 		break;
 	}

@@ -232,7 +232,8 @@ void pool_end_session(int i, const char *reason)
 	/* the session has ended: its sandbox no longer counts against its user */
 	s->quota_held = false;
 	s->state = SLOT_ENDING;
-	s->kill_at = spawn_now() + 1.0;
+	/* a Kubernetes worker deletes its SandboxClaim on the way out: give it time for that */
+	s->kill_at = spawn_now() + (pool.cfg->kubernetes ? 6.0 : 1.0);
 	pool_wake();
 }
 
@@ -598,6 +599,19 @@ void pool_shutdown(void)
 				snprintf(q->gone_why, sizeof(q->gone_why), "the server is shutting down");
 				pthread_cond_broadcast(&q->cv);
 			}
+	}
+	/* Kubernetes workers delete their claims as they leave: wait for them (in parallel) */
+	for (int waited = 0; pool.cfg->kubernetes && waited < 6000; waited += 20) {
+		bool left = false;
+		for (int i = 0; i < pool.nslots; i++)
+			if (pool.slots[i].state == SLOT_ENDING && pool.slots[i].w.pid > 0 &&
+			    waitpid(pool.slots[i].w.pid, NULL, WNOHANG) == 0)
+				left = true;
+		if (!left)
+			break;
+		pthread_mutex_unlock(&pool.mu);
+		usleep(20000);
+		pthread_mutex_lock(&pool.mu);
 	}
 	/* every sandbox's processes go at once; their directories go after, in parallel */
 	for (int i = 0; i < pool.nslots; i++)

@@ -395,7 +395,8 @@ int stdio_serve(const struct serve_config *cfg)
 		if (r->w.pid <= 0 && spawn_now() >= r->respawn_at)
 			relay_start_worker(r);
 	}
-	spawn_stop(&r->w, 800);
+	/* a Kubernetes worker deletes its SandboxClaim on the way out: give it time for that */
+	spawn_stop(&r->w, r->cfg->kubernetes ? 6000 : 800);
 	spawn_runtime_dir_remove(r->rundir);
 	while (r->nfl)
 		fl_remove(r, &r->fl[0]);

@@ -679,3 +679,15 @@ bool agent_client_gone(int rc)
 		return false;
 	}
 }
+
+/* agent_client_release - POST /release: give the claim back (a kept sandbox in a cluster, so
+ * a later session can claim it again) */
+int agent_client_release(struct agent_endpoint *ep, char *err, size_t errlen)
+{
+	struct ac_xfer x = { .kind = AC_DOC, .max = AGENT_CLIENT_MAX_LINE };
+	int rc = ac_call(ep, "/release", "{}", 2, AC_TOKEN_TIMEOUT_MS, &x, err, errlen);
+	ac_xfer_free(&x);
+	if (rc == 0)
+		OPENSSL_cleanse(ep->secret, sizeof(ep->secret));
+	return rc;
+}

@@ -102,6 +102,10 @@ int agent_client_token(const struct agent_endpoint *ep, json_t *answer, char *er
 int agent_client_doc(const struct agent_endpoint *ep, json_t *req, json_t **result, char *err,
 		     size_t errlen);
 
+/* agent_client_release - POST /release with the secret: the agent is unclaimed again (its
+ * /app stays), so a later session can claim it; the secret is wiped from ep */
+int agent_client_release(struct agent_endpoint *ep, char *err, size_t errlen);
+
 /* agent_client_gone - true for the errors that mean the sandbox is gone or unreachable */
 bool agent_client_gone(int rc);
 

@@ -145,6 +145,14 @@ struct kube_api *kube_api_get(struct session *s, char *err, size_t errlen)
 	return r == 0 ? k : NULL;
 }
 
+struct kube_api *kube_api_cached(void)
+{
+	pthread_mutex_lock(&kube.mu);
+	bool have = kube.have;
+	pthread_mutex_unlock(&kube.mu);
+	return have ? &kube : NULL;
+}
+
 /* kube_refresh - the API server said 401: credentials again, once */
 static int kube_refresh(struct kube_api *k, char *err, size_t errlen)
 {

@@ -33,6 +33,10 @@ struct kube_api;
  * first use; NULL with err set if the master has none to give */
 struct kube_api *kube_api_get(struct session *s, char *err, size_t errlen);
 
+/* kube_api_cached - the connection with whatever credentials it has, never asking the master
+ * (for the way out, when nobody reads the master's answers any more); NULL if none */
+struct kube_api *kube_api_cached(void);
+
 /* kube_answer - main thread: the master's ANS_KUBE */
 void kube_answer(struct session *s, const struct ipc_msg *m);
 /* kube_pending_seq - the seq of the outstanding REQ_KUBE, 0 if none (for the dispatcher) */

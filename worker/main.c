@@ -20,6 +20,8 @@
 
 #include "policy/seccomp.h"
 #include "worker/creds.h"
+#include "worker/kube.h"
+#include "worker/sandbox_kube.h"
 #include "worker/worker.h"
 
 static const char worker_usage[] =
@@ -170,6 +172,12 @@ static void on_shutdown(struct session *s, struct ipc_msg *m)
 	pthread_mutex_unlock(&s->mu);
 }
 
+/* on_ans_kube - the master's Kubernetes access, for the call thread (worker/kube.c) */
+static void on_ans_kube(struct session *s, struct ipc_msg *m)
+{
+	kube_answer(s, m);
+}
+
 #define ST(x) (1u << (x))
 #define LIVE (ST(WS_BEFORE_INIT) | ST(WS_READY) | ST(WS_BUSY))
 
@@ -185,6 +193,7 @@ static const struct {
 	{ IPC_NOTE_SANDBOX, LIVE, on_sandbox_note },
 	{ IPC_NOTE_ASSIGN, ST(WS_BEFORE_INIT), on_assign }, /* and only once */
 	{ IPC_ANS_QUOTA, LIVE, on_ans_quota },              /* and only when asked */
+	{ IPC_ANS_KUBE, LIVE, on_ans_kube },                /* and only when asked */
 };
 
 /* worker_dispatch - run the handler the state permits, or die */
@@ -194,7 +203,8 @@ static void worker_dispatch(struct session *s, struct ipc_msg *m)
 	enum worker_state st = s->state;
 	bool unasked = (m->type == IPC_ANS_SANDBOX && (!s->sandbox_pending || m->seq != s->sandbox_seq)) ||
 		       (m->type == IPC_ANS_QUOTA && (!s->quota_pending || m->seq != s->quota_seq)) ||
-		       (m->type == IPC_NOTE_ASSIGN && s->user[0]);
+		       (m->type == IPC_NOTE_ASSIGN && s->user[0]) ||
+		       (m->type == IPC_ANS_KUBE && m->seq != kube_pending_seq());
 	pthread_mutex_unlock(&s->mu);
 	for (size_t i = 0; i < sizeof(dispatch) / sizeof(dispatch[0]); i++)
 		if (dispatch[i].type == m->type && (dispatch[i].states & ST(st)) && !unasked) {
@@ -224,6 +234,12 @@ int worker_main(int argc, char **argv)
 		{ "metadata-host", required_argument, 0, 'M' },
 		{ "project", required_argument, 0, 'P' },
 		{ "scopes", required_argument, 0, 'S' },
+		{ "backend", required_argument, 0, 'B' },  { "warm-pool", required_argument, 0, 'W' },
+		{ "agent-access", required_argument, 0, 'A' },
+		{ "agent-port", required_argument, 0, 'O' },
+		{ "claim-lease", required_argument, 0, 'L' },
+		{ "claim-ready-timeout", required_argument, 0, 'R' },
+		{ "claim", required_argument, 0, 'N' },    { "persistent", no_argument, 0, 'K' },
 		{ "help", no_argument, 0, 'h' },          { 0, 0, 0, 0 }
 	};
 	struct creds_config ccfg = { .mode = CREDS_NONE };
@@ -251,6 +267,14 @@ int worker_main(int argc, char **argv)
 		case 'M': ccfg.metadata_host = optarg; break;
 		case 'P': ccfg.project = optarg; break;
 		case 'S': ccfg.scopes = optarg; break;
+		case 'B': kube_settings.on = strcmp(optarg, "kubernetes") == 0; break;
+		case 'W': kube_settings.warm_pool = optarg; break;
+		case 'A': kube_settings.access = optarg; break;
+		case 'O': kube_settings.port = atoi(optarg) > 0 ? atoi(optarg) : 8888; break;
+		case 'L': kube_settings.lease_s = atoi(optarg) > 0 ? atoi(optarg) : 600; break;
+		case 'R': kube_settings.ready_s = atoi(optarg) > 0 ? atoi(optarg) : 120; break;
+		case 'N': kube_settings.claim = optarg; break;
+		case 'K': kube_settings.persistent = true; break;
 		case 'h': fputs(worker_usage, stdout); return 0;
 		default: fputs(worker_usage, stderr); return 2;
 		}
@@ -276,7 +300,9 @@ int worker_main(int argc, char **argv)
 		return 1;
 	s->state = WS_BEFORE_INIT;
 	session_title(s);
-	sandbox_request(s, "spawn"); /* warm: the sandbox starts while the client initializes */
+	/* warm: a local sandbox starts while the client initializes (a claim waits for a call) */
+	if (!kube_settings.on)
+		sandbox_request(s, "spawn");
 	if (call_start(s) != 0)
 		return 1;
 	if (seccomp_worker_lockdown(seccomp_mode) != 0) {
@@ -304,6 +330,7 @@ int worker_main(int argc, char **argv)
 		if (closing)
 			break;
 	}
-	/* the master releases the sandbox when we are gone; in-flight calls end with us */
+	/* the master releases a local sandbox when we are gone; a claim is ours to end */
+	sandbox_end(s);
 	_exit(0);
 }

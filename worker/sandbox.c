@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "worker/agent_client.h"
+#include "worker/sandbox_kube.h"
 #include "worker/worker.h"
 
 static struct agent_endpoint sandbox_ep;
@@ -119,6 +120,16 @@ static int sandbox_claim(struct session *s, char *err, size_t errlen)
 /* sandbox_get - the session's sandbox, claimed, ready for calls */
 int sandbox_get(struct session *s, struct agent_endpoint **ep, char *err, size_t errlen)
 {
+	if (kube_settings.on) {
+		static bool quota_granted;
+		if (!quota_granted) {
+			int q = quota_ask(s, err, errlen);
+			if (q != 0)
+				return q;
+			quota_granted = true;
+		}
+		return sandbox_kube_get(s, ep, err, errlen);
+	}
 	if (sandbox_claimed) {
 		*ep = &sandbox_ep;
 		return 0;
@@ -150,6 +161,8 @@ int sandbox_get(struct session *s, struct agent_endpoint **ep, char *err, size_t
 /* sandbox_replace - the old sandbox is gone: a fresh one, claimed */
 int sandbox_replace(struct session *s, struct agent_endpoint **ep, char *err, size_t errlen)
 {
+	if (kube_settings.on)
+		return sandbox_kube_replace(s, ep, err, errlen);
 	sandbox_claimed = false;
 	sandbox_request(s, "spawn");
 	return sandbox_get(s, ep, err, errlen);
@@ -157,5 +170,17 @@ int sandbox_replace(struct session *s, struct agent_endpoint **ep, char *err, si
 
 const char *sandbox_name(struct session *s)
 {
-	return s->sandbox_name;
+	return kube_settings.on ? sandbox_kube_name() : s->sandbox_name;
+}
+
+bool sandbox_lost(int rc)
+{
+	return kube_settings.on ? sandbox_kube_lost(rc) : agent_client_gone(rc);
+}
+
+void sandbox_end(struct session *s)
+{
+	/* the master releases a local sandbox when the worker is gone */
+	if (kube_settings.on)
+		sandbox_kube_release(s);
 }

@@ -104,6 +104,10 @@ int sandbox_get(struct session *s, struct agent_endpoint **ep, char *err, size_t
 /* sandbox_replace - the sandbox died: ask for a fresh one (its /app/persist starts empty) */
 int sandbox_replace(struct session *s, struct agent_endpoint **ep, char *err, size_t errlen);
 const char *sandbox_name(struct session *s);
+/* sandbox_lost - does this agent_client error mean the sandbox is gone (retry in a new one)? */
+bool sandbox_lost(int rc);
+/* sandbox_end - session end: give the sandbox back (Kubernetes: delete or keep the claim) */
+void sandbox_end(struct session *s);
 
 /* worker/main.c: the process title for the current state */
 void session_title(struct session *s);

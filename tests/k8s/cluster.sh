@@ -361,7 +361,7 @@ pid_of() {
 	[ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 1
 	# read whole, not piped into grep -q: grep's early exit would SIGPIPE tr on a long command
 	# line, and pipefail would turn that into "not running"
-	cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 1
+	cmd=$(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline") || return 1
 	[[ $cmd == *"$DIR/"* ]] || return 1
 	echo "$pid"
 }
@@ -602,7 +602,7 @@ stop_agents() {
 	stop_group agents
 	for proc in /proc/[0-9]*; do
 		pid=${proc#/proc/}
-		cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || continue
+		cmd=$(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline") || continue
 		case "$cmd" in
 		*" jail "*"--dir $DIR/agents/"*)
 			kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
