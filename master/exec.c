@@ -321,12 +321,15 @@ int exec_main(int argc, char **argv)
 				exec_print_summary(sc);
 			}
 			status = json_is_true(json_object_get(result, "isError")) ? 1 : 0;
-			if (keep)
+			const char *kept = json_string_value(json_object_get(sc, "sandbox"));
+			if (keep && cfg.kubernetes)
+				fprintf(stderr, "kept SandboxClaim %s, without a lease (reattach with "
+					"--claim %s; remove with `kubectl delete sandboxclaim %s%s%s`)\n",
+					kept, kept, kept, cfg.kube_namespace ? " -n " : "",
+					cfg.kube_namespace ? cfg.kube_namespace : "");
+			else if (keep)
 				fprintf(stderr, "kept sandbox %s (reattach with --claim %s; remove with "
-					"`kode-gopher sandboxes rm %s`)\n",
-					json_string_value(json_object_get(sc, "sandbox")),
-					json_string_value(json_object_get(sc, "sandbox")),
-					json_string_value(json_object_get(sc, "sandbox")));
+					"`kode-gopher sandboxes rm %s`)\n", kept, kept, kept);
 		} else if (result) {
 			const char *t = json_string_value(json_object_get(json_array_get(json_object_get(result, "content"), 0), "text"));
 			fprintf(stderr, "kode-gopher exec: %s\n", t ? t : "the call failed");

@@ -340,6 +340,26 @@ static bool ac_is_kube_status(struct ac_xfer *x)
 	return yes;
 }
 
+/* ac_proxy_error - the API server's pod proxy, not the agent, refused: the pod is gone or out
+ * of its reach */
+static int ac_proxy_error(struct ac_xfer *x, char *err, size_t errlen)
+{
+	json_t *j = x->buf ? json_loadb(x->buf, x->len, 0, NULL) : NULL;
+	const char *msg = json_string_value(json_object_get(j, "message"));
+	char why[400];
+	snprintf(why, sizeof(why), "%s", msg ? msg : x->buf && x->len ? x->buf : "no explanation");
+	snprintf(err, errlen, "the Kubernetes API server could not reach the sandbox's pod through "
+		 "its pod proxy (HTTP %ld): %s%s", x->status, why,
+		 strstr(why, "address not allowed")
+			 ? " (the API server proxies only to routable pod IPs; where kode-gopher "
+			   "can reach pod IPs itself, use --agent-access pod-ip)"
+			 : "");
+	json_decref(j);
+	if (x->status == 404)
+		return -ENOENT;
+	return x->status == 502 || x->status == 503 ? -ECONNREFUSED : -EIO;
+}
+
 /*
  * ac_call - one request; on 0, a whole answer is in x->buf (x->len) or, for /execute, the
  * result in x->result. The caller frees x->buf, x->line and x->result.
@@ -431,12 +451,8 @@ static int ac_call(const struct agent_endpoint *ep, const char *path, const char
 		if (!x->status)
 			curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &x->status);
 		if (x->status != 200 && ep->proxy && (x->status == 502 || x->status == 503 ||
-						      (x->status == 404 && ac_is_kube_status(x)))) {
-			/* the API server could not reach the pod, or the pod is gone */
-			snprintf(err, errlen, "the sandbox's pod is not reachable through the API "
-				 "server (HTTP %ld): %.*s", x->status, (int)(x->len > 300 ? 300 : x->len),
-				 x->buf ? x->buf : "");
-			rc = x->status == 404 ? -ENOENT : -ECONNREFUSED;
+						      ac_is_kube_status(x))) {
+			rc = ac_proxy_error(x, err, errlen);
 		} else if (x->status != 200) {
 			rc = ac_status_error(x, err, errlen);
 		} else if (x->kind == AC_EXECUTE && !x->result) {

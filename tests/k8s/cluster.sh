@@ -188,7 +188,7 @@ cmd_build() {
 free_port() {
 	local p
 	while :; do
-		p=$((20000 + RANDOM % 30000))
+		p=$((20000 + RANDOM % 12000)) # below the ephemeral range (32768+), which clients take
 		case " ${USED_PORTS:-} " in *" $p "*) continue ;; esac
 		if [ -z "$("${NSRUN[@]}" ss -Htln "sport = :$p" 2>/dev/null)" ]; then
 			USED_PORTS="${USED_PORTS:-} $p"
