@@ -67,5 +67,23 @@ if [ -x tests/conformance/run.sh ]; then
 	fi
 fi
 
+# the Kubernetes tests against a real control plane (tests/k8s/run.sh: builds the cluster once,
+# starts it, runs tests/k8s/*.test.mjs, takes it down); progress on stderr, TAP counted as for
+# e2e. A cluster that cannot be built prints "1..0 # SKIP reason", counted as neither.
+if [ -x tests/k8s/run.sh ]; then
+	echo "== k8s: tests/k8s/run.sh"
+	tests/k8s/run.sh >"$log/k8s.tap"
+	rc=$?
+	grep -vE '^\s+(duration_ms|\.\.\.|---|type:)' "$log/k8s.tap" | grep -E '^\s*(not ok|ok|#)|^1\.\.0|^\s+(error|location|stack|expected|actual|code):' | head -400
+	count_tap "$log/k8s.tap"
+	if grep -qE '^1\.\.0 # SKIP' "$log/k8s.tap"; then
+		:
+	elif ! grep -qE '^(not )?ok [0-9]+' "$log/k8s.tap"; then
+		echo "k8s suite ran nothing (exit $rc):"; tail -30 "$log/k8s.tap"; failed=$((failed + 1))
+	elif [ $rc -ne 0 ] && ! grep -qE '^not ok [0-9]+' "$log/k8s.tap"; then
+		echo "not ok 1 - tests/k8s/run.sh failed (exit $rc)"; failed=$((failed + 1))
+	fi
+fi
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

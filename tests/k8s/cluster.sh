@@ -34,11 +34,13 @@ CACHE=${KG_K8S_CACHE:-/var/cache/kode-gopher/k8s-bin}
 # nothing in it but lo; see README.md ("pods/proxy") for why. Read from DIR/ports.env later.
 NETNS=${KG_K8S_NETNS:-}
 # Pod IPs kwok hands out: loopback by default, so a test can listen on them without touching any
-# network; inside the namespace a private range carried by its lo, which pods/proxy accepts.
+# network (a /24 of 127.100-199.x.0 picked at the first `up`, so that clusters running side by
+# side do not hand out the same addresses; see free_pod_cidr); inside the namespace a private
+# range carried by its lo, which pods/proxy accepts.
 if [ -n "$NETNS" ]; then
 	POD_CIDR=${KG_K8S_POD_CIDR:-10.244.0.1/16}
 else
-	POD_CIDR=${KG_K8S_POD_CIDR:-127.100.0.1/16}
+	POD_CIDR=${KG_K8S_POD_CIDR:-}
 fi
 NSRUN=()
 NODE_NAME=kg-node-0
@@ -198,10 +200,25 @@ free_port() {
 	done
 }
 
-# pick_ports - choose the ports (and the namespace) once per DIR, so an `up` after a crash
-# reuses them
+# free_pod_cidr - a loopback /24 for pod IPs where nothing listens now. Every cluster's agents
+# listen on its pod IPs, so two clusters on one machine must not share a range; the choice is
+# random among 25600, and checked against the listening sockets.
+free_pod_cidr() {
+	local net
+	while :; do
+		net=127.$((100 + RANDOM % 100)).$((RANDOM % 256))
+		if ! ss -Htln | awk -v n="$net." 'index($4, n) == 1 { used = 1 } END { exit !used }'; then
+			echo "$net.1/24"
+			return
+		fi
+	done
+}
+
+# pick_ports - choose the ports, the pod range (and the namespace) once per DIR, so an `up`
+# after a crash reuses them
 pick_ports() {
 	if [ ! -f "$DIR/ports.env" ]; then
+		[ -n "$POD_CIDR" ] || POD_CIDR=$(free_pod_cidr)
 		{
 			echo "NETNS=$NETNS"
 			echo "POD_CIDR=$POD_CIDR"
@@ -480,6 +497,10 @@ start_controllers() {
 	wait_for kube-scheduler 60 https_ok "https://127.0.0.1:$SCHED_PORT/healthz"
 }
 
+# NODE_RESOURCES - what the fake node offers: more than any sandbox template asks for (the
+# scheduler refuses a pod that requests a resource the node does not list, ephemeral-storage say)
+NODE_RESOURCES='{"status":{"capacity":{"cpu":"32","memory":"256Gi","ephemeral-storage":"1Ti","pods":"110"},"allocatable":{"cpu":"32","memory":"256Gi","ephemeral-storage":"1Ti","pods":"110"}}}'
+
 # start_kwok - the node stand-in: one fake node whose pods kwok marks Running with a pod IP
 start_kwok() {
 	kubeconfig_cert "$DIR/kwok.kubeconfig" kwok kwok-controller
@@ -504,9 +525,12 @@ metadata:
     kubernetes.io/arch: amd64
     type: kwok
 status:
-  allocatable: {cpu: "32", memory: 256Gi, pods: "110"}
-  capacity: {cpu: "32", memory: 256Gi, pods: "110"}
+  allocatable: {cpu: "32", memory: 256Gi, ephemeral-storage: 1Ti, pods: "110"}
+  capacity: {cpu: "32", memory: 256Gi, ephemeral-storage: 1Ti, pods: "110"}
 EOF
+	# a node's status is taken from the object only when it is created: on an existing node
+	# (a second `up`), set what the scheduler counts through the status subresource
+	kc patch node "$NODE_NAME" --subresource status --type merge -p "$NODE_RESOURCES" >/dev/null
 	wait_for kwok 60 node_ready
 	say "node $NODE_NAME is Ready (kwok; pod IPs from $POD_CIDR)"
 }
@@ -630,7 +654,7 @@ cmd_up() {
 	DIR=$(cd "$DIR" && pwd)
 	PKI=$DIR/pki
 	case "$POD_CIDR" in
-	127.*) ;;
+	127.* | "") ;;
 	*) [ -n "$NETNS" ] || die "KG_K8S_POD_CIDR=$POD_CIDR is not loopback: pod IPs outside 127.0.0.0/8 are only allowed inside the cluster's own namespace (KG_K8S_NETNS=NAME)" ;;
 	esac
 	pick_ports

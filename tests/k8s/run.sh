@@ -2,6 +2,8 @@
 # tests/k8s/run.sh - run the Kubernetes tests (tests/k8s/*.test.mjs) against a fresh test cluster
 # and print their TAP on stdout; progress goes to stderr.
 #
+#   tests/k8s/run.sh [FILE.test.mjs...]    (default: every tests/k8s/*.test.mjs)
+#
 # Called by tests/run.sh (so by make check and make asan) after the conformance suite; runs by
 # hand too. Steps: build the cluster's binaries if the cache lacks them (`cluster.sh build`: about
 # 12 minutes on a new machine, nothing later), start a cluster in a new directory under /tmp
@@ -36,6 +38,14 @@ fail() {
 	exit 1
 }
 
+shopt -s nullglob
+tests=("$@")
+((${#tests[@]})) || tests=("$here"/*.test.mjs)
+((${#tests[@]})) || fail "no tests/k8s/*.test.mjs to run"
+for f in "${tests[@]}"; do
+	[ -f "$f" ] || { say "error: no test file $f"; exit 2; }
+done
+
 t0=$SECONDS
 say "building the test cluster's binaries if they are missing (on a new machine about 12 minutes)"
 if ! "$cluster" build >&2; then
@@ -63,7 +73,7 @@ if ! "$cluster" up "$dir" >&2; then
 	fail "cluster.sh up $dir failed (see above and $dir/logs)"
 fi
 
-# The test objects: what packaging/ ships if it is there, else the same shape written here.
+# The test objects: what packaging/k8s ships if it is there, else the same shape written here.
 # runtimeClassName gvisor is refused by admission unless the RuntimeClass exists (kwok ignores it).
 runtime_class='apiVersion: node.k8s.io/v1
 kind: RuntimeClass
@@ -94,7 +104,11 @@ spec:
     name: go-runtime'
 pkg=$repo/packaging/k8s
 out=$(client kubectl create namespace "$ns" 2>&1) || fail "kubectl create namespace $ns: $out"
-out=$(client kubectl apply -f - <<<"$runtime_class" 2>&1) || fail "creating the RuntimeClass gvisor: $out"
+if [ -f "$pkg/runtimeclass-gvisor.yaml" ]; then
+	out=$(client kubectl apply -f "$pkg/runtimeclass-gvisor.yaml" 2>&1)
+else
+	out=$(client kubectl apply -f - <<<"$runtime_class" 2>&1)
+fi || fail "creating the RuntimeClass gvisor: $out"
 if [ -f "$pkg/sandbox-template.yaml" ] && [ -f "$pkg/warm-pool.yaml" ]; then
 	say "applying packaging/k8s/sandbox-template.yaml and warm-pool.yaml in namespace $ns"
 	out=$(client kubectl apply -n "$ns" -f "$pkg/sandbox-template.yaml" -f "$pkg/warm-pool.yaml" 2>&1) ||
@@ -113,9 +127,6 @@ case "$pools" in
 *) export KG_K8S_POOL=$pools ;;
 esac
 
-shopt -s nullglob
-tests=("$here"/*.test.mjs)
-((${#tests[@]})) || fail "no tests/k8s/*.test.mjs to run"
 say "cluster ready in $((SECONDS - t0))s (pool $KG_K8S_POOL in namespace $ns); running ${#tests[@]} test file(s)"
 # node's TAP reporter on stdout, as tests/run.sh reads it; the SDK is in tests/e2e/node_modules
 export KG_KUBECTL KG_K8S_NETNS
