@@ -171,7 +171,9 @@ static void pool_avail(void)
 		if (st == SLOT_FREE && free_i < 0)
 			free_i = i;
 	}
-	if (ready < pool.cfg->workers_min_idle && used < pool.nslots && free_i >= 0 &&
+	/* with --workers-min-idle 0 a worker starts only when a session waits for one */
+	int want = pool.cfg->workers_min_idle > pool.waiting ? pool.cfg->workers_min_idle : pool.waiting;
+	if (ready < want && used < pool.nslots && free_i >= 0 &&
 	    spawn_now() >= pool.throttle_until)
 		slot_spawn(free_i);
 }
@@ -190,6 +192,7 @@ int pool_take_idle(double wait_s)
 		double left = until - spawn_now();
 		if (left <= 0 || pool.stopping)
 			return -1;
+		pool.waiting++;
 		pool_wake();
 		struct timespec ts;
 		clock_gettime(CLOCK_REALTIME, &ts);
@@ -199,6 +202,7 @@ int pool_take_idle(double wait_s)
 			ts.tv_nsec -= 1000000000;
 		}
 		pthread_cond_timedwait(&pool.idle_cv, &pool.mu, &ts);
+		pool.waiting--;
 	}
 }
 

@@ -64,6 +64,7 @@ struct pool {
 	char rundir[512];
 	unsigned nspawned;
 	double throttle_until, backoff;
+	int waiting;              /* new sessions waiting in pool_take_idle for a worker */
 	int wake[2];
 	bool stopping;
 	/* metrics */

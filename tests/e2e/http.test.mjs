@@ -16,7 +16,7 @@ import path from 'node:path';
 import test, { after, before } from 'node:test';
 
 import {
-	bigRequestLine, callTool, cmdline, httpRequest, httpServe, isAlive, McpError, sc, sessionWorker, sleep, text,
+	bigRequestLine, callTool, children, cmdline, httpRequest, httpServe, isAlive, McpError, sc, sessionWorker, sleep, text,
 	waitFor, workerState,
 } from './lib.mjs';
 
@@ -435,4 +435,18 @@ test('http: the shared server stops on SIGTERM and leaves no process behind', T,
 	const { code, signal } = await srv.exited;
 	assert.equal(signal, null);
 	assert.equal(code, 0);
+});
+
+test('http: with --workers-min-idle 0 no worker waits, and a new session starts one on demand', T, async () => {
+	const own = await httpServe(['--workers-min-idle', '0']);
+	try {
+		const workers = () => children(own.pid).filter((p) => /\bworker\b/.test(cmdline(p))).length;
+		await sleep(300);
+		assert.equal(workers(), 0, 'no worker started ahead of need');
+		const s = await own.connect();
+		assert.deepEqual(await s.client.ping(), {});
+		assert.equal(workers(), 1);
+	} finally {
+		await own.close();
+	}
 });

@@ -48,10 +48,15 @@ done
 
 t0=$SECONDS
 say "building the test cluster's binaries if they are missing (on a new machine about 12 minutes)"
-if ! "$cluster" build >&2; then
-	echo "1..0 # SKIP the Kubernetes test cluster could not be built (cluster.sh build failed; see above)"
+buildlog=$(mktemp)
+"$cluster" build 2>&1 | tee "$buildlog" >&2
+if [ "${PIPESTATUS[0]}" -ne 0 ]; then
+	why=$(sed -n 's/^cluster.sh: error: //p' "$buildlog" | tail -n 1)
+	rm -f "$buildlog"
+	echo "1..0 # SKIP the Kubernetes test cluster could not be built: ${why:-cluster.sh build failed (see above)}"
 	exit 0
 fi
+rm -f "$buildlog"
 
 dir=$(mktemp -d "${TMPDIR:-/tmp}/kg-k8s.XXXXXX")
 export KG_K8S_DIR=$dir
@@ -70,7 +75,7 @@ trap 'exit 130' INT TERM
 client() { "$cluster" exec "$dir" "$@"; }
 
 if ! "$cluster" up "$dir" >&2; then
-	fail "cluster.sh up $dir failed (see above and $dir/logs)"
+	fail "cluster.sh up failed (its reason is above; KG_K8S_KEEP=1 keeps $dir and its logs)"
 fi
 
 # The test objects: what packaging/k8s ships if it is there, else the same shape written here.
