@@ -270,6 +270,8 @@ static int ac_transport_error(const struct agent_endpoint *ep, struct ac_xfer *x
 	case CURLE_RECV_ERROR:
 	case CURLE_GOT_NOTHING:
 	case CURLE_PARTIAL_FILE:
+	case CURLE_HTTP2:        /* through the API server's pod proxy (HTTP/2), the pod's end */
+	case CURLE_HTTP2_STREAM: /* shows as a stream reset */
 		snprintf(err, errlen, "%s (%s)", ac_died, what);
 		return -EPIPE;
 	case CURLE_OUT_OF_MEMORY:

@@ -37,7 +37,7 @@ const MANIFESTS = ['sandbox-template.yaml', 'warm-pool.yaml', 'server.yaml', 'rb
 function kubectl(args, { input, namespace } = {}) {
 	const ns = namespace ? ['-n', namespace] : [];
 	return new Promise((resolve) => {
-		const child = execFile(KUBECTL, ['--request-timeout=60s', ...ns, ...args],
+		const child = execFile(KUBECTL, [...ns, ...args],
 			{ maxBuffer: 64 << 20, timeout: 150_000 }, (err, stdout, stderr) => {
 				const code = err ? (typeof err.code === 'number' ? err.code : -1) : 0;
 				resolve({ code, stdout, stderr: err && code === -1 ? `${stderr}${err.message}` : stderr });

@@ -9,8 +9,9 @@
  * the parent decodes them with ipc_decode and asserts. The parent never opens an nng socket,
  * so every child starts with nng untouched.
  *
- * Tests named test_bug_* show defects found while writing these tests. They are skipped unless
- * KG_TEST_KNOWN_BUGS=1 is set, and fail until master/kubecfg.c is fixed; then drop the skip.
+ * Tests named test_bug_* show defects found while writing these tests. They run only with
+ * KG_TEST_KNOWN_BUGS=1 (cmocka reports a skipped test as "not ok" in TAP, which would fail
+ * tests/run.sh) and fail until master/kubecfg.c is fixed; then move each into the main list.
  * No server named here is ever contacted: kubecfg only stores the URL.
  */
 #include <errno.h>
@@ -1131,18 +1132,11 @@ static void test_in_cluster(void **st)
 
 /* ---- defects (see the file's opening comment) ---- */
 
-static void known_bug(void)
-{
-	if (!getenv("KG_TEST_KNOWN_BUGS") || strcmp(getenv("KG_TEST_KNOWN_BUGS"), "1") != 0)
-		skip();
-}
-
 /* A -data field made only of '=' (or with more '=' than data) decodes to a negative length:
  * kc_b64 writes out[-n/4] and reports a length of SIZE_MAX; the answer then crashes. */
 static void test_bug_base64_all_padding(void **st)
 {
 	(void)st;
-	known_bug();
 	struct serve_config c = kcfg();
 	c.kubeconfig = write_file("bug-b64/config",
 				  "clusters:\n- name: c\n  cluster:\n    server: https://h.test\n"
@@ -1160,7 +1154,6 @@ static void test_bug_base64_all_padding(void **st)
 static void test_bug_provide_cluster_info(void **st)
 {
 	(void)st;
-	known_bug();
 	write_file("bug-pci/plugin.sh", plugin_ok, 0700);
 	struct serve_config c = kcfg();
 	c.kubeconfig = plugin_config("bug-pci/config", "./plugin.sh",
@@ -1188,7 +1181,6 @@ static void test_bug_provide_cluster_info(void **st)
 static void test_bug_reload(void **st)
 {
 	(void)st;
-	known_bug();
 	write_file("bug-reload/plugin.sh", plugin_ok, 0700);
 	struct serve_config c[2] = { kcfg(), kcfg() };
 	c[0].kubeconfig = plugin_config("bug-reload/config", "./plugin.sh", "");
@@ -1211,7 +1203,6 @@ static void test_bug_reload(void **st)
 static void test_bug_merged_relative_path(void **st)
 {
 	(void)st;
-	known_bug();
 	write_file("bug-merge/b/ca.pem", CA_PEM, 0600);
 	char a[PATH_MAX], b[PATH_MAX];
 	snprintf(a, sizeof(a), "%s",
@@ -1239,7 +1230,6 @@ static void test_bug_merged_relative_path(void **st)
 static void test_bug_collection_anchor(void **st)
 {
 	(void)st;
-	known_bug();
 	assert_yaml_refused("a: &x {b: c}\n", "YAML anchors are not supported");
 	assert_yaml_refused("a: &x [b]\n", "YAML anchors are not supported");
 }
@@ -1269,11 +1259,21 @@ int main(void)
 		cmocka_unit_test(test_exec_plugin_fails),
 		cmocka_unit_test(test_kubeconfig_env_list),
 		cmocka_unit_test(test_in_cluster),
+	};
+	const struct CMUnitTest known_bugs[] = {
 		cmocka_unit_test(test_bug_base64_all_padding),
 		cmocka_unit_test(test_bug_provide_cluster_info),
 		cmocka_unit_test(test_bug_reload),
 		cmocka_unit_test(test_bug_merged_relative_path),
 		cmocka_unit_test(test_bug_collection_anchor),
 	};
-	return cmocka_run_group_tests(tests, group_setup, group_teardown);
+	int failed = cmocka_run_group_tests(tests, group_setup, group_teardown);
+	const char *kb = getenv("KG_TEST_KNOWN_BUGS");
+	if (kb && strcmp(kb, "1") == 0)
+		failed += cmocka_run_group_tests_name("known bugs", known_bugs, group_setup,
+						      group_teardown);
+	else
+		printf("# %zu tests of known bugs in master/kubecfg.c not run (KG_TEST_KNOWN_BUGS=1 "
+		       "runs them)\n", sizeof(known_bugs) / sizeof(known_bugs[0]));
+	return failed;
 }
