@@ -34,8 +34,9 @@
  *                           cpu_sys_ms:uint max_rss_kb:uint bytes_in:uint bytes_out:uint
  *                                                                 one finished tool call, for
  *                                                                 metrics and accounting
- *   REQ_KUBE          w->m  (empty)                               the Kubernetes API server and
- *                                                                 current credentials, please
+ *   REQ_KUBE          w->m  refresh:bool                          the Kubernetes API server and
+ *                                                                 current credentials, please;
+ *                                                                 refresh: the last were refused
  *   ANS_KUBE          m->w  ok:bool error:str server:str ca:bin cert:bin key:bin token:str
  *                           insecure:bool sni:str namespace:str in_cluster:bool expires:uint
  *                                                                 from the kubeconfig (or the
@@ -100,6 +101,7 @@ struct ipc_shutdown { struct ipc_bytes reason; };
 struct ipc_sandbox_note { struct ipc_bytes name, status; };
 struct ipc_assign { struct ipc_bytes session, user; };
 struct ipc_quota_ans { bool ok; struct ipc_bytes error; };
+struct ipc_kube_req { bool refresh; };
 struct ipc_kube_ans {
 	bool ok, insecure, in_cluster;
 	struct ipc_bytes error, server, ca, cert, key, token, sni, namespace;
@@ -129,6 +131,7 @@ struct ipc_msg {
 		struct ipc_assign assign;
 		struct ipc_quota_ans quota_ans;
 		struct ipc_call call;
+		struct ipc_kube_req kube_req;
 		struct ipc_kube_ans kube_ans;
 	} u;
 	msgpack_unpacked unp; /* the decoded tree; its strings point into raw */
@@ -169,7 +172,7 @@ int ipc_pack_note_sandbox(struct ipc_buf *b, uint32_t seq, const char *name, con
 int ipc_pack_note_assign(struct ipc_buf *b, uint32_t seq, const char *session, const char *user);
 int ipc_pack_req_quota(struct ipc_buf *b, uint32_t seq);
 int ipc_pack_ans_quota(struct ipc_buf *b, uint32_t seq, bool ok, const char *error);
-int ipc_pack_req_kube(struct ipc_buf *b, uint32_t seq);
+int ipc_pack_req_kube(struct ipc_buf *b, uint32_t seq, bool refresh);
 /* ipc_pack_ans_kube - a's byte ranges point at the caller's strings and PEM data */
 int ipc_pack_ans_kube(struct ipc_buf *b, uint32_t seq, const struct ipc_kube_ans *a);
 int ipc_pack_note_call(struct ipc_buf *b, uint32_t seq, const struct ipc_call *c, const char *tool,

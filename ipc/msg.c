@@ -231,6 +231,12 @@ static int dec_note_call(const msgpack_object_map *m, struct ipc_msg *o)
 	return r;
 }
 
+/* dec_req_kube - REQ_KUBE: the Kubernetes access, fresh if the last credential was refused */
+static int dec_req_kube(const msgpack_object_map *m, struct ipc_msg *o)
+{
+	return DECODE(m, { "refresh", F_BOOL, &o->u.kube_req.refresh });
+}
+
 /* dec_ans_kube - ANS_KUBE: the API server and credentials, or why there are none */
 static int dec_ans_kube(const msgpack_object_map *m, struct ipc_msg *o)
 {
@@ -266,7 +272,7 @@ static const ipc_decoder ipc_decoders[IPC_TYPE_MAX] = {
 	[IPC_REQ_QUOTA] = dec_req_quota,
 	[IPC_ANS_QUOTA] = dec_ans_quota,
 	[IPC_NOTE_CALL] = dec_note_call,
-	[IPC_REQ_KUBE] = dec_req_quota, /* empty, like REQ_QUOTA */
+	[IPC_REQ_KUBE] = dec_req_kube,
 	[IPC_ANS_KUBE] = dec_ans_kube,
 };
 
@@ -534,9 +540,10 @@ int ipc_pack_note_call(struct ipc_buf *b, uint32_t seq, const struct ipc_call *c
 	return pack_end(b);
 }
 
-int ipc_pack_req_kube(struct ipc_buf *b, uint32_t seq)
+int ipc_pack_req_kube(struct ipc_buf *b, uint32_t seq, bool refresh)
 {
-	pack_begin(b, IPC_REQ_KUBE, seq, 0);
+	msgpack_packer pk = pack_begin(b, IPC_REQ_KUBE, seq, 1);
+	pack_bool(&pk, "refresh", refresh);
 	return pack_end(b);
 }
 

@@ -94,6 +94,10 @@ static json_t *yj_node(yaml_parser_t *p, yaml_event_t *ev, int depth, char *err,
 		snprintf(err, errlen, "YAML aliases are not supported");
 		return NULL;
 	case YAML_SEQUENCE_START_EVENT:
+		if (ev->data.sequence_start.anchor) {
+			snprintf(err, errlen, "YAML anchors are not supported");
+			return NULL;
+		}
 		out = json_array();
 		for (;;) {
 			if (yj_next(p, &e, err, errlen) != 0)
@@ -109,6 +113,10 @@ static json_t *yj_node(yaml_parser_t *p, yaml_event_t *ev, int depth, char *err,
 			json_array_append_new(out, v);
 		}
 	case YAML_MAPPING_START_EVENT:
+		if (ev->data.mapping_start.anchor) {
+			snprintf(err, errlen, "YAML anchors are not supported");
+			return NULL;
+		}
 		out = json_object();
 		for (;;) {
 			if (yj_next(p, &e, err, errlen) != 0)
@@ -215,30 +223,51 @@ static char *kc_read(const char *path, size_t *len, char *err, size_t errlen)
 	return buf;
 }
 
-/* kc_b64 - decode base64 data fields (whitespace allowed) */
+/* kc_b64 - decode a base64 data field (whitespace allowed; padding only at the end, at most
+ * two '=', and optional); NULL if it is not base64 */
 static char *kc_b64(const char *in, size_t *len)
 {
 	size_t n = strlen(in);
 	char *clean = malloc(n + 4), *out = malloc(n + 4);
 	if (!clean || !out)
 		abort();
-	size_t m = 0;
-	for (size_t i = 0; i < n; i++)
-		if (in[i] > ' ')
-			clean[m++] = in[i];
-	while (m % 4)
-		clean[m++] = '=';
-	int k = m ? EVP_DecodeBlock((unsigned char *)out, (unsigned char *)clean, (int)m) : 0;
-	if (k < 0) {
+	size_t m = 0, pad = 0;
+	bool bad = false;
+	for (size_t i = 0; i < n; i++) {
+		if (in[i] <= ' ')
+			continue;
+		if (in[i] == '=')
+			pad++;
+		else if (pad)
+			bad = true; /* data after padding */
+		clean[m++] = in[i];
+	}
+	m -= pad;
+	if (bad || pad > 2 || m % 4 == 1) {
 		free(clean), free(out);
 		return NULL;
 	}
-	for (size_t i = m; i > 0 && clean[i - 1] == '='; i--)
-		k--;
+	size_t data = m;
+	while (m % 4)
+		clean[m++] = '=';
+	int k = m ? EVP_DecodeBlock((unsigned char *)out, (unsigned char *)clean, (int)m) : 0;
 	free(clean);
+	if (k < 0) {
+		free(out);
+		return NULL;
+	}
+	/* EVP_DecodeBlock counts the padding's zero bytes: the real length follows from the data */
+	k = (int)(data / 4 * 3 + (data % 4 == 2 ? 1 : data % 4 == 3 ? 2 : 0));
 	out[k] = '\0';
 	*len = (size_t)k;
 	return out;
+}
+
+/* kc_true - a kubeconfig boolean (the YAML reader gives strings) */
+static bool kc_true(json_t *v)
+{
+	const char *s = json_string_value(v);
+	return json_is_true(v) || (s && strcmp(s, "true") == 0);
 }
 
 /* kc_path - a kubeconfig's relative paths are relative to the file that names them */
@@ -327,7 +356,7 @@ static time_t kc_parse_time(const char *s)
 static char *kc_exec_info(const char *api)
 {
 	json_t *spec = json_pack("{s:b}", "interactive", 0);
-	if (json_is_true(json_object_get(kc.exec, "provideClusterInfo"))) {
+	if (kc_true(json_object_get(kc.exec, "provideClusterInfo"))) {
 		json_t *cl = json_pack("{s:s, s:b}", "server", kc.server, "insecure-skip-tls-verify",
 				       kc.insecure);
 		if (kc.ca) {
@@ -592,6 +621,72 @@ static int kc_in_cluster(const struct serve_config *cfg, char *err, size_t errle
 	return 0;
 }
 
+/* kc_absolutize - a file's relative paths are relative to that file (kubectl's rule): make
+ * them absolute before the files are merged */
+static void kc_absolutize(json_t *doc, const char *file)
+{
+	char dir[PATH_MAX];
+	if ((size_t)snprintf(dir, sizeof(dir), "%s", file) >= sizeof(dir))
+		return; /* unreadable anyway */
+	char *slash = strrchr(dir, '/');
+	if (slash)
+		*slash = '\0';
+	else if (!getcwd(dir, sizeof(dir)))
+		snprintf(dir, sizeof(dir), ".");
+	static const struct {
+		const char *list, *inner, *key;
+	} fields[] = {
+		{ "clusters", "cluster", "certificate-authority" },
+		{ "users", "user", "client-certificate" },
+		{ "users", "user", "client-key" },
+		{ "users", "user", "tokenFile" },
+	};
+	for (size_t f = 0; f < sizeof(fields) / sizeof(fields[0]); f++) {
+		size_t i;
+		json_t *e;
+		json_array_foreach(json_object_get(doc, fields[f].list), i, e) {
+			json_t *obj = json_object_get(e, fields[f].inner);
+			json_t *exec = f == 1 ? json_object_get(obj, "exec") : NULL;
+			const char *cmd = json_string_value(json_object_get(exec, "command"));
+			/* an exec command with a slash is a path too; a bare name is looked up in PATH */
+			if (cmd && cmd[0] != '/' && strchr(cmd, '/')) {
+				char abs[PATH_MAX * 2];
+				snprintf(abs, sizeof(abs), "%s/%s", dir, cmd);
+				json_object_set_new(exec, "command", json_string(abs));
+			}
+			const char *v = json_string_value(json_object_get(obj, fields[f].key));
+			if (v && *v && v[0] != '/') {
+				char abs[PATH_MAX * 2];
+				snprintf(abs, sizeof(abs), "%s/%s", dir, v);
+				json_object_set_new(obj, fields[f].key, json_string(abs));
+			}
+		}
+	}
+}
+
+/* kc_reset - forget a previous load */
+static void kc_reset(void)
+{
+	if (kc.token)
+		OPENSSL_cleanse(kc.token, strlen(kc.token));
+	if (kc.key)
+		OPENSSL_cleanse(kc.key, kc.key_len);
+	if (kc.x_token)
+		OPENSSL_cleanse(kc.x_token, strlen(kc.x_token));
+	if (kc.x_key)
+		OPENSSL_cleanse(kc.x_key, strlen(kc.x_key));
+	free(kc.ca), free(kc.cert), free(kc.key), free(kc.token);
+	free(kc.x_token), free(kc.x_cert), free(kc.x_key);
+	json_decref(kc.exec);
+	kc.ca = kc.cert = kc.key = kc.token = kc.x_token = kc.x_cert = kc.x_key = NULL;
+	kc.exec = NULL;
+	kc.ca_len = kc.cert_len = kc.key_len = 0;
+	kc.x_expires = kc.x_at = 0;
+	kc.loaded = kc.insecure = kc.in_cluster = false;
+	kc.context[0] = kc.server[0] = kc.ns[0] = kc.dir[0] = kc.describe[0] = '\0';
+	kc.token_file[0] = '\0';
+}
+
 /* kc_files - the kubeconfig files to merge, in order; 0 none found */
 static int kc_files(const struct serve_config *cfg, json_t *files, char *err, size_t errlen)
 {
@@ -605,7 +700,9 @@ static int kc_files(const struct serve_config *cfg, json_t *files, char *err, si
 	else
 		snprintf(list, sizeof(list), "%s/.kube/config", home ? home : "/");
 	char *save = NULL;
-	for (char *p = strtok_r(list, ":", &save); p; p = strtok_r(NULL, ":", &save)) {
+	/* --kubeconfig is one path; $KUBECONFIG a list */
+	for (char *p = explicit_one ? list : strtok_r(list, ":", &save); p;
+	     p = explicit_one ? NULL : strtok_r(NULL, ":", &save)) {
 		char ferr[512];
 		size_t n;
 		if (!explicit_one && access(p, F_OK) != 0)
@@ -623,16 +720,7 @@ static int kc_files(const struct serve_config *cfg, json_t *files, char *err, si
 			json_decref(doc);
 			return -1;
 		}
-		if (json_array_size(files) == 0) {
-			/* relative paths: kubectl resolves them against the file that names them;
-			 * we use the first file's directory for all */
-			snprintf(kc.dir, sizeof(kc.dir), "%s", p);
-			char *slash = strrchr(kc.dir, '/');
-			if (slash)
-				*slash = '\0';
-			else
-				snprintf(kc.dir, sizeof(kc.dir), ".");
-		}
+		kc_absolutize(doc, p);
 		json_array_append_new(files, doc);
 	}
 	return (int)json_array_size(files);
@@ -641,11 +729,19 @@ static int kc_files(const struct serve_config *cfg, json_t *files, char *err, si
 int kubecfg_load(const struct serve_config *cfg, char *err, size_t errlen)
 {
 	pthread_mutex_lock(&kc.mu);
+	kc_reset();
 	json_t *files = json_array();
 	int r = kc_files(cfg, files, err, errlen);
-	if (r == 0 && getenv("KUBERNETES_SERVICE_HOST") && !cfg->kube_context) {
+	const char *host = getenv("KUBERNETES_SERVICE_HOST");
+	if (r == 0 && host && *host && !cfg->kube_context) {
 		r = kc_in_cluster(cfg, err, errlen);
 		goto out;
+	}
+	if (r == 0 && host && *host) {
+		snprintf(err, errlen, "--context %s names a kubeconfig context, but there is no "
+			 "kubeconfig (--kubeconfig, $KUBECONFIG or ~/.kube/config); in a cluster, leave "
+			 "--context out to use the pod's service account", cfg->kube_context);
+		r = -1;
 	}
 	if (r == 0) {
 		snprintf(err, errlen, "no Kubernetes access: no kubeconfig (--kubeconfig, $KUBECONFIG "
@@ -696,8 +792,7 @@ int kubecfg_load(const struct serve_config *cfg, char *err, size_t errlen)
 	size_t sl = strlen(kc.server);
 	while (sl && kc.server[sl - 1] == '/')
 		kc.server[--sl] = '\0';
-	const char *ins = json_string_value(json_object_get(cl, "insecure-skip-tls-verify"));
-	kc.insecure = ins && strcmp(ins, "true") == 0;
+	kc.insecure = kc_true(json_object_get(cl, "insecure-skip-tls-verify"));
 	char perr[512];
 	if (kc_pem(cl, "certificate-authority-data", "certificate-authority", &kc.ca, &kc.ca_len,
 		   perr, sizeof(perr)) != 0) {
@@ -766,7 +861,7 @@ const char *kubecfg_describe(void)
 	return kc.describe;
 }
 
-void kubecfg_answer(struct worker *w, uint32_t seq)
+void kubecfg_answer(struct worker *w, uint32_t seq, bool refresh)
 {
 	struct ipc_kube_ans a = { 0 };
 	char err[600] = "";
@@ -774,9 +869,8 @@ void kubecfg_answer(struct worker *w, uint32_t seq)
 	pthread_mutex_lock(&kc.mu);
 	if (!kc.loaded) {
 		snprintf(err, sizeof(err), "this server was not started with --backend kubernetes");
-	} else if (kc.exec && (!kc.x_at || time(NULL) - kc.x_at > 30 ||
+	} else if (kc.exec && (!kc.x_at || (refresh && time(NULL) - kc.x_at > 10) ||
 			       (kc.x_expires && time(NULL) + 90 >= kc.x_expires))) {
-		/* a worker asks again when the last one expired or was refused */
 		if (kc_exec_refresh(err, sizeof(err)) != 0)
 			log_warn("kubernetes: %s", err);
 	}

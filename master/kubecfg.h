@@ -13,6 +13,7 @@
 #define KG_MASTER_KUBECFG_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -23,9 +24,10 @@ struct worker;
  * first credential; 0, or -1 with a sentence in err. Call once before workers start. */
 int kubecfg_load(const struct serve_config *cfg, char *err, size_t errlen);
 
-/* kubecfg_answer - a worker's REQ_KUBE: send ANS_KUBE with the current credential (running
- * the exec plugin again if the cached one expired) */
-void kubecfg_answer(struct worker *w, uint32_t seq);
+/* kubecfg_answer - a worker's REQ_KUBE: send ANS_KUBE with the current credential, running
+ * the exec plugin again if the cached one expires within 90 s, or if the worker says the API
+ * server refused it (refresh) and the last run is over 10 s old */
+void kubecfg_answer(struct worker *w, uint32_t seq, bool refresh);
 
 /* kubecfg_describe - "context NAME, server URL, namespace NS" for logs */
 const char *kubecfg_describe(void);

@@ -439,7 +439,7 @@ static void from_worker(int i, struct ipc_msg *m)
 		quota_answer(i, m->seq);
 		return;
 	case IPC_REQ_KUBE:
-		kubecfg_answer(&s->w, m->seq);
+		kubecfg_answer(&s->w, m->seq, m->u.kube_req.refresh);
 		return;
 	case IPC_NOTE_CALL:
 		note_call(i, &m->u.call);

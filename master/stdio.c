@@ -297,7 +297,7 @@ static void relay_from_worker(struct relay *r, struct ipc_msg *m)
 	case IPC_NOTE_CALL:
 		return;
 	case IPC_REQ_KUBE:
-		kubecfg_answer(&r->w, m->seq);
+		kubecfg_answer(&r->w, m->seq, m->u.kube_req.refresh);
 		return;
 	default:
 		relay_kill_worker(r, "sent a message a worker may not send");

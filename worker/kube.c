@@ -101,8 +101,9 @@ unsigned kube_pending_seq(void)
 	return seq;
 }
 
-/* kube_fetch - ask the master for (fresh) credentials and wait; under k->mu */
-static int kube_fetch(struct kube_api *k, char *err, size_t errlen)
+/* kube_fetch - ask the master for credentials (refresh: the last were refused) and wait;
+ * under k->mu */
+static int kube_fetch(struct kube_api *k, bool refresh, char *err, size_t errlen)
 {
 	if (!kube_seq) {
 		kube_seq = session_next_seq(k->s);
@@ -110,7 +111,7 @@ static int kube_fetch(struct kube_api *k, char *err, size_t errlen)
 			kube_seq = session_next_seq(k->s);
 		kube_answered = false;
 		struct ipc_buf b;
-		if (ipc_pack_req_kube(&b, kube_seq) != 0 || session_send(k->s, &b) != 0) {
+		if (ipc_pack_req_kube(&b, kube_seq, refresh) != 0 || session_send(k->s, &b) != 0) {
 			kube_seq = 0;
 			snprintf(err, errlen, "cannot ask the server for Kubernetes credentials");
 			return -EIO;
@@ -140,7 +141,7 @@ struct kube_api *kube_api_get(struct session *s, char *err, size_t errlen)
 	int r = 0;
 	/* an exec plugin's credential expires: fetch a new one a minute ahead */
 	if (!k->have || (k->expires && time(NULL) + 60 >= k->expires))
-		r = kube_fetch(k, err, errlen);
+		r = kube_fetch(k, false, err, errlen);
 	pthread_mutex_unlock(&k->mu);
 	return r == 0 ? k : NULL;
 }
@@ -157,7 +158,7 @@ struct kube_api *kube_api_cached(void)
 static int kube_refresh(struct kube_api *k, char *err, size_t errlen)
 {
 	pthread_mutex_lock(&k->mu);
-	int r = kube_fetch(k, err, errlen);
+	int r = kube_fetch(k, true, err, errlen);
 	pthread_mutex_unlock(&k->mu);
 	return r;
 }
