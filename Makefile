@@ -83,6 +83,9 @@ bench: all runtime
 	@mkdir -p $(BUILD)
 	@$(CC) $(CFLAGS_BASE) $(CFLAGS) $(LDFLAGS) -o $(BUILD)/mcpbench bench/mcpbench.c -ljansson -lm
 	@BUILD=$(BUILD) RUNTIME_DIR=$(RUNTIME_DIR) bench/run.sh $(BENCH_ARGS)
+.PHONY: bench-k8s
+bench-k8s: all runtime
+	@BUILD=$(BUILD) RUNTIME_DIR=$(RUNTIME_DIR) bench/run.sh --only k8s $(BENCH_ARGS)
 
 demo: deps runtime all
 	@./demo.sh

@@ -3,13 +3,15 @@
 #
 # Called by the root Makefile's bench target (which has already built build/mcpbench), or by
 # hand: bench/run.sh [--quick] [--only ping|rss|calls|sandbox|http|http-throughput|http-rss|
-# http-open] [--sessions N] [mcpbench options...].  Two tables: mcpbench's (one session over
-# stdio, tool calls, the local sandbox), then httpbench's (the shared server, `serve --http`,
-# against the TypeScript SDK's reference server); --only picks a section of one of them.
-# $HTTPBENCH_ARGS goes to httpbench (bench/httpbench.mjs --help).  Build output and progress go
-# to stderr, so stdout is the tables alone.  The exit status is non-zero only when a benchmark
-# could not run (or a figure could not be measured); a missed aim is a line in a table, never a
-# failure.  See bench/README.md.
+# http-open|k8s|k8s-latency|k8s-throughput] [--sessions N] [mcpbench options...].  Two tables:
+# mcpbench's (one session over stdio, tool calls, the local sandbox), then httpbench's (the shared
+# server, `serve --http`, against the TypeScript SDK's reference server); --only picks a section
+# of one of them.  A third, k8sbench's (the Kubernetes backend on the test cluster of tests/k8s),
+# runs only when asked for with --only k8s* (`make bench-k8s`): it starts a cluster.
+# $HTTPBENCH_ARGS goes to httpbench (bench/httpbench.mjs --help), $K8SBENCH_ARGS to k8sbench.
+# Build output and progress go to stderr, so stdout is the tables alone.  The exit status is
+# non-zero only when a benchmark could not run (or a figure could not be measured); a missed aim
+# is a line in a table, never a failure.  See bench/README.md.
 set -eu
 
 cd "$(dirname "$0")/.."
@@ -37,9 +39,9 @@ if [ ! -f "$RUNTIME_DIR/stamp" ]; then
 		"the tool-call figures will fail" >&2
 fi
 
-# which tables: --only http* is httpbench's alone, any other --only mcpbench's alone; the rest
-# of the arguments are mcpbench's, but --quick goes to both
-run_mc=yes run_http=yes quick= only_http=
+# which tables: --only http* is httpbench's alone, --only k8s* k8sbench's alone, any other
+# --only mcpbench's alone; the rest of the arguments are mcpbench's, but --quick goes to all
+run_mc=yes run_http=yes run_k8s=no quick= only_http= only_k8s=
 n=$#
 while [ "$n" -gt 0 ]; do
 	a=$1
@@ -54,6 +56,8 @@ while [ "$n" -gt 0 ]; do
 		case $sec in
 		http) run_mc=no ;;
 		http-throughput | http-rss | http-open) run_mc=no only_http=${sec#http-} ;;
+		k8s) run_mc=no run_http=no run_k8s=yes ;;
+		k8s-latency | k8s-throughput) run_mc=no run_http=no run_k8s=yes only_k8s=${sec#k8s-} ;;
 		*) run_http=no; set -- "$@" --only "$sec" ;;
 		esac
 		;;
@@ -67,21 +71,31 @@ if [ $run_mc = yes ]; then
 	"$BUILD/mcpbench" "$@" "${KODE_GOPHER_BIN:-$BUILD/kode-gopher}" || status=$?
 fi
 
-if [ $run_http = yes ]; then
-	# httpbench's npm packages: the reference server it is compared with, and undici
+if [ $run_http = yes ] || [ $run_k8s = yes ]; then
+	# httpbench's and k8sbench's npm packages: the reference server, and undici
 	if [ ! -d bench/node_modules ] || [ bench/package.json -nt bench/node_modules ]; then
 		echo "bench: npm install in bench" >&2
 		if (cd bench && npm install --no-audit --no-fund --loglevel=error >&2); then
 			touch bench/node_modules
 		else
-			echo "bench: npm install in bench/ failed: the shared-server table needs it" >&2
+			echo "bench: npm install in bench/ failed: the shared-server and Kubernetes tables need it" >&2
 			exit 1
 		fi
 	fi
+fi
+
+if [ $run_http = yes ]; then
 	[ $run_mc = yes ] && echo
 	# shellcheck disable=SC2086 # HTTPBENCH_ARGS is a list of options
 	node bench/httpbench.mjs $quick ${only_http:+--only "$only_http"} \
 		--bin "${KODE_GOPHER_BIN:-$BUILD/kode-gopher}" --runtime-dir "$RUNTIME_DIR" \
 		${HTTPBENCH_ARGS:-} || status=$?
+fi
+
+if [ $run_k8s = yes ]; then
+	# shellcheck disable=SC2086 # K8SBENCH_ARGS is a list of options
+	node bench/k8sbench.mjs $quick ${only_k8s:+--only "$only_k8s"} \
+		--bin "${KODE_GOPHER_BIN:-$BUILD/kode-gopher}" --runtime-dir "$RUNTIME_DIR" \
+		${K8SBENCH_ARGS:-} || status=$?
 fi
 exit $status

@@ -43,6 +43,11 @@
  *                                                                 pod's service account), an
  *                                                                 exec plugin's output included;
  *                                                                 expires = unix seconds, 0 never
+ *   NOTE_CLAIM        w->m  name:str keep:bool                    the worker holds this
+ *                                                                 SandboxClaim ("" = none any
+ *                                                                 more): the master deletes it
+ *                                                                 if the worker dies holding it
+ *                                                                 and keep is false
  */
 #ifndef KG_IPC_H
 #define KG_IPC_H
@@ -78,6 +83,7 @@ enum ipc_type {
 	IPC_NOTE_CALL,
 	IPC_REQ_KUBE,
 	IPC_ANS_KUBE,
+	IPC_NOTE_CLAIM,
 	IPC_TYPE_MAX
 };
 
@@ -102,6 +108,7 @@ struct ipc_sandbox_note { struct ipc_bytes name, status; };
 struct ipc_assign { struct ipc_bytes session, user; };
 struct ipc_quota_ans { bool ok; struct ipc_bytes error; };
 struct ipc_kube_req { bool refresh; };
+struct ipc_claim_note { struct ipc_bytes name; bool keep; };
 struct ipc_kube_ans {
 	bool ok, insecure, in_cluster;
 	struct ipc_bytes error, server, ca, cert, key, token, sni, namespace;
@@ -133,6 +140,7 @@ struct ipc_msg {
 		struct ipc_call call;
 		struct ipc_kube_req kube_req;
 		struct ipc_kube_ans kube_ans;
+		struct ipc_claim_note claim_note;
 	} u;
 	msgpack_unpacked unp; /* the decoded tree; its strings point into raw */
 	char *raw;            /* our copy of the message bytes */
@@ -175,6 +183,7 @@ int ipc_pack_ans_quota(struct ipc_buf *b, uint32_t seq, bool ok, const char *err
 int ipc_pack_req_kube(struct ipc_buf *b, uint32_t seq, bool refresh);
 /* ipc_pack_ans_kube - a's byte ranges point at the caller's strings and PEM data */
 int ipc_pack_ans_kube(struct ipc_buf *b, uint32_t seq, const struct ipc_kube_ans *a);
+int ipc_pack_note_claim(struct ipc_buf *b, uint32_t seq, const char *name, bool keep);
 int ipc_pack_note_call(struct ipc_buf *b, uint32_t seq, const struct ipc_call *c, const char *tool,
 		       const char *kind);
 

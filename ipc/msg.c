@@ -30,6 +30,7 @@ static const char *const ipc_names[IPC_TYPE_MAX] = {
 	[IPC_NOTE_CALL] = "NOTE_CALL",
 	[IPC_REQ_KUBE] = "REQ_KUBE",
 	[IPC_ANS_KUBE] = "ANS_KUBE",
+	[IPC_NOTE_CLAIM] = "NOTE_CLAIM",
 };
 
 /* ipc_type_name - printable name of a message type, for logs */
@@ -253,6 +254,16 @@ static int dec_ans_kube(const msgpack_object_map *m, struct ipc_msg *o)
 	return r;
 }
 
+/* dec_note_claim - NOTE_CLAIM: the SandboxClaim the worker holds now */
+static int dec_note_claim(const msgpack_object_map *m, struct ipc_msg *o)
+{
+	int r = DECODE(m, { "name", F_STR, &o->u.claim_note.name },
+		       { "keep", F_BOOL, &o->u.claim_note.keep });
+	if (r == 0 && o->u.claim_note.name.len > 253)
+		r = -EPROTO;
+	return r;
+}
+
 typedef int (*ipc_decoder)(const msgpack_object_map *, struct ipc_msg *);
 
 static const ipc_decoder ipc_decoders[IPC_TYPE_MAX] = {
@@ -274,6 +285,7 @@ static const ipc_decoder ipc_decoders[IPC_TYPE_MAX] = {
 	[IPC_NOTE_CALL] = dec_note_call,
 	[IPC_REQ_KUBE] = dec_req_kube,
 	[IPC_ANS_KUBE] = dec_ans_kube,
+	[IPC_NOTE_CLAIM] = dec_note_claim,
 };
 
 /* ipc_decode - check the envelope, then hand the body to its type's decoder */
@@ -562,5 +574,13 @@ int ipc_pack_ans_kube(struct ipc_buf *b, uint32_t seq, const struct ipc_kube_ans
 	pack_bin_str(&pk, "namespace", a->namespace);
 	pack_bool(&pk, "in_cluster", a->in_cluster);
 	pack_uint(&pk, "expires", a->expires);
+	return pack_end(b);
+}
+
+int ipc_pack_note_claim(struct ipc_buf *b, uint32_t seq, const char *name, bool keep)
+{
+	msgpack_packer pk = pack_begin(b, IPC_NOTE_CLAIM, seq, 2);
+	pack_str(&pk, "name", name);
+	pack_bool(&pk, "keep", keep);
 	return pack_end(b);
 }

@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <yaml.h>
+#include <curl/curl.h>
 
 #include "ipc/fsutil.h"
 #include "ipc/ipc.h"
@@ -905,4 +906,124 @@ void kubecfg_answer(struct worker *w, uint32_t seq, bool refresh)
 	}
 	if (r == 0)
 		spawn_send(w, &b); /* takes b */
+}
+
+/* ---- claims left behind by workers that died ---- */
+
+void kubecfg_note_claim(struct worker *w, const struct ipc_claim_note *n)
+{
+	ipc_bytes_str(n->name, w->claim, sizeof(w->claim));
+	w->claim_keep = n->keep;
+}
+
+struct kc_orphan {
+	char name[254];
+};
+
+/* kc_delete_main - DELETE one claim with the master's own credential; a thread of its own */
+static void *kc_delete_main(void *arg)
+{
+	struct kc_orphan *o = arg;
+	char url[3000], cerr[CURL_ERROR_SIZE] = "";
+	struct curl_slist *hdr = curl_slist_append(NULL, "Content-Type: application/json");
+	CURL *h = curl_easy_init();
+	pthread_mutex_lock(&kc.mu);
+	snprintf(url, sizeof(url),
+		 "%s/apis/extensions.agents.x-k8s.io/v1beta1/namespaces/%s/sandboxclaims/%s",
+		 kc.server, kc.ns, o->name);
+	const char *tok = kc.x_token ? kc.x_token : kc.token;
+	char *ftok = !tok && kc.token_file[0] ? kc_read(kc.token_file, NULL, cerr, sizeof(cerr)) : NULL;
+	if (ftok) {
+		ftok[strcspn(ftok, "\r\n")] = '\0';
+		tok = ftok;
+	}
+	if (h && tok) {
+		size_t n = strlen(tok) + 32;
+		char *line = malloc(n);
+		if (line) {
+			snprintf(line, n, "Authorization: Bearer %s", tok);
+			hdr = curl_slist_append(hdr, line);
+			OPENSSL_cleanse(line, n);
+			free(line);
+		}
+	}
+	const char *cert = kc.x_cert ? kc.x_cert : kc.cert, *key = kc.x_cert ? kc.x_key : kc.key;
+	if (h && kc.ca) {
+		struct curl_blob b = { kc.ca, kc.ca_len, CURL_BLOB_COPY };
+		curl_easy_setopt(h, CURLOPT_CAINFO_BLOB, &b);
+	}
+	if (h && cert && key) {
+		struct curl_blob c = { (void *)cert, strlen(cert), CURL_BLOB_COPY };
+		struct curl_blob k = { (void *)key, strlen(key), CURL_BLOB_COPY };
+		if (!kc.x_cert) {
+			c.len = kc.cert_len;
+			k.len = kc.key_len;
+		}
+		curl_easy_setopt(h, CURLOPT_SSLCERT_BLOB, &c);
+		curl_easy_setopt(h, CURLOPT_SSLKEY_BLOB, &k);
+	}
+	if (h && kc.insecure) {
+		curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 0L);
+		curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 0L);
+	}
+	pthread_mutex_unlock(&kc.mu);
+	if (ftok) {
+		OPENSSL_cleanse(ftok, strlen(ftok));
+		free(ftok);
+	}
+	long status = 0;
+	CURLcode cc = CURLE_FAILED_INIT;
+	if (h) {
+		cerr[0] = '\0';
+		curl_easy_setopt(h, CURLOPT_URL, url);
+		curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, "DELETE");
+		curl_easy_setopt(h, CURLOPT_POSTFIELDS,
+				 "{\"apiVersion\":\"v1\",\"kind\":\"DeleteOptions\","
+				 "\"propagationPolicy\":\"Background\"}");
+		curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
+		curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+		curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "https");
+		curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 15000L);
+		curl_easy_setopt(h, CURLOPT_ERRORBUFFER, cerr);
+		cc = curl_easy_perform(h);
+		curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+	}
+	if (cc == CURLE_OK && status == 404)
+		log_debug("SandboxClaim %s/%s was already gone", kc.ns, o->name);
+	else if (cc == CURLE_OK && status / 100 == 2)
+		log_info("deleted SandboxClaim %s/%s, left behind by a worker that died", kc.ns, o->name);
+	else
+		log_warn("could not delete SandboxClaim %s/%s of a worker that died (%s); its lease "
+			 "ends it", kc.ns, o->name, cc != CURLE_OK ? (cerr[0] ? cerr : curl_easy_strerror(cc))
+								  : "the API server refused");
+	curl_slist_free_all(hdr);
+	if (h)
+		curl_easy_cleanup(h);
+	free(o);
+	return NULL;
+}
+
+void kubecfg_worker_gone(struct worker *w)
+{
+	if (!w->claim[0])
+		return;
+	bool keep = w->claim_keep;
+	if (keep) {
+		w->claim[0] = '\0';
+		return;
+	}
+	struct kc_orphan *o = calloc(1, sizeof(*o));
+	if (!o)
+		abort();
+	memcpy(o->name, w->claim, sizeof(o->name));
+	w->claim[0] = '\0';
+	pthread_t t;
+	pthread_attr_t a;
+	pthread_attr_init(&a);
+	pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+	if (pthread_create(&t, &a, kc_delete_main, o) != 0) {
+		log_warn("cannot delete SandboxClaim %s of a worker that died; its lease ends it", o->name);
+		free(o);
+	}
+	pthread_attr_destroy(&a);
 }

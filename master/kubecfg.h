@@ -29,6 +29,13 @@ int kubecfg_load(const struct serve_config *cfg, char *err, size_t errlen);
  * server refused it (refresh) and the last run is over 10 s old */
 void kubecfg_answer(struct worker *w, uint32_t seq, bool refresh);
 
+struct ipc_claim_note;
+/* kubecfg_note_claim - a worker's NOTE_CLAIM: remember which claim it holds */
+void kubecfg_note_claim(struct worker *w, const struct ipc_claim_note *n);
+/* kubecfg_worker_gone - the worker is gone: if it died holding a claim it would have deleted,
+ * delete it now (in the background), so a crash does not leave a pod for a whole lease */
+void kubecfg_worker_gone(struct worker *w);
+
 /* kubecfg_describe - "context NAME, server URL, namespace NS" for logs */
 const char *kubecfg_describe(void);
 

@@ -65,6 +65,9 @@ struct worker {
 	char sandbox_name[64];
 	char sandbox_dir[512];
 	bool sandbox_keep;
+	/* its SandboxClaim (Kubernetes backend), deleted by the master if the worker dies with it */
+	char claim[254];
+	bool claim_keep;
 	int claim_attempts;
 };
 

@@ -444,6 +444,9 @@ static void from_worker(int i, struct ipc_msg *m)
 	case IPC_NOTE_CALL:
 		note_call(i, &m->u.call);
 		return;
+	case IPC_NOTE_CLAIM:
+		kubecfg_note_claim(&s->w, &m->u.claim_note);
+		return;
 	default:
 		slot_kill(i, "sent a message a worker may not send");
 	}

@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "master/kubecfg.h"
 #include "master/master.h"
 
 /* spawn_now - monotonic seconds */
@@ -264,6 +265,7 @@ void spawn_stop(struct worker *w, int grace_ms)
 		w->pid = 0;
 	}
 	sandbox_local_release(w);
+	kubecfg_worker_gone(w);
 	nng_close(w->sock);
 	w->recv_fd = -1;
 	unlink(w->ipc_path);

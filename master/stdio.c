@@ -296,6 +296,9 @@ static void relay_from_worker(struct relay *r, struct ipc_msg *m)
 	}
 	case IPC_NOTE_CALL:
 		return;
+	case IPC_NOTE_CLAIM:
+		kubecfg_note_claim(&r->w, &m->u.claim_note);
+		return;
 	case IPC_REQ_KUBE:
 		kubecfg_answer(&r->w, m->seq, m->u.kube_req.refresh);
 		return;

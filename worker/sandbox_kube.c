@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ipc/ipc.h"
 #include "worker/agent_client.h"
 #include "worker/kube.h"
 #include "worker/sandbox_kube.h"
@@ -74,6 +75,15 @@ static void kb_label(const char *in, char *out, size_t cap)
 		snprintf(out, cap, "unknown");
 }
 
+/* kb_note - tell the master which claim this worker holds ("" none), so it can delete the
+ * claim if the worker dies holding it */
+static void kb_note(struct session *s, const char *name)
+{
+	struct ipc_buf b;
+	if (ipc_pack_note_claim(&b, session_next_seq(s), name, kube_settings.persistent) == 0)
+		session_send(s, &b);
+}
+
 /* kb_lifecycle - the claim's lifecycle: a lease, or none for a persistent sandbox */
 static json_t *kb_lifecycle(void)
 {
@@ -119,6 +129,7 @@ static int kb_create(struct session *s, struct kube_api *k, char *err, size_t er
 		snprintf(kb.claim, sizeof(kb.claim), "%s", name);
 		kb.from_flag = false;
 		pthread_mutex_unlock(&kb.mu);
+		kb_note(s, name);
 		log_info("created SandboxClaim %s/%s on warm pool %s", kube_api_namespace(k), name,
 			 kube_settings.warm_pool);
 	} else if (r == -ENOENT) {
@@ -418,6 +429,8 @@ static int kb_acquire(struct session *s, bool fresh, char *err, size_t errlen)
 				 "(kubectl get sandboxclaims -n %s)", name, kube_api_namespace(k),
 				 kube_api_namespace(k));
 		if (r == 0)
+			kb_note(s, name);
+		if (r == 0)
 			log_info("reattaching to SandboxClaim %s/%s%s", kube_api_namespace(k), name,
 				 kube_settings.persistent ? " (persistent: no lease)" : "");
 	} else {
@@ -476,6 +489,7 @@ int sandbox_kube_replace(struct session *s, struct agent_endpoint **ep, char *er
 	pthread_mutex_lock(&kb.mu);
 	kb.claim[0] = '\0';
 	pthread_mutex_unlock(&kb.mu);
+	kb_note(s, "");
 	int r = kb_acquire(s, true, err, errlen);
 	if (r == 0)
 		*ep = &kb.ep;
@@ -507,7 +521,6 @@ void sandbox_kube_release(struct session *s)
 		pthread_join(kb.renew, NULL);
 	if (!name[0])
 		return;
-	(void)s;
 	char err[512];
 	struct kube_api *k = kube_api_cached();
 	if (!k)
@@ -522,4 +535,5 @@ void sandbox_kube_release(struct session *s)
 		return;
 	}
 	kb_delete(k, name);
+	kb_note(s, "");
 }

@@ -19,7 +19,7 @@ import os from 'node:os';
 import path from 'node:path';
 import test, { after } from 'node:test';
 
-import { BIN, callTool, connect, httpServe, sc, snippet, text } from '../e2e/lib.mjs';
+import { BIN, callTool, connect, httpServe, sc, snippet, text, workerPid } from '../e2e/lib.mjs';
 import {
 	NAMESPACE, REPO, agentHealth, getJSON, kubectl, listJSON, paths, sleep, waitFor,
 } from './lib.mjs';
@@ -157,6 +157,21 @@ test('a pod deleted in the middle of a call: a new claim, and the call retried o
 		assert.notEqual(out.sandbox, first.sandbox, 'the retry ran under a new claim');
 		await claimGone(first.sandbox);
 		assert.ok(await claimOf(out.sandbox));
+	} finally {
+		await s.close();
+	}
+});
+
+test('a worker killed while it holds a claim: the master deletes the claim, and the session carries on', T, async () => {
+	const s = await session();
+	try {
+		const first = await run(s, snippet('return 1, nil'));
+		process.kill(workerPid(s.pid), 'SIGKILL');
+		await claimGone(first.sandbox);
+		const again = await run(s, snippet('return 2, nil'));
+		assert.equal(again.result.value, 2);
+		assert.notEqual(again.sandbox, first.sandbox, 'the new worker made a claim of its own');
+		assert.match(s.stderr, /deleted SandboxClaim kg-test\/kg-[0-9a-z-]+, left behind by a worker that died/);
 	} finally {
 		await s.close();
 	}

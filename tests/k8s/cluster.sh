@@ -395,8 +395,15 @@ start() {
 		return 0
 	fi
 	setsid "${NSRUN[@]}" "$@" >>"$DIR/logs/$name.log" 2>&1 </dev/null &
-	echo $! >"$DIR/pids/$name.pid"
-	say "started $name (pid $!, log $DIR/logs/$name.log)"
+	local pid=$! _
+	echo "$pid" >"$DIR/pids/$name.pid"
+	# until the child has exec'd, its command line is this script's, which alive() does not
+	# take for NAME: wait for the exec so that a quick wait_for does not report it dead
+	for _ in $(seq 1 50); do
+		alive "$name" || ! kill -0 "$pid" 2>/dev/null && break
+		sleep 0.1
+	done
+	say "started $name (pid $pid, log $DIR/logs/$name.log)"
 }
 
 # wait_for - poll a command until it succeeds; on timeout show NAME's log and fail
@@ -622,16 +629,17 @@ start_agents() {
 # behind (a fixture killed with SIGKILL cannot clean up): every `kode-gopher jail` whose
 # --dir is under DIR/agents, with its process group
 stop_agents() {
-	local proc pid cmd name left=""
+	local proc pid name left=""
 	stop_group agents
-	for proc in /proc/[0-9]*; do
+	# grep -z reads each argument as a line: processes with an argument under DIR/agents/...
+	# shellcheck disable=SC2013  # /proc paths have no spaces
+	for proc in $(grep -alzF -- "$DIR/agents/" /proc/[0-9]*/cmdline 2>/dev/null); do
 		pid=${proc#/proc/}
-		cmd=$(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline") || continue
-		case "$cmd" in
-		*" jail "*"--dir $DIR/agents/"*)
-			kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
-			left="$left $pid" ;;
-		esac
+		pid=${pid%/cmdline}
+		# ... and an argument "jail"
+		grep -qzx jail "$proc" 2>/dev/null || continue
+		kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
+		left="$left $pid"
 	done
 	[ -z "$left" ] || say "killed sandboxes the agents fixture left behind (pids$left)"
 	# their cgroups, once the jails' pid namespaces have emptied
@@ -639,7 +647,7 @@ stop_agents() {
 		[ -d "$name" ] || continue
 		name=k8s-$(basename "$name")
 		for _ in $(seq 1 40); do
-			rmdir "/sys/fs/cgroup/memory/kode-gopher/$name" "/sys/fs/cgroup/pids/kode-gopher/$name" 2>/dev/null
+			rmdir "/sys/fs/cgroup/memory/kode-gopher/$name" "/sys/fs/cgroup/pids/kode-gopher/$name" 2>/dev/null || true
 			[ -e "/sys/fs/cgroup/memory/kode-gopher/$name" ] || [ -e "/sys/fs/cgroup/pids/kode-gopher/$name" ] || break
 			sleep 0.05
 		done
