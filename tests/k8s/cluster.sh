@@ -625,12 +625,11 @@ start_agents() {
 	wait_for agents 30 test -f "$DIR/pids/agents.ready"
 }
 
-# stop_agents - stop the agents fixture (it stops its agents), then kill any sandbox it left
-# behind (a fixture killed with SIGKILL cannot clean up): every `kode-gopher jail` whose
-# --dir is under DIR/agents, with its process group
-stop_agents() {
+# sweep_agents - after the agents fixture has stopped (it stops its agents on SIGTERM; they
+# also die with it, by their parent-death signal), kill any sandbox still left: every
+# `kode-gopher jail` with an argument under DIR/agents/, with its process group
+sweep_agents() {
 	local proc pid name left=""
-	stop_group agents
 	# grep -z reads each argument as a line: processes with an argument under DIR/agents/...
 	# shellcheck disable=SC2013  # /proc paths have no spaces
 	for proc in $(grep -alzF -- "$DIR/agents/" /proc/[0-9]*/cmdline 2>/dev/null); do
@@ -712,14 +711,14 @@ stop_group() {
 	done
 }
 
-# cmd_down - stop the agents, then the API server's clients together, then the API server, then
-# etcd (a client whose API server has gone, or an API server whose etcd has, hangs in its
+# cmd_down - stop the API server's clients together (the agents fixture among them), then the
+# API server, then etcd (a client whose API server has gone, or an API server whose etcd has, hangs in its
 # shutdown), and remove DIR
 cmd_down() {
 	[ -d "$DIR" ] || { say "$DIR does not exist; nothing to stop"; return 0; }
 	local t0=$SECONDS
-	stop_agents
-	stop_group agent-sandbox-controller kwok kube-scheduler kube-controller-manager
+	stop_group agents agent-sandbox-controller kwok kube-scheduler kube-controller-manager
+	sweep_agents
 	stop_group kube-apiserver
 	stop_group etcd
 	say "stopped the cluster in $((SECONDS - t0))s"

@@ -46,22 +46,12 @@ for f in "${tests[@]}"; do
 	[ -f "$f" ] || { say "error: no test file $f"; exit 2; }
 done
 
-t0=$SECONDS
-say "building the test cluster's binaries if they are missing (on a new machine about 12 minutes)"
 buildlog=$(mktemp)
-"$cluster" build 2>&1 | tee "$buildlog" >&2
-if [ "${PIPESTATUS[0]}" -ne 0 ]; then
-	why=$(sed -n 's/^cluster.sh: error: //p' "$buildlog" | tail -n 1)
-	rm -f "$buildlog"
-	echo "1..0 # SKIP the Kubernetes test cluster could not be built: ${why:-cluster.sh build failed (see above)}"
-	exit 0
-fi
-rm -f "$buildlog"
-
-dir=$(mktemp -d "${TMPDIR:-/tmp}/kg-k8s.XXXXXX")
-export KG_K8S_DIR=$dir
+dir=
 # shellcheck disable=SC2317,SC2329  # called by the trap
 teardown() {
+	rm -f "$buildlog"
+	[ -n "$dir" ] || return 0
 	if [ "${KG_K8S_KEEP:-}" = 1 ]; then
 		say "KG_K8S_KEEP=1: the cluster keeps running; stop it with $cluster down $dir"
 	else
@@ -70,6 +60,18 @@ teardown() {
 }
 trap teardown EXIT
 trap 'exit 130' INT TERM
+
+t0=$SECONDS
+say "building the test cluster's binaries if they are missing (on a new machine about 12 minutes)"
+"$cluster" build 2>&1 | tee "$buildlog" >&2
+if [ "${PIPESTATUS[0]}" -ne 0 ]; then
+	why=$(sed -n 's/^cluster.sh: error: //p' "$buildlog" | tail -n 1)
+	echo "1..0 # SKIP the Kubernetes test cluster could not be built: ${why:-cluster.sh build failed (see above)}"
+	exit 0
+fi
+
+dir=$(mktemp -d "${TMPDIR:-/tmp}/kg-k8s.XXXXXX")
+export KG_K8S_DIR=$dir
 
 # client - run a command as a client of the cluster (KUBECONFIG, kubectl on PATH, its namespace if any)
 client() { "$cluster" exec "$dir" "$@"; }
@@ -125,10 +127,10 @@ fi
 # the tests find the pool by name; packaging may name it otherwise
 pools=$(client kubectl get sandboxwarmpools -n "$ns" -o 'jsonpath={.items[*].metadata.name}' 2>&1) ||
 	fail "listing the warm pools: $pools"
-case "$pools" in
-*go-runtime-pool*) export KG_K8S_POOL=go-runtime-pool ;;
-*" "*) fail "several warm pools ($pools) and none is go-runtime-pool: say which the tests should use" ;;
-"") fail "no SandboxWarmPool in namespace $ns after applying the manifests" ;;
+case " $pools " in
+*" go-runtime-pool "*) export KG_K8S_POOL=go-runtime-pool ;;
+"  ") fail "no SandboxWarmPool in namespace $ns after applying the manifests" ;;
+*" "*" "*" "*) fail "several warm pools ($pools) and none is go-runtime-pool: say which the tests should use" ;;
 *) export KG_K8S_POOL=$pools ;;
 esac
 
