@@ -39,8 +39,16 @@ fail() {
 }
 
 shopt -s nullglob
+# the cluster's own network namespace, if the caller asked for one (phase 2 below does)
+netns_asked=${KG_K8S_NETNS:-}
 tests=("$@")
-((${#tests[@]})) || tests=("$here"/*.test.mjs)
+if ! ((${#tests[@]})); then
+	for f in "$here"/*.test.mjs; do
+		# pods/proxy needs routable pod IPs: only in a network namespace (phase 2)
+		[ -z "$netns_asked" ] && [ "$(basename "$f")" = proxy.test.mjs ] && continue
+		tests+=("$f")
+	done
+fi
 ((${#tests[@]})) || fail "no tests/k8s/*.test.mjs to run"
 for f in "${tests[@]}"; do
 	[ -f "$f" ] || { say "error: no test file $f"; exit 2; }
@@ -143,4 +151,18 @@ NODE_PATH=$repo/tests/e2e/node_modules client timeout -k 30 "$suite_timeout" \
 	node --test --test-concurrency=1 --test-reporter=tap "${tests[@]}"
 rc=$?
 say "Kubernetes tests done in $((SECONDS - t0))s (exit $rc); taking the cluster down"
+
+# Phase 2: kube-apiserver proxies only to routable pod IPs, never to loopback ones, so the
+# pods/proxy path (kode-gopher outside the cluster) runs in a second cluster inside a network
+# namespace of its own, with pod IPs 10.244.x on that namespace's lo (see README.md).
+if [ -z "$netns_asked" ] && [ $# -eq 0 ] && [ -f "$here/proxy.test.mjs" ]; then
+	"$cluster" down "$dir" >/dev/null 2>&1 || say "cluster.sh down $dir failed"
+	dir=
+	if [ "$(id -u)" = 0 ] && command -v ip >/dev/null && ip netns list >/dev/null 2>&1; then
+		say "phase 2: the pods/proxy path, in a cluster in its own network namespace"
+		KG_K8S_NETNS=kgp$$ "$0" "$here/proxy.test.mjs" || rc=1
+	else
+		echo "# proxy.test.mjs not run: it needs root and ip netns for a cluster in its own network namespace"
+	fi
+fi
 exit $rc
