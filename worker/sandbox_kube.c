@@ -449,20 +449,34 @@ static int kb_acquire(struct session *s, bool fresh, char *err, size_t errlen)
 	return r;
 }
 
+static int kb_renew_claim(struct session *s, const char *what, struct agent_endpoint **ep,
+			  char *err, size_t errlen);
+
 int sandbox_kube_get(struct session *s, struct agent_endpoint **ep, char *err, size_t errlen)
 {
 	if (kb.connected) {
 		*ep = &kb.ep;
 		return 0;
 	}
-	bool had_claim = kb.claim[0] != '\0';
-	int r = kb_acquire(s, had_claim && !kb.from_flag, err, errlen);
+	/* an earlier call made a claim but could not use it (not Ready, agent unreachable): that
+	 * one goes, as a dead sandbox's would */
+	if (kb.claim[0])
+		return kb_renew_claim(s, "could not be used", ep, err, errlen);
+	int r = kb_acquire(s, false, err, errlen);
 	if (r == 0)
 		*ep = &kb.ep;
 	return r;
 }
 
 int sandbox_kube_replace(struct session *s, struct agent_endpoint **ep, char *err, size_t errlen)
+{
+	return kb_renew_claim(s, "died", ep, err, errlen);
+}
+
+/* kb_renew_claim - the current claim's sandbox died (or could not be used): --claim's claim
+ * once more, else a new claim, the old one deleted */
+static int kb_renew_claim(struct session *s, const char *what, struct agent_endpoint **ep,
+			  char *err, size_t errlen)
 {
 	char err1[512] = "";
 	struct kube_api *k = kube_api_get(s, err, errlen);
@@ -475,7 +489,7 @@ int sandbox_kube_replace(struct session *s, struct agent_endpoint **ep, char *er
 	bool flag = kb.from_flag;
 	pthread_mutex_unlock(&kb.mu);
 	if (flag && kb.flag_attempts < 2) {
-		log_warn("the sandbox of SandboxClaim %s died; trying that claim again", old);
+		log_warn("the sandbox of SandboxClaim %s %s; trying that claim again", old, what);
 		int r = kb_acquire(s, false, err1, sizeof(err1));
 		if (r == 0) {
 			*ep = &kb.ep;

@@ -229,18 +229,25 @@ test('--claim naming a claim that does not exist: a clear error, nothing created
 
 test('a claim that never becomes Ready: the error names the claim and its condition; the claim is deleted', T, async () => {
 	const s = await session(['--warm-pool', 'no-such-pool', '--claim-ready-timeout', '3s']);
-	let res;
+	const notReady = /SandboxClaim kg-test\/(kg-[0-9a-z-]+) was not Ready after 3 s: ([^.]+)\./;
+	let m, m2;
 	try {
-		res = await callTool(s.client, 'execute_go_code', { code: snippet('return 1, nil') });
+		const res = await callTool(s.client, 'execute_go_code', { code: snippet('return 1, nil') });
+		assert.equal(res.isError, true);
+		m = notReady.exec(text(res));
+		assert.ok(m, text(res));
+		assert.match(m[2], /condition Ready is False \(reason|no Ready condition/);
+		assert.match(text(res), /warm pool no-such-pool/);
+		/* the next call gives up that claim and makes a new one */
+		const again = await callTool(s.client, 'execute_go_code', { code: snippet('return 1, nil') });
+		m2 = notReady.exec(text(again));
+		assert.ok(m2, text(again));
+		assert.notEqual(m2[1], m[1]);
+		await claimGone(m[1]);
 	} finally {
 		await s.close();
 	}
-	assert.equal(res.isError, true);
-	const m = /SandboxClaim kg-test\/(kg-[0-9a-z-]+) was not Ready after 3 s: ([^.]+)\./.exec(text(res));
-	assert.ok(m, text(res));
-	assert.match(m[2], /condition Ready is False \(reason|no Ready condition/);
-	assert.match(text(res), /warm pool no-such-pool/);
-	await claimGone(m[1]);
+	await claimGone(m2[1]);
 });
 
 test('the shared server keeps the per-user limit across claims', T, async () => {
