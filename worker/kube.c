@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "ipc/ipc.h"
 #include "worker/kube.h"
@@ -390,7 +391,8 @@ int kube_api_call(struct kube_api *k, const char *method, const char *path, cons
 		return -ENOMEM;
 	}
 	int r = 0;
-	for (int attempt = 0; attempt < 2; attempt++) {
+	bool refreshed = false;
+	for (int attempt = 0; attempt < 4; attempt++) {
 		struct kube_xfer x = { 0 };
 		r = kube_perform(k, method, path, ctype, text, timeout_ms, &x, err, errlen);
 		if (r == 0 && out) {
@@ -404,8 +406,16 @@ int kube_api_call(struct kube_api *k, const char *method, const char *path, cons
 		}
 		bool unauthorized = x.status == 401;
 		free(x.buf);
-		if (!(unauthorized && attempt == 0))
+		if (r == -EAGAIN && strcmp(method, "POST") != 0) {
+			/* 409 Conflict: someone wrote the object in between; a patch applies again */
+			log_debug("%s %s: conflict, trying again", method, path);
+			usleep(100000u << attempt);
+			continue;
+		}
+		if (!unauthorized || refreshed)
 			break;
+		/* 401: the credential expired or was revoked; ask the master once for a fresh one */
+		refreshed = true;
 		char ferr[512];
 		if (kube_refresh(k, ferr, sizeof(ferr)) != 0) {
 			snprintf(err, errlen, "%s", ferr);

@@ -10,7 +10,8 @@
  * message (its Status object) when there is one:
  *   -ENOENT       404: no such object
  *   -EEXIST       409 AlreadyExists (create)
- *   -EAGAIN       409 Conflict (a stale resourceVersion): read again and retry
+ *   -EAGAIN       409 Conflict (a stale resourceVersion): kube_api_call already tried a
+ *                 PATCH, PUT or DELETE three more times
  *   -ESTALE       410 Gone (a watch's resourceVersion is too old): list again
  *   -EACCES       401 or 403, after one refresh of the credentials
  *   -EINVAL       400 or 422: the API server rejected the object

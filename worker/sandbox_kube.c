@@ -235,6 +235,8 @@ static int kb_wait_ready(struct kube_api *k, const char *name, json_t **claim, c
 			r = -ETIMEDOUT;
 			break;
 		}
+		log_debug("watching SandboxClaim %s from resourceVersion %s (%ld s left)", name, rv,
+			  left);
 		r = kube_api_watch(k, list, rv, (int)left, kb_on_event, &w, rv, sizeof(rv), err,
 				   errlen);
 		if (r == 1 || r == 2)

@@ -227,6 +227,24 @@ test('--claim naming a claim that does not exist: a clear error, nothing created
 	}
 });
 
+test('a cold pool: the claim becomes Ready later, and the watch sees it', T, async () => {
+	const pool = await getJSON('sandboxwarmpool', 'go-runtime-pool');
+	const replicas = pool.spec.replicas;
+	await kubectl(['patch', 'sandboxwarmpool', 'go-runtime-pool', '--type=merge', '-p', '{"spec":{"replicas":0}}']);
+	const s = await session();
+	try {
+		await waitFor(async () => (await listJSON('sandboxes')).every((x) => x.metadata.ownerReferences?.some(
+			(o) => o.kind === 'SandboxClaim')), 'the warm pool to be empty', 30_000);
+		const out = await run(s, snippet('return "cold", nil'));
+		assert.equal(out.result.value, 'cold');
+		assert.match(s.stderr, /watching SandboxClaim kg-[0-9a-z-]+ from resourceVersion \d+/);
+	} finally {
+		await s.close();
+		await kubectl(['patch', 'sandboxwarmpool', 'go-runtime-pool', '--type=merge', '-p',
+			JSON.stringify({ spec: { replicas } })]);
+	}
+});
+
 test('a claim that never becomes Ready: the error names the claim and its condition; the claim is deleted', T, async () => {
 	const s = await session(['--warm-pool', 'no-such-pool', '--claim-ready-timeout', '3s']);
 	const notReady = /SandboxClaim kg-test\/(kg-[0-9a-z-]+) was not Ready after 3 s: ([^.]+)\./;
