@@ -15,10 +15,11 @@
  *   1. claim-to-first-result latency: N fresh stdio sessions one after another, each timing its
  *      first tools/call (the claim, then the build in the new sandbox), with the result's own
  *      timings.claim_ms and build_ms;
- *   2. calls per second across 16 sessions of one `serve --http`: after each session's first
- *      call (its claim, not counted), all run closed loops of calls for a fixed time, once with
- *      a new source each call (a build each time) and once resubmitting an unchanged source (the
- *      sandbox's binary cache).
+ *   2. calls per second across 16 sessions of one `serve --http`: the 16 claims at once (a first
+ *      call that stops before the build), then 16 first builds at once, neither counted; then
+ *      all run closed loops of calls for a fixed time, once with a new source each call (a build
+ *      each time) and once resubmitting an unchanged source (the sandbox's binary cache), with
+ *      the CPU that kode-gopher, the sandboxes and the test cluster used meanwhile.
  * Like httpbench.mjs, the client speaks raw JSON-RPC (newline-delimited over the serve
  * process's pipes, or Streamable HTTP over undici), not the SDK client, so its own cost stays
  * small.  Every process started here is ended here, and the cluster is taken down, on success,
@@ -120,6 +121,14 @@ function progress(msg) {
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
+let interrupted = null; /* the signal that asked us to stop, once one has */
+let keepLogs = false;    /* something went wrong that the logs may explain: keep them */
+
+/* check_interrupt - throw once a signal asked us to stop, so that main's clean-up runs */
+function check_interrupt() {
+	if (interrupted) throw new Error(`stopped by ${interrupted}`);
+}
+
 /* ------------------------------------------------------------------ numbers (as httpbench) */
 
 /* fmt - three significant digits, no exponent (as mcpbench prints) */
@@ -201,20 +210,11 @@ function subtree_cpu({ st, kids }, root) {
 	return sum;
 }
 
-/* tree_cpu - CPU seconds of a process tree's living members (each with its reaped children) */
-function tree_cpu(root) {
-	if (!root) return NaN;
-	const t = proc_table();
-	return t.st.has(root) ? subtree_cpu(t, root) : NaN;
-}
-
 /* sandboxes_cpu - CPU seconds of the sandboxes the agents fixture runs: the trees of its
  * children that are `kode-gopher jail` (jail, agent, go build, the programs), not the fixture's
  * own node process nor its kubectl watch */
-function sandboxes_cpu(fixturePid) {
-	if (!fixturePid) return NaN;
-	const t = proc_table();
-	if (!t.st.has(fixturePid)) return NaN;
+function sandboxes_cpu(t, fixturePid) {
+	if (!fixturePid || !t.st.has(fixturePid)) return NaN;
 	let sum = 0;
 	for (const p of t.kids.get(fixturePid) || []) {
 		let cmd = '';
@@ -233,11 +233,17 @@ function machine_cpu() {
 	return { busy: (total - f[3] - (f[4] || 0)) / CLK_TCK };
 }
 
-/* cpu_mark - a snapshot of everything whose CPU a throughput window reports */
-function cpu_mark(kgPid, agentsPid) {
+/* cpu_mark - a snapshot of everything whose CPU a window reports: kode-gopher (serve and its
+ * workers), the sandboxes, the rest of the test cluster (control plane, kwok, the agents
+ * fixture's own process and kubectl), this client, and the whole machine */
+function cpu_mark(kgPid, k) {
+	const t = proc_table();
+	const sandboxes = sandboxes_cpu(t, k.agentsPid);
+	let cluster = (k.agentsPid && t.st.has(k.agentsPid) ? subtree_cpu(t, k.agentsPid) : 0) - (sandboxes || 0);
+	for (const pid of k.controlPids) cluster += t.st.has(pid) ? subtree_cpu(t, pid) : 0;
 	return {
-		wall: performance.now(), client: process.cpuUsage(), serve: tree_cpu(kgPid),
-		agents: sandboxes_cpu(agentsPid), machine: machine_cpu().busy,
+		wall: performance.now(), client: process.cpuUsage(), serve: t.st.has(kgPid) ? subtree_cpu(t, kgPid) : NaN,
+		agents: sandboxes, cluster, machine: machine_cpu().busy,
 	};
 }
 
@@ -247,7 +253,7 @@ function cpu_diff(a, b) {
 	const c = process.cpuUsage(a.client);
 	return {
 		wall, client: (c.user + c.system) / 1e6 / wall, serve: (b.serve - a.serve) / wall,
-		agents: (b.agents - a.agents) / wall, machine: (b.machine - a.machine) / wall,
+		agents: (b.agents - a.agents) / wall, cluster: (b.cluster - a.cluster) / wall, machine: (b.machine - a.machine) / wall,
 	};
 }
 
@@ -392,11 +398,16 @@ function cluster_info(dir) {
 	})();
 	if (netns)
 		throw new Error(`the cluster in ${dir} runs in network namespace ${netns}; k8sbench reaches pod IPs on loopback only: use a cluster started without KG_K8S_NETNS`);
-	let agentsPid = null;
-	try {
-		agentsPid = Number(fs.readFileSync(path.join(dir, 'pids/agents.pid'), 'utf8').trim()) || null;
-	} catch { /* reported as "-" */ }
-	return { dir, kubectl: path.join(bin[1], 'kubectl'), kubeconfig: path.join(dir, 'kubeconfig'), agentsPid };
+	const pid = (name) => {
+		try {
+			return Number(fs.readFileSync(path.join(dir, `pids/${name}.pid`), 'utf8').trim()) || null;
+		} catch {
+			return null; /* its CPU is then not counted */
+		}
+	};
+	const controlPids = ['etcd', 'kube-apiserver', 'kube-controller-manager', 'kube-scheduler', 'kwok', 'agent-sandbox-controller']
+		.map(pid).filter(Boolean);
+	return { dir, kubectl: path.join(bin[1], 'kubectl'), kubeconfig: path.join(dir, 'kubeconfig'), agentsPid: pid('agents'), controlPids };
 }
 
 /* inline objects, as tests/k8s/run.sh writes them when packaging/k8s lacks its files */
@@ -488,6 +499,7 @@ async function wait_warm(o, k, ms = 180000) {
 	let n = 0;
 	let said = 0;
 	while (performance.now() - t0 < ms) {
+		check_interrupt();
 		try {
 			n = await warm_count(o, k);
 		} catch (e) {
@@ -508,11 +520,33 @@ async function claims_left(o, k) {
 	return JSON.parse(await kubectl(k, ['get', 'sandboxclaims', '-o', 'json'], { namespace: o.namespace })).items.length;
 }
 
+/* claims_gone - the SandboxClaims left in the namespace once kode-gopher's sessions ended:
+ * polled for up to 30 s (deletes are asynchronous), so normally 0 */
+async function claims_gone(o, k) {
+	let left = NaN;
+	const t0 = performance.now();
+	while (performance.now() - t0 < 30000 && !interrupted) {
+		left = await claims_left(o, k);
+		if (left === 0) break;
+		await sleep(300);
+	}
+	return left;
+}
+
+/* short - a log line for a note: without its timestamp, at most 200 characters */
+function short(line) {
+	const l = line.replace(/^\S+ /, '').replace(/\s+/g, ' ');
+	return l.length > 200 ? l.slice(0, 199) + '…' : l;
+}
+
 /* ------------------------------------------------------------------ snippets */
 
 /* the first call of every session: identical everywhere, so each new sandbox does the same build */
 const SNIPPET_FIRST = 'package snippet\n\nimport (\n\t"context"\n\t"strings"\n)\n\n' +
 	'func run(ctx context.Context) (any, error) {\n\treturn strings.ToUpper("hello, gopher"), nil\n}\n';
+
+/* a first call that claims the sandbox and stops in the agent's normalize step: no build */
+const CLAIM_ONLY = 'package snippet\n\nfunc run( {\n';
 
 const NONCE = randomBytes(4).toString('hex');
 
@@ -600,7 +634,9 @@ function stdio_start(o, k, tmp, tag) {
 async function part_latency(o, k, tmp, rows) {
 	const r = { start: [], init: [], call: [], total: [], claim: [], build: [], rest: [], later: [], laterBuild: [], end: [] };
 	let cached = 0, retried = 0, laterCached = 0, problems = 0, firstProblem = '';
+	const statuses = new Map(); /* serve's exit status -> how many sessions ended so */
 	for (let i = 0; i < o.sessions; i++) {
+		check_interrupt();
 		await wait_warm(o, k);
 		progress(`latency: session ${i + 1}/${o.sessions}`);
 		const tSpawn = performance.now();
@@ -634,19 +670,25 @@ async function part_latency(o, k, tmp, rows) {
 			await c.done;
 			clearTimeout(killer);
 			r.end.push(performance.now() - tEnd);
-			if (c.status !== 'exit 0') throw new Error(`${c.name} ended with ${c.status} after its stdin closed; see ${c.log}`);
+			/* a bad end is reported in the table, not a reason to stop measuring */
+			statuses.set(c.status, (statuses.get(c.status) || 0) + 1);
+			if (c.status !== 'exit 0') {
+				progress(`${c.name} ended with ${c.status} after its stdin closed; see ${c.log}`);
+				keepLogs = true;
+			}
 			problems += c.problems.length;
 			firstProblem = firstProblem || c.problems[0] || '';
 		} finally {
 			await child_stop(c);
 		}
 	}
+	const left = await claims_gone(o, k);
 	const n = String(o.sessions);
 	rows.push(['1. first tools/call → result, fresh session (ms)', median(r.call), p90(r.call), n,
 		`stdio serve --backend kubernetes --agent-access pod-ip, ${o.replicas} warm sandboxes before each; the same stdlib snippet (strings.ToUpper) in every session: ` +
 		`claim, then build in the new sandbox (cached_build ${cached}/${n}, retried ${retried}/${n})`]);
 	rows.push(['  timings.claim_ms (ms)', median(r.claim), p90(r.claim), n,
-		'as the result reports it: create the SandboxClaim, watch it until Ready, read the pod IP, claim handshake with the agent'], );
+		'as the result reports it: create the SandboxClaim, watch it until Ready, read the pod IP, claim handshake with the agent']);
 	rows.push(['  build_ms (ms)', median(r.build), p90(r.build), n, 'as the result reports it: go build in the new sandbox (its own layer over the warm base cache)']);
 	rows.push(['  end to end − claim_ms − build_ms (ms)', median(r.rest), p90(r.rest), n,
 		'the rest: stdio relay, worker, normalize, write, run, the result back']);
@@ -655,7 +697,9 @@ async function part_latency(o, k, tmp, rows) {
 	rows.push(['  a second call, same session, new source (ms)', median(r.later), p90(r.later), n,
 		`no claim: the sandbox is the session's; stdlib, tagged so it is built (build_ms ${fmt(median(r.laterBuild))} median; cached_build ${laterCached}/${n})`]);
 	rows.push(['  session end: stdin closed → serve exited (ms)', median(r.end), p90(r.end), n,
-		`for information: the worker deletes its SandboxClaim on the way out${problems ? `; warn/error log lines ${problems}, first: ${firstProblem.replace(/^\S+ /, '')}` : ''}`]);
+		`for information: the worker deletes its SandboxClaim on the way out; serve ended with ${[...statuses].map(([st, m]) => `${st} ×${m}`).join(', ')}; ` +
+		`SandboxClaims left in ${o.namespace} after the ${n} sessions: ${left}` +
+		`${problems ? `; warn/error log lines ${problems}, first: ${short(firstProblem)}` : ''}`]);
 }
 
 /* ------------------------------------------------------------------ 2. the shared server */
@@ -764,16 +808,16 @@ async function start_http(o, k, tmp) {
 /* flavour - all sessions in closed loops of tools/call for warmup + duration seconds. A call
  * counts when its result arrives inside the window (whenever it was sent); after the window no
  * new call is sent and those in flight are awaited, uncounted. CPU is read at the window's edges. */
-async function flavour(kg, sessions, code, o, agentsPid) {
+async function flavour(kg, sessions, code, o, k) {
 	const tStart = performance.now() + o.warmup * 1000;
 	const tEnd = tStart + o.duration * 1000;
 	const lat = [], build = [], runMs = [];
 	let cached = 0, errors = 0, firstError = null;
 	let m0 = null, m1 = null;
-	const t0 = setTimeout(() => (m0 = cpu_mark(kg.proc.pid, agentsPid)), o.warmup * 1000);
-	const t1 = setTimeout(() => (m1 = cpu_mark(kg.proc.pid, agentsPid)), (tEnd - performance.now()));
+	const t0 = setTimeout(() => (m0 = cpu_mark(kg.proc.pid, k)), o.warmup * 1000);
+	const t1 = setTimeout(() => (m1 = cpu_mark(kg.proc.pid, k)), (tEnd - performance.now()));
 	async function loop(sess, s) {
-		for (let i = 0; performance.now() < tEnd; i++) {
+		for (let i = 0; performance.now() < tEnd && !interrupted && !kg.exited; i++) {
 			const a = performance.now();
 			let sc = null;
 			try {
@@ -782,8 +826,12 @@ async function flavour(kg, sessions, code, o, agentsPid) {
 				firstError = firstError || e.message;
 			}
 			const b = performance.now();
+			if (!sc) {
+				if (b >= tStart && b <= tEnd) errors++;
+				await sleep(100); /* no tight loop of failures */
+				continue;
+			}
 			if (b < tStart || b > tEnd) continue;
-			if (!sc) { errors++; continue; }
 			lat.push(b - a);
 			build.push(sc.build_ms);
 			runMs.push(sc.duration_ms);
@@ -803,22 +851,41 @@ async function part_throughput(o, k, tmp, rows) {
 	const crashes0 = await kg_metric(kg.port, 'kode_gopher_worker_crashes_total');
 	const sessions = [];
 	for (let i = 0; i < o.concurrency; i++) sessions.push(await open_session(kg.pool));
-	/* the first call of each, all at once: each session claims its sandbox (not counted below) */
-	progress(`throughput: ${o.concurrency} sessions open; their first calls (claims) all at once`);
-	const first = await Promise.all(sessions.map(async (s) => {
+	/* not counted in the rates: each session's first call, all at once, is a snippet that fails
+	 * to normalize, so the call is the claim alone (create, watch until Ready, handshake) with no
+	 * build competing for the CPU; then the same stdlib snippet in each, all at once: 16 builds */
+	progress(`throughput: ${o.concurrency} sessions open; their claims (a first call that does not build) all at once`);
+	const n = String(o.concurrency);
+	const cm0 = cpu_mark(kg.proc.pid, k);
+	const claims = await Promise.all(sessions.map(async (s) => {
+		const a = performance.now();
+		const res = await rpc(kg.pool, s, 'tools/call', call_params(CLAIM_ONLY));
+		const sc = res.structuredContent || {};
+		if (sc.phase !== 'normalize' || sc.timings?.claim_ms === undefined)
+			throw new Error(`the claiming call did not end in the agent's normalize step: ${JSON.stringify(res).slice(0, 500)}`);
+		return { ms: performance.now() - a, sc };
+	}));
+	const cc = cpu_diff(cm0, cpu_mark(kg.proc.pid, k));
+	const sandboxes = new Set(claims.map((f) => f.sc.sandbox));
+	if (sandboxes.size !== o.concurrency)
+		throw new Error(`${o.concurrency} sessions claimed ${sandboxes.size} sandboxes`);
+	rows.push([`2. claims of ${n} sessions at once: first call → result (ms)`, median(claims.map((f) => f.ms)), p90(claims.map((f) => f.ms)), n,
+		`not in the rates below: each session's first call, all sent together, from ${o.replicas} warm sandboxes; a snippet that fails ` +
+		'to normalize (its result is a normalize_error), so no build runs meanwhile'],
+	['  timings.claim_ms (ms)', median(claims.map((f) => f.sc.timings.claim_ms)), p90(claims.map((f) => f.sc.timings.claim_ms)), n,
+		`${n} SandboxClaims created, watched until Ready and handshaken at once; meanwhile (${fmt(cc.wall)} s) the pool starts ${n} ` +
+		`replacements: CPU in cores: test cluster (API server, etcd, controllers, kwok, agents fixture) ${fmt(cc.cluster)}, ` +
+		`sandboxes ${fmt(cc.agents)}, kode-gopher ${fmt(cc.serve)}, whole machine ${fmt(cc.machine)} of ${os.cpus().length}`]);
+	progress(`throughput: ${o.concurrency} first builds all at once`);
+	const builds = await Promise.all(sessions.map(async (s) => {
 		const a = performance.now();
 		const sc = check_result(await rpc(kg.pool, s, 'tools/call', call_params(SNIPPET_FIRST)));
 		return { ms: performance.now() - a, sc };
 	}));
-	const sandboxes = new Set(first.map((f) => f.sc.sandbox));
-	if (sandboxes.size !== o.concurrency)
-		throw new Error(`${o.concurrency} sessions ran their first calls in ${sandboxes.size} sandboxes`);
-	const n = String(o.concurrency);
-	rows.push([`2. first calls of ${n} sessions at once (ms)`, median(first.map((f) => f.ms)), p90(first.map((f) => f.ms)), n,
-		`not in the rates below: ${n} claims from ${o.replicas} warm sandboxes, then ${n} builds of the same snippet on 2 cores; ` +
-		`build_ms ${fmt(median(first.map((f) => f.sc.build_ms)))} (median)`]);
-	rows.push(['  timings.claim_ms (ms)', median(first.map((f) => f.sc.timings?.claim_ms)), p90(first.map((f) => f.sc.timings?.claim_ms)), n,
-		`${n} SandboxClaims created, watched and handshaken at once`]);
+	rows.push([`  then ${n} first builds at once (ms)`, median(builds.map((f) => f.ms)), p90(builds.map((f) => f.ms)), n,
+		`not in the rates below: the stdlib snippet of part 1 in every session, sent together; build_ms ` +
+		`${fmt(median(builds.map((f) => f.sc.build_ms)))} median, ${fmt(p90(builds.map((f) => f.sc.build_ms)))} p90 ` +
+		`(cached_build ${count(builds, (f) => f.sc.cached_build)}/${n})`]);
 
 	const kinds = [
 		['new source each call', (s, i) => code_stdlib('t', s * 100000 + i),
@@ -827,15 +894,16 @@ async function part_throughput(o, k, tmp, rows) {
 			'the session\'s first snippet again: the sandbox\'s binary cache answers, no build'],
 	];
 	for (const [what, code, desc] of kinds) {
+		check_interrupt();
 		progress(`throughput: ${what}, ${n} sessions, ${o.warmup} + ${o.duration} s`);
-		const f = await flavour(kg, sessions, code, o, k.agentsPid);
+		const f = await flavour(kg, sessions, code, o, k);
 		const calls = f.lat.length;
 		const notes = [`${desc}; ${o.duration} s after ${o.warmup} s unmeasured; cached_build ${f.cached}/${calls}`];
 		if (f.errors) notes.push(`errors ${f.errors} (first: ${f.firstError})`);
 		if (f.cpu) {
 			const perCall = calls ? (f.cpu.agents * f.cpu.wall * 1000) / calls : NaN;
 			notes.push(`CPU in cores: sandboxes ${fmt(f.cpu.agents)} (${fmt(perCall)} ms per call), kode-gopher serve + workers ${fmt(f.cpu.serve)}, ` +
-				`client ${fmt(f.cpu.client)}, whole machine ${fmt(f.cpu.machine)} of ${os.cpus().length}`);
+				`test cluster ${fmt(f.cpu.cluster)}, client ${fmt(f.cpu.client)}, whole machine ${fmt(f.cpu.machine)} of ${os.cpus().length}`);
 		}
 		rows.push([`2. calls/s, ${n} sessions, ${what}`, calls / o.duration, '-', String(calls), notes.join('; ')]);
 		rows.push([`  per call, end to end (ms)`, median(f.lat), p90(f.lat), String(calls),
@@ -855,14 +923,12 @@ async function part_throughput(o, k, tmp, rows) {
 		}
 	}
 	await child_stop(kg);
-	let left = NaN;
-	const tGone = performance.now();
-	while (performance.now() - tGone < 30000) {
-		left = await claims_left(o, k);
-		if (left === 0) break;
-		await sleep(300);
+	if (kg.status !== 'exit 0') {
+		progress(`${kg.name} ended with ${kg.status} after SIGTERM; see ${kg.log}`);
+		keepLogs = true;
 	}
-	const problems = kg.problems.length ? `; its log has ${kg.problems.length} warn/error lines, first: ${kg.problems[0].replace(/^\S+ /, '')}` : '';
+	const left = await claims_gone(o, k);
+	const problems = kg.problems.length ? `; its log has ${kg.problems.length} warn/error lines, first: ${short(kg.problems[0])}` : '';
 	rows.push(['kode-gopher during the runs', alive, '-', '-',
 		`worker crashes ${crashes} (kode_gopher_worker_crashes_total); ${closeErr ? `a DELETE failed: ${closeErr.message}; ` : ''}serve ${kg.status} after SIGTERM; SandboxClaims left in ${o.namespace}: ${left}${problems}`]);
 }
@@ -934,15 +1000,14 @@ async function main() {
 			progress(`${e.message}: stop it with ${CLUSTER_SH} down ${clusterDir}`);
 		}
 	};
-	let interrupted = false;
+	/* a signal stops what runs (cluster.sh up, serve); the parts then fail at once and main's
+	 * clean-up below takes the cluster down; a second signal exits at once (the exit hook
+	 * below still takes the cluster down) */
 	const onsig = (sig) => {
-		if (interrupted) return;
-		interrupted = true;
-		progress(`${sig}: stopping kode-gopher and the cluster`);
-		end_running().then(stop_all).then(() => cluster_down(false)).finally(() => {
-			fs.rmSync(tmp, { recursive: true, force: true });
-			process.exit(130);
-		});
+		if (interrupted) process.exit(130);
+		interrupted = sig;
+		progress(`${sig}: stopping kode-gopher and the cluster (again to exit at once)`);
+		end_running().then(stop_all);
 	};
 	process.on('SIGINT', onsig);
 	process.on('SIGTERM', onsig);
@@ -983,8 +1048,14 @@ async function main() {
 			await kubectl(k, ['patch', 'sandboxwarmpool', POOL, '--type', 'merge', '-p', '{"spec":{"replicas":2}}'],
 				{ namespace: o.namespace }).catch(() => {});
 		}
-		await cluster_down(Boolean(failed));
-		if (!failed) fs.rmSync(tmp, { recursive: true, force: true });
+		const keep = (Boolean(failed) || keepLogs) && !interrupted;
+		await cluster_down(keep);
+		if (!keep) fs.rmSync(tmp, { recursive: true, force: true });
+		else if (!failed) progress(`the logs of serve and the cluster are kept in ${tmp} (see the notes of the table)`);
+	}
+	if (interrupted) {
+		progress(`stopped by ${interrupted}; the cluster is down and ${tmp} removed`);
+		process.exit(130);
 	}
 	const load1 = os.loadavg()[0];
 	const out = `kode-gopher Kubernetes-backend benchmarks, ${date} UTC: ${os.cpus().length} CPUs, load average ` +
