@@ -920,6 +920,11 @@ struct kc_orphan {
 	char name[254];
 };
 
+/* deletions under way, waited for by kubecfg_shutdown */
+static pthread_mutex_t kc_del_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t kc_del_cv = PTHREAD_COND_INITIALIZER;
+static int kc_deleting;
+
 /* kc_delete_main - DELETE one claim with the master's own credential; a thread of its own */
 static void *kc_delete_main(void *arg)
 {
@@ -1000,7 +1005,23 @@ static void *kc_delete_main(void *arg)
 	if (h)
 		curl_easy_cleanup(h);
 	free(o);
+	pthread_mutex_lock(&kc_del_mu);
+	kc_deleting--;
+	pthread_cond_broadcast(&kc_del_cv);
+	pthread_mutex_unlock(&kc_del_mu);
 	return NULL;
+}
+
+void kubecfg_shutdown(void)
+{
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 16; /* a deletion's own timeout is 15 s */
+	pthread_mutex_lock(&kc_del_mu);
+	while (kc_deleting > 0)
+		if (pthread_cond_timedwait(&kc_del_cv, &kc_del_mu, &until) == ETIMEDOUT)
+			break;
+	pthread_mutex_unlock(&kc_del_mu);
 }
 
 void kubecfg_worker_gone(struct worker *w)
@@ -1021,9 +1042,15 @@ void kubecfg_worker_gone(struct worker *w)
 	pthread_attr_t a;
 	pthread_attr_init(&a);
 	pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+	pthread_mutex_lock(&kc_del_mu);
+	kc_deleting++;
+	pthread_mutex_unlock(&kc_del_mu);
 	if (pthread_create(&t, &a, kc_delete_main, o) != 0) {
 		log_warn("cannot delete SandboxClaim %s of a worker that died; its lease ends it", o->name);
 		free(o);
+		pthread_mutex_lock(&kc_del_mu);
+		kc_deleting--;
+		pthread_mutex_unlock(&kc_del_mu);
 	}
 	pthread_attr_destroy(&a);
 }

@@ -36,6 +36,9 @@ void kubecfg_note_claim(struct worker *w, const struct ipc_claim_note *n);
  * delete it now (in the background), so a crash does not leave a pod for a whole lease */
 void kubecfg_worker_gone(struct worker *w);
 
+/* kubecfg_shutdown - before the master exits: wait (up to 16 s) for those deletions */
+void kubecfg_shutdown(void);
+
 /* kubecfg_describe - "context NAME, server URL, namespace NS" for logs */
 const char *kubecfg_describe(void);
 

@@ -400,7 +400,11 @@ int serve_main(int argc, char **argv)
 			cfg.accounting_log = "off";
 		if (cfg.workers_min_idle > cfg.max_workers)
 			cfg.workers_min_idle = cfg.max_workers;
-		return http_serve(&cfg);
+		int r = http_serve(&cfg);
+		kubecfg_shutdown();
+		return r;
 	}
-	return stdio_serve(&cfg);
+	int r = stdio_serve(&cfg);
+	kubecfg_shutdown();
+	return r;
 }

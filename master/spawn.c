@@ -265,6 +265,13 @@ void spawn_stop(struct worker *w, int grace_ms)
 		w->pid = 0;
 	}
 	sandbox_local_release(w);
+	/* a claim note still queued (the worker deleted its claim on the way out) counts */
+	struct ipc_msg m;
+	while (w->claim[0] && w->recv_fd >= 0 && chan_recv(w->sock, &m, NNG_FLAG_NONBLOCK, NULL) == 0) {
+		if (m.type == IPC_NOTE_CLAIM)
+			kubecfg_note_claim(w, &m.u.claim_note);
+		ipc_msg_free(&m);
+	}
 	kubecfg_worker_gone(w);
 	nng_close(w->sock);
 	w->recv_fd = -1;
