@@ -29,6 +29,8 @@
 #include "ipc/log.h"
 
 #define RUNPROC_DEFAULT_CAP (1024 * 1024)
+/* After a run, how long we wait for its process group's leftovers to be reaped. */
+#define RUNPROC_REAP_WAIT_MS 3000
 /* After the main child is gone and its group killed, how long we still wait for pipe EOF: a
  * process that escaped the group with setsid could hold the pipe open forever. */
 #define RUNPROC_DRAIN_MS 1000
@@ -441,6 +443,13 @@ int runproc_run(const struct runproc_opts *o, struct runproc_result *r)
 	}
 	if (pidfd >= 0)
 		close(pidfd);
+	/* what the child left in its group (never-waited children, a fork bomb's remains) was
+	 * killed above; wait until the sandbox's init has reaped it, so the next call starts in
+	 * a clean sandbox and counts none of it */
+	for (int i = 0; i < RUNPROC_REAP_WAIT_MS / 10 && kill(-pid, 0) == 0; i++) {
+		kill(-pid, SIGKILL);
+		usleep(10000);
+	}
 
 	if (WIFEXITED(status)) {
 		r->exit_code = WEXITSTATUS(status);
