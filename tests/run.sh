@@ -4,7 +4,9 @@
 # Called by `make test` (and so by make check and make asan) with BUILD set to the build dir.
 # Suites: the cmocka unit tests (build/tests/test_*), then the end-to-end and security tests
 # (node's test runner driving the real server with the official MCP SDK client), then the official
-# MCP conformance suite against serve --http (tests/conformance/run.sh).
+# MCP conformance suite against serve --http (tests/conformance/run.sh), then the Kubernetes tests
+# against a real API server, agent-sandbox and kwok (tests/k8s/run.sh; skipped with a reason if
+# the test cluster cannot be built on this machine).
 # Each suite's own output goes to the terminal; the counts come from its TAP lines.
 set -uo pipefail
 cd "$(dirname "$0")/.."
