@@ -36,7 +36,7 @@
 static struct {
 	pthread_mutex_t mu;
 	bool loaded;
-	char context[256], server[2049], ns[254], dir[PATH_MAX], describe[2600];
+	char context[256], server[2049], ns[254], dir[PATH_MAX], describe[2700];
 	char *ca;                  /* PEM or NULL (the system's CAs) */
 	size_t ca_len;
 	bool insecure, in_cluster;
