@@ -289,6 +289,84 @@ static const ipc_decoder ipc_decoders[IPC_TYPE_MAX] = {
 };
 
 /* ipc_decode - check the envelope, then hand the body to its type's decoder */
+/* ipc_be - a big-endian length of n bytes */
+static uint64_t ipc_be(const unsigned char *p, int n)
+{
+	uint64_t v = 0;
+	for (int i = 0; i < n; i++)
+		v = v << 8 | p[i];
+	return v;
+}
+
+/*
+ * ipc_shape_ok - walk the msgpack headers before msgpack-c does: every length and every
+ * container's count must fit in the bytes that are left (each element takes at least one).
+ * msgpack-c allocates a container's elements from its declared count, so without this a
+ * 5-byte map32 header could make it ask for 64 GiB.
+ */
+static bool ipc_shape_ok(const unsigned char *p, size_t len)
+{
+	size_t off = 0;
+	uint64_t pending = 1; /* objects still to read */
+	while (pending > 0) {
+		if (off >= len || pending > len - off)
+			return false;
+		unsigned char b = p[off++];
+		pending--;
+		uint64_t count = 0, body = 0;
+		int lenbytes = 0, fixed = 0;
+		if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3)
+			continue;
+		if (b >= 0x80 && b <= 0x8f)
+			count = 2u * (b & 0x0f);
+		else if (b >= 0x90 && b <= 0x9f)
+			count = b & 0x0f;
+		else if (b >= 0xa0 && b <= 0xbf)
+			body = b & 0x1f;
+		else
+			switch (b) {
+			case 0xc4: case 0xd9: lenbytes = 1; break;          /* bin8, str8 */
+			case 0xc5: case 0xda: lenbytes = 2; break;          /* bin16, str16 */
+			case 0xc6: case 0xdb: lenbytes = 4; break;          /* bin32, str32 */
+			case 0xc7: lenbytes = 1; fixed = 1; break;          /* ext8: + type */
+			case 0xc8: lenbytes = 2; fixed = 1; break;
+			case 0xc9: lenbytes = 4; fixed = 1; break;
+			case 0xca: fixed = 4; break;
+			case 0xcb: fixed = 8; break;
+			case 0xcc: case 0xd0: fixed = 1; break;
+			case 0xcd: case 0xd1: fixed = 2; break;
+			case 0xce: case 0xd2: fixed = 4; break;
+			case 0xcf: case 0xd3: fixed = 8; break;
+			case 0xd4: fixed = 2; break;                        /* fixext: type + data */
+			case 0xd5: fixed = 3; break;
+			case 0xd6: fixed = 5; break;
+			case 0xd7: fixed = 9; break;
+			case 0xd8: fixed = 17; break;
+			case 0xdc: case 0xdd: case 0xde: case 0xdf: {       /* array16/32, map16/32 */
+				int n = b == 0xdc || b == 0xde ? 2 : 4;
+				if (len - off < (size_t)n)
+					return false;
+				count = ipc_be(p + off, n) * (b >= 0xde ? 2 : 1);
+				off += (size_t)n;
+				break;
+			}
+			default: return false;                               /* 0xc1: never used */
+			}
+		if (lenbytes) {
+			if (len - off < (size_t)lenbytes)
+				return false;
+			body = ipc_be(p + off, lenbytes);
+			off += (size_t)lenbytes;
+		}
+		body += (uint64_t)fixed;
+		if (body > len - off)
+			return false;
+		off += (size_t)body;
+		pending += count;
+	}
+	return true;
+}
+
 int ipc_decode(const void *buf, size_t len, struct ipc_msg *out)
 {
 	memset(out, 0, sizeof(*out));
@@ -302,7 +380,8 @@ int ipc_decode(const void *buf, size_t len, struct ipc_msg *out)
 	if (len)
 		memcpy(out->raw, buf, len);
 	size_t off = 0;
-	if (msgpack_unpack_next(&out->unp, out->raw, len, &off) != MSGPACK_UNPACK_SUCCESS || off != len)
+	if (!ipc_shape_ok((const unsigned char *)out->raw, len) ||
+	    msgpack_unpack_next(&out->unp, out->raw, len, &off) != MSGPACK_UNPACK_SUCCESS || off != len)
 		goto bad; /* truncated, malformed, or trailing bytes */
 	const msgpack_object *env = &out->unp.data;
 	if (env->type != MSGPACK_OBJECT_ARRAY || env->via.array.size != 4)

@@ -107,6 +107,36 @@ static void test_roundtrip_all_types(void **st)
 	assert_string_equal(ipc_type_name(m.type), "REQ_SHUTDOWN");
 	ipc_msg_free(&m);
 	ipc_buf_free(&b);
+
+	assert_int_equal(ipc_pack_req_kube(&b, 9, true), 0);
+	assert_int_equal(ipc_decode(b.sb.data, b.sb.size, &m), 0);
+	assert_true(m.u.kube_req.refresh);
+	ipc_msg_free(&m);
+	ipc_buf_free(&b);
+
+	assert_int_equal(ipc_pack_note_claim(&b, 10, "kg-0123abcd-x1y2z", false), 0);
+	assert_int_equal(ipc_decode(b.sb.data, b.sb.size, &m), 0);
+	assert_string_equal(ipc_type_name(m.type), "NOTE_CLAIM");
+	assert_int_equal(m.u.claim_note.name.len, strlen("kg-0123abcd-x1y2z"));
+	assert_false(m.u.claim_note.keep);
+	ipc_msg_free(&m);
+	ipc_buf_free(&b);
+}
+
+/* a container whose declared count cannot fit in the bytes left is refused before msgpack-c
+ * allocates for it (a map32 of 2^32 - 1 pairs in 5 bytes: 64 GiB) */
+static void test_declared_counts_bounded(void **st)
+{
+	(void)st;
+	struct ipc_msg m;
+	static const unsigned char map32[] = { 0xdf, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff };
+	static const unsigned char arr32[] = { 0x94, 0x01, 0x01, 0x01, 0xdd, 0x7f, 0xff, 0xff, 0xff };
+	static const unsigned char str32[] = { 0xdb, 0xff, 0xff, 0xff, 0xf0, 'x' };
+	static const unsigned char never[] = { 0xc1 };
+	assert_int_equal(ipc_decode(map32, sizeof(map32), &m), -EPROTO);
+	assert_int_equal(ipc_decode(arr32, sizeof(arr32), &m), -EPROTO);
+	assert_int_equal(ipc_decode(str32, sizeof(str32), &m), -EPROTO);
+	assert_int_equal(ipc_decode(never, sizeof(never), &m), -EPROTO);
 }
 
 /* every strict prefix of a valid message is rejected */
@@ -241,6 +271,7 @@ int main(void)
 		cmocka_unit_test(test_wrong_version_type_keys),
 		cmocka_unit_test(test_oversized),
 		cmocka_unit_test(test_outlives_buffer),
+		cmocka_unit_test(test_declared_counts_bounded),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
