@@ -15,21 +15,24 @@
  * that its own cost stays small next to the servers'; the table says how much CPU it used.
  * Every process started here is ended here (SIGTERM, then SIGKILL after 60 s), on success,
  * failure and SIGINT/SIGTERM alike.  The exit status is non-zero only when a figure could not be
- * measured; a missed aim is a word in the table.  See bench/README.md.
+ * measured; a missed aim is a word in the table.  What it shares with k8sbench.mjs (the client,
+ * the children, the numbers and the table) is in lib.mjs.  See bench/README.md.
  */
-import { spawn, execFileSync } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import fs from 'node:fs';
-import http from 'node:http';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { performance } from 'node:perf_hooks';
-import { Pool } from 'undici';
+import {
+	HERE, SNIPPET_UPPER, bench_name, base_options, parse_options, die, progress, sleep, fmt,
+	sorted, pct, median, p90, table, proc_read, proc_table, proc_tree, subtree_cpu, track,
+	child_stop, stop_all, term_all_now, spawn_logged, wait_line, serving_port, http_target,
+	rpc, open_session, close_session, kg_metrics, kg_metric, version_of, work_dir,
+	machine_line, run_main,
+} from './lib.mjs';
 
-const HERE = path.dirname(fileURLToPath(import.meta.url));
-const ROOT = path.resolve(HERE, '..');
-const PROTOCOL = '2025-11-25';
+bench_name('httpbench');
 const REQ_TIMEOUT_MS = 30000;
 
 /* ------------------------------------------------------------------ options */
@@ -50,32 +53,22 @@ const USAGE = `usage: node bench/httpbench.mjs [options]
 /* parse_args - options into a settings object; exits on --help or a bad option */
 function parse_args(argv) {
 	const o = {
-		quick: false, only: null, duration: 5, warmup: 0.5, levels: [1, 16, 64], rss: 200, opens: 10,
-		bin: process.env.KODE_GOPHER_BIN || path.join(ROOT, process.env.BUILD || 'build', 'kode-gopher'),
-		runtime: process.env.RUNTIME_DIR || process.env.KODE_GOPHER_RUNTIME_DIR || '/var/cache/kode-gopher/runtime',
+		...base_options(), duration: 5, warmup: 0.5, levels: [1, 16, 64], rss: 200, opens: 10,
 		everything: path.join(HERE, 'node_modules/@modelcontextprotocol/server-everything/dist/index.js'),
 	};
-	const set = {};
-	for (let i = 0; i < argv.length; i++) {
-		const a = argv[i];
-		const val = () => {
-			if (i + 1 >= argv.length)
-				die(`${a} needs a value\n${USAGE}`);
-			return argv[++i];
-		};
-		if (a === '--quick') o.quick = true;
-		else if (a === '--help' || a === '-h') { process.stdout.write(USAGE); process.exit(0); }
-		else if (a === '--only') o.only = val();
-		else if (a === '--bin') o.bin = val();
-		else if (a === '--runtime-dir') o.runtime = val();
-		else if (a === '--everything') o.everything = val();
-		else if (a === '--duration') set.duration = Number(val());
-		else if (a === '--warmup') set.warmup = Number(val());
-		else if (a === '--levels') set.levels = val().split(',').map(Number);
-		else if (a === '--rss-sessions') set.rss = Number(val());
-		else if (a === '--open-sessions') set.opens = Number(val());
-		else die(`unknown option ${a}\n${USAGE}`);
-	}
+	const set = {}; /* given explicitly: wins over --quick's */
+	parse_options(argv, USAGE, o, (a, val) => {
+		switch (a) {
+		case '--everything': o.everything = val(); break;
+		case '--duration': set.duration = Number(val()); break;
+		case '--warmup': set.warmup = Number(val()); break;
+		case '--levels': set.levels = val().split(',').map(Number); break;
+		case '--rss-sessions': set.rss = Number(val()); break;
+		case '--open-sessions': set.opens = Number(val()); break;
+		default: return false;
+		}
+		return true;
+	});
 	if (o.quick)
 		Object.assign(o, { duration: 2, warmup: 0.3, levels: [1, 16], rss: 50, opens: 3 });
 	Object.assign(o, set);
@@ -89,56 +82,7 @@ function parse_args(argv) {
 	return o;
 }
 
-/* die - a sentence on stderr, exit 1 (before anything was started) */
-function die(msg) {
-	process.stderr.write(`httpbench: ${msg}\n`);
-	process.exit(1);
-}
-
-/* progress - a line on stderr */
-function progress(msg) {
-	process.stderr.write(`httpbench: ${msg}\n`);
-}
-
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-/* ------------------------------------------------------------------ numbers */
-
-/* fmt - three significant digits, no exponent (as mcpbench prints) */
-function fmt(v) {
-	if (v === null || v === undefined || Number.isNaN(v)) return '-';
-	if (Math.abs(v) >= 1000) return String(Math.round(v));
-	if (v === 0) return '0';
-	return v.toPrecision(3);
-}
-
-/* sorted - a sorted copy */
-const sorted = (a) => Float64Array.from(a).sort();
-
-/* pct - nearest-rank percentile of a sorted array */
-function pct(s, p) {
-	if (!s.length) return NaN;
-	const rank = Math.ceil((p / 100) * s.length);
-	return s[Math.max(rank, 1) - 1];
-}
-
-/* median - middle value (mean of the middle two for an even n) */
-function median(a) {
-	const s = sorted(a);
-	if (!s.length) return NaN;
-	return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
-}
-
 /* ------------------------------------------------------------------ /proc */
-
-/* proc_read - a /proc file, or null when the process is gone */
-function proc_read(pid, file) {
-	try {
-		return fs.readFileSync(`/proc/${pid}/${file}`, 'utf8');
-	} catch {
-		return null;
-	}
-}
 
 /* proc_kib - a "Vm...:   N kB" field of /proc/PID/status in KiB (NaN if gone) */
 function proc_kib(pid, field) {
@@ -147,84 +91,10 @@ function proc_kib(pid, field) {
 	return m ? Number(m[1]) : NaN;
 }
 
-/* proc_stat - ppid and CPU time (utime+stime, seconds) from /proc/PID/stat */
-const CLK_TCK = (() => {
-	try {
-		return Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
-	} catch {
-		return 100;
-	}
-})();
-function proc_stat(pid) {
-	const s = proc_read(pid, 'stat');
-	if (!s) return null;
-	/* the command name is in parentheses and may hold spaces: fields count from its end */
-	const f = s.slice(s.lastIndexOf(')') + 2).split(' ');
-	return { ppid: Number(f[1]), cpu: (Number(f[11]) + Number(f[12])) / CLK_TCK };
-}
-
-/* proc_tree - pid and all its descendants */
-function proc_tree(root) {
-	const kids = new Map();
-	for (const d of fs.readdirSync('/proc')) {
-		if (!/^\d+$/.test(d)) continue;
-		const st = proc_stat(d);
-		if (!st) continue;
-		if (!kids.has(st.ppid)) kids.set(st.ppid, []);
-		kids.get(st.ppid).push(Number(d));
-	}
-	const out = [root];
-	for (let i = 0; i < out.length; i++)
-		for (const k of kids.get(out[i]) || []) out.push(k);
-	return out;
-}
-
 /* tree_cpu - CPU seconds used so far by a process tree (the living members) */
-function tree_cpu(root) {
-	let sum = 0;
-	for (const p of proc_tree(root)) {
-		const st = proc_stat(p);
-		if (st) sum += st.cpu;
-	}
-	return sum;
-}
+const tree_cpu = (root) => subtree_cpu(proc_table(), root);
 
-/* ------------------------------------------------------------------ children */
-
-const children = new Set(); /* every server started here, until it has exited */
-
-/* child_stop - SIGTERM (kode-gopher then ends its sessions and sandboxes), SIGKILL after 60 s */
-async function child_stop(c) {
-	if (c.exited) return;
-	c.proc.kill('SIGTERM');
-	const killer = setTimeout(() => {
-		progress(`${c.name} (pid ${c.proc.pid}) did not end within 60 s of SIGTERM: killing it`);
-		c.proc.kill('SIGKILL');
-	}, 60000);
-	await c.done;
-	clearTimeout(killer);
-	if (c.target) c.target.pool.destroy().catch(() => {});
-}
-
-/* stop_all - end every child still running */
-async function stop_all() {
-	await Promise.all([...children].map(child_stop));
-}
-
-/* track - remember a started child until it exits */
-function track(name, proc) {
-	const c = { name, proc, exited: false, status: null };
-	c.done = new Promise((resolve) => {
-		proc.on('exit', (code, sig) => {
-			c.exited = true;
-			c.status = sig ? `signal ${sig}` : `exit ${code}`;
-			children.delete(c);
-			resolve();
-		});
-	});
-	children.add(c);
-	return c;
-}
+/* ------------------------------------------------------------------ servers */
 
 /* free_port - a loopback port nobody listens on right now (for a server that wants a number) */
 function free_port() {
@@ -238,57 +108,16 @@ function free_port() {
 	});
 }
 
-/* wait_line - resolve with the first match of re in a child's stderr, reject on exit/timeout */
-function wait_line(c, re, what, ms) {
-	return new Promise((resolve, reject) => {
-		let buf = '';
-		const t = setTimeout(() => done(new Error(`${c.name} did not print ${what} within ${ms / 1000} s`)), ms);
-		const on = (chunk) => {
-			buf += chunk;
-			const m = buf.match(re);
-			if (m) done(null, m);
-			else if (buf.length > 65536) buf = buf.slice(-4096);
-		};
-		const onexit = () => done(new Error(`${c.name} exited (${c.status}) before printing ${what}; see ${c.log}`));
-		function done(err, m) {
-			clearTimeout(t);
-			c.proc.stderr.off('data', on);
-			c.proc.off('exit', onexit);
-			err ? reject(err) : resolve(m);
-		}
-		c.proc.stderr.on('data', on);
-		c.proc.on('exit', onexit);
-	});
-}
-
 /* start_kg - `kode-gopher serve --http 127.0.0.1:0` with its own sandbox root; its log to a file */
 async function start_kg(o, tmp, tag, args) {
 	const root = path.join(tmp, `sandboxes-${tag}`);
 	fs.mkdirSync(root, { mode: 0o711 });
-	const log = path.join(tmp, `kode-gopher-${tag}.log`);
 	const argv = ['serve', '--http', '127.0.0.1:0', '--runtime-dir', o.runtime, ...args];
-	const proc = spawn(o.run_bin, argv, {
-		env: { ...process.env, KODE_GOPHER_SANDBOX_ROOT: root },
-		stdio: ['ignore', 'ignore', 'pipe'],
-	});
-	const c = track(`kode-gopher (${tag})`, proc);
-	c.log = log;
-	c.problems = []; /* warn and error lines of its log */
-	const out = fs.createWriteStream(log);
-	proc.stderr.setEncoding('utf8');
-	let partial = '';
-	proc.stderr.on('data', (chunk) => {
-		out.write(chunk);
-		const lines = (partial + chunk).split('\n');
-		partial = lines.pop();
-		for (const l of lines)
-			if (/Z (warn|error) /.test(l)) c.problems.push(l);
-	});
-	proc.on('exit', () => out.end());
-	proc.on('error', (e) => progress(`cannot start ${o.run_bin}: ${e.message}`));
-	const m = await wait_line(c, /serving MCP on http:\/\/127\.0\.0\.1:(\d+)\/mcp/, 'its "serving MCP on" line', 20000);
-	c.target = target(Number(m[1]));
-	progress(`kode-gopher (${tag}) pid ${proc.pid} on port ${m[1]}: ${argv.join(' ')}`);
+	const c = spawn_logged(`kode-gopher (${tag})`, o.run_bin, argv, { ...process.env, KODE_GOPHER_SANDBOX_ROOT: root },
+		path.join(tmp, `kode-gopher-${tag}.log`));
+	const port = await serving_port(c);
+	c.target = target(port);
+	progress(`kode-gopher (${tag}) pid ${c.proc.pid} on port ${port}: ${argv.join(' ')}`);
 	return c;
 }
 
@@ -315,81 +144,8 @@ async function start_everything(o) {
 
 /* ------------------------------------------------------------------ HTTP client */
 
-/* target - where requests go, with its own pool of keep-alive connections (one per session
- * in flight: each session is a closed loop, so it never has two requests out) */
-function target(port) {
-	return { port, pool: new Pool(`http://127.0.0.1:${port}`, { connections: null, pipelining: 1 }) };
-}
-
-/* sse_answer - the JSON-RPC response with this id among the events of a text/event-stream body */
-function sse_answer(text, id) {
-	for (const ev of text.split(/\r?\n\r?\n/)) {
-		const data = ev.split(/\r?\n/).filter((l) => l.startsWith('data:')).map((l) => l.slice(5).replace(/^ /, '')).join('\n');
-		if (!data) continue;
-		const msg = JSON.parse(data);
-		if (msg.id === id) return msg;
-	}
-	return null;
-}
-
-/* post - one HTTP request to /mcp; resolves with status, headers, the parsed answer and its size */
-async function post(t, method, body, sid, id) {
-	const headers = { 'content-type': 'application/json', accept: 'application/json, text/event-stream' };
-	if (sid) {
-		headers['mcp-session-id'] = sid;
-		headers['mcp-protocol-version'] = PROTOCOL;
-	}
-	const res = await t.pool.request({
-		path: '/mcp', method, headers, body: body === null ? undefined : body,
-		headersTimeout: REQ_TIMEOUT_MS, bodyTimeout: REQ_TIMEOUT_MS,
-	});
-	const text = await res.body.text();
-	const type = res.headers['content-type'] || '';
-	let msg = null;
-	try {
-		if (type.startsWith('text/event-stream')) msg = sse_answer(text, id);
-		else if (text.length && type.startsWith('application/json')) msg = JSON.parse(text);
-	} catch (e) {
-		throw new Error(`HTTP ${res.statusCode}: unparsable answer (${e.message}): ${text.slice(0, 200)}`);
-	}
-	return { status: res.statusCode, headers: res.headers, msg, bytes: text.length, text };
-}
-
-/* rpc - a JSON-RPC request in a session; resolves with the result, rejects with a sentence */
-async function rpc(t, sess, method, params) {
-	const id = ++sess.seq;
-	const body = JSON.stringify(params === undefined ? { jsonrpc: '2.0', id, method } : { jsonrpc: '2.0', id, method, params });
-	const r = await post(t, 'POST', body, sess.sid, id);
-	if (r.status !== 200 || !r.msg) throw new Error(`${method}: HTTP ${r.status}: ${r.text.slice(0, 200)}`);
-	if (r.msg.error) throw new Error(`${method}: JSON-RPC error ${r.msg.error.code}: ${r.msg.error.message}`);
-	if (r.msg.id !== id || r.msg.result === undefined) throw new Error(`${method}: an answer that is not the result of request ${id}`);
-	sess.bytes = r.bytes;
-	return r.msg.result;
-}
-
-/* open_session - initialize (no session id: the server hands one out), then notifications/initialized */
-async function open_session(t) {
-	const body = JSON.stringify({
-		jsonrpc: '2.0', id: 0, method: 'initialize',
-		params: { protocolVersion: PROTOCOL, capabilities: {}, clientInfo: { name: 'kode-gopher-httpbench', version: '1' } },
-	});
-	const r = await post(t, 'POST', body, null, 0);
-	const sid = r.headers['mcp-session-id'];
-	if (r.status !== 200 || !r.msg || !r.msg.result || !sid)
-		throw new Error(`initialize: HTTP ${r.status}${sid ? '' : ', no Mcp-Session-Id'}: ${r.text.slice(0, 300)}`);
-	const sess = { sid, seq: 0 };
-	const n = await post(t, 'POST', JSON.stringify({ jsonrpc: '2.0', method: 'notifications/initialized' }), sid, undefined);
-	if (n.status !== 202 && n.status !== 200)
-		throw new Error(`notifications/initialized: HTTP ${n.status}: ${n.text.slice(0, 200)}`);
-	return sess;
-}
-
-/* close_session - DELETE the session */
-async function close_session(t, sess) {
-	const r = await post(t, 'DELETE', null, sess.sid, undefined);
-	if (r.status !== 200 && r.status !== 204)
-		throw new Error(`DELETE: HTTP ${r.status}: ${r.text.slice(0, 200)}`);
-}
+/* target - where this bench's requests go (lib.mjs's http_target) */
+const target = (port) => http_target(port, REQ_TIMEOUT_MS, 'kode-gopher-httpbench');
 
 /* open_many - n sessions, `par` at a time (each of ours costs a worker and a jail) */
 async function open_many(t, n, par, what) {
@@ -545,28 +301,8 @@ async function part_throughput(o, tmp, rows, info) {
 /* kg_alive - "ok" when serve and a worker per session were alive after the runs */
 function kg_alive(kg, n) {
 	if (kg.exited) return `serve ${kg.status}`;
-	const workers = proc_tree(kg.proc.pid).filter((p) => (proc_read(p, 'cmdline') || '').startsWith('kode-gopher: worker local')).length;
+	const workers = proc_tree(proc_table(), kg.proc.pid).filter((p) => (proc_read(p, 'cmdline') || '').startsWith('kode-gopher: worker local')).length;
 	return workers >= n ? 'ok' : `${workers}/${n} workers`;
-}
-
-/* kg_metrics - /metrics as text */
-async function kg_metrics(port) {
-	return new Promise((resolve, reject) => {
-		const req = http.get({ host: '127.0.0.1', port, path: '/metrics', agent: false }, (res) => {
-			let s = '';
-			res.setEncoding('utf8');
-			res.on('data', (d) => (s += d));
-			res.on('end', () => resolve(s));
-		});
-		req.setTimeout(10000, () => req.destroy(new Error('/metrics did not answer within 10 s')));
-		req.on('error', reject);
-	});
-}
-
-/* kg_metric - one sample of /metrics (the first line that starts with name) */
-async function kg_metric(port, name) {
-	const m = (await kg_metrics(port)).split('\n').find((l) => l.startsWith(name + ' '));
-	return m ? Number(m.slice(name.length + 1)) : NaN;
 }
 
 /* ------------------------------------------------------------------ 2. RSS */
@@ -582,7 +318,7 @@ async function part_rss(o, tmp, rows) {
 	const pid = kg.proc.pid;
 	const rss = proc_kib(pid, 'VmRSS') / 1024, hwm = proc_kib(pid, 'VmHWM') / 1024;
 	let workers = [], sandboxes = 0, nsand = 0;
-	for (const p of proc_tree(pid).slice(1)) {
+	for (const p of proc_tree(proc_table(), pid).slice(1)) {
 		const kib = proc_kib(p, 'VmRSS');
 		if (Number.isNaN(kib)) continue;
 		if ((proc_read(p, 'cmdline') || '').startsWith('kode-gopher: worker')) workers.push(kib / 1024);
@@ -613,9 +349,6 @@ async function part_rss(o, tmp, rows) {
 
 /* ------------------------------------------------------------------ 3. session open */
 
-const SNIPPET = 'package snippet\n\nimport (\n\t"context"\n\t"strings"\n)\n\n' +
-	'func run(ctx context.Context) (any, error) {\n\treturn strings.ToUpper("hello, gopher"), nil\n}\n';
-
 /* wait_idle - until /metrics shows `want` idle workers (the pool refilled), or throw */
 async function wait_idle(port, want, ms) {
 	const end = performance.now() + ms;
@@ -639,7 +372,7 @@ async function part_open(o, tmp, rows) {
 		const t0 = performance.now();
 		const sess = await open_session(kg.target);
 		const t1 = performance.now();
-		const res = await rpc(kg.target, sess, 'tools/call', { name: 'execute_go_code', arguments: { code: SNIPPET } });
+		const res = await rpc(kg.target, sess, 'tools/call', { name: 'execute_go_code', arguments: { code: SNIPPET_UPPER } });
 		const t2 = performance.now();
 		const sc = res.structuredContent || {};
 		if (res.isError || !sc.result || sc.result.kind !== 'ok')
@@ -652,7 +385,6 @@ async function part_open(o, tmp, rows) {
 		await close_session(kg.target, sess);
 	}
 	await child_stop(kg);
-	const p90 = (a) => pct(sorted(a), 90);
 	rows.push(['session open on a warm pool: initialize → first result (ms)', median(total), p90(total), String(total.length),
 		'--workers-min-idle 2, the pool back at 2 idle workers before each; a stdlib snippet (strings.ToUpper), the same each time: a new sandbox builds it once']);
 	rows.push(['  initialize + notifications/initialized (ms)', median(init), p90(init), String(init.length), 'until the Mcp-Session-Id is in hand']);
@@ -660,30 +392,7 @@ async function part_open(o, tmp, rows) {
 		`build_ms ${fmt(median(build))}, claim_ms ${fmt(median(claim))} (medians, as the result reports them)`]);
 }
 
-/* ------------------------------------------------------------------ table */
-
-/* table - a markdown table, columns aligned; `right` marks the numeric columns */
-function table(head, rows, right) {
-	const cells = rows.map((r) => r.map((v) => (typeof v === 'number' ? fmt(v) : String(v))));
-	const w = head.map((h, c) => Math.max(3, [...h].length, ...cells.map((r) => [...r[c]].length)));
-	const line = (r) => '|' + r.map((v, c) => {
-		const pad = ' '.repeat(w[c] - [...v].length);
-		return ' ' + (right[c] ? pad + v : v + pad) + ' |';
-	}).join('');
-	const sep = '|' + w.map((n, c) => ' ' + (right[c] ? '-'.repeat(n - 1) + ':' : '-'.repeat(n)) + ' |').join('');
-	return [line(head), sep, ...cells.map(line)].join('\n') + '\n';
-}
-
 /* ------------------------------------------------------------------ main */
-
-/* version_of - a command's first line, or "?" */
-function version_of(cmd, args) {
-	try {
-		return execFileSync(cmd, args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).split('\n')[0].trim();
-	} catch {
-		return '?';
-	}
-}
 
 /* main - the parts asked for, then the tables; servers and the temporary directory go in every case */
 async function main() {
@@ -696,13 +405,9 @@ async function main() {
 	try {
 		evVersion = JSON.parse(fs.readFileSync(path.join(path.dirname(o.everything), '..', 'package.json'), 'utf8')).version;
 	} catch { /* reported as ? */ }
-	const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'httpbench-'));
-	fs.chmodSync(tmp, 0o711); /* jailed sandboxes run as another uid and walk through it */
-	/* a copy, so that a rebuild of the binary during the run (a shared machine) changes nothing:
-	 * a serve whose binary was replaced can no longer start sandboxes */
-	o.run_bin = path.join(tmp, 'kode-gopher');
-	fs.copyFileSync(o.bin, o.run_bin);
-	fs.chmodSync(o.run_bin, 0o755);
+	/* serve runs from a copy: a serve whose binary was replaced can no longer start sandboxes */
+	const { tmp, run_bin } = work_dir('httpbench-', o.bin);
+	o.run_bin = run_bin;
 	const kgVersion = version_of(o.run_bin, ['--version']);
 	let interrupted = false;
 	const onsig = (sig) => {
@@ -717,7 +422,7 @@ async function main() {
 	process.on('SIGINT', onsig);
 	process.on('SIGTERM', onsig);
 	process.on('exit', () => {
-		for (const c of children) c.proc.kill('SIGTERM'); /* last resort: nothing async runs now */
+		term_all_now(); /* last resort: nothing async runs now */
 	});
 
 	const load0 = os.loadavg()[0];
@@ -735,9 +440,8 @@ async function main() {
 		if (!failed) fs.rmSync(tmp, { recursive: true, force: true });
 	}
 	const load1 = os.loadavg()[0];
-	let out = `kode-gopher shared-server benchmarks, ${date} UTC: ${os.cpus().length} CPUs, load average ` +
-		`${load0.toFixed(2)} at start, ${load1.toFixed(2)} at end; node ${process.version}; ${path.relative(ROOT, o.bin) || o.bin}` +
-		`${kgVersion !== '?' ? ` (${kgVersion}, run from a copy)` : ''}; @modelcontextprotocol/server-everything ${evVersion}; ` +
+	let out = `kode-gopher shared-server benchmarks, ${date} UTC: ${machine_line(load0, load1, o.bin, kgVersion)}; ` +
+		`@modelcontextprotocol/server-everything ${evVersion}; ` +
 		`${o.duration} s per cell after ${o.warmup} s unmeasured\n\n`;
 	if (tput.length)
 		out += table(['method', 'sessions', 'kode-gopher req/s', 'p50 ms', 'p99 ms', 'everything req/s', 'p50 ms', 'p99 ms',
@@ -753,8 +457,4 @@ async function main() {
 	}
 }
 
-main().catch(async (e) => {
-	progress(`failed: ${e.stack || e.message}`);
-	await stop_all();
-	process.exit(1);
-});
+run_main(main);

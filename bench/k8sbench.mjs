@@ -22,9 +22,9 @@
  *      the CPU that kode-gopher, the sandboxes and the test cluster used meanwhile.
  * Like httpbench.mjs, the client speaks raw JSON-RPC (newline-delimited over the serve
  * process's pipes, or Streamable HTTP over undici), not the SDK client, so its own cost stays
- * small.  Every process started here is ended here, and the cluster is taken down, on success,
- * failure and SIGINT/SIGTERM alike.  The exit status is non-zero only when a figure could not be
- * measured.  See bench/README.md.
+ * small; the two share lib.mjs.  Every process started here is ended here, and the cluster is
+ * taken down, on success, failure and SIGINT/SIGTERM alike.  The exit status is non-zero only
+ * when a figure could not be measured.  See bench/README.md.
  */
 import { spawn, execFile, execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -33,18 +33,23 @@ import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import readline from 'node:readline';
-import { fileURLToPath } from 'node:url';
 import { performance } from 'node:perf_hooks';
-import { Pool } from 'undici';
+import {
+	ROOT, PROTOCOL, SNIPPET_UPPER, bench_name, base_options, parse_options, die, progress,
+	sleep, fmt, median, p90, table, CLK_TCK, proc_read, proc_table, subtree_cpu, child_stop,
+	stop_all, term_all_now, spawn_logged, serving_port, http_target, rpc, open_session,
+	close_session, kg_metric, version_of, work_dir, machine_line, run_main,
+} from './lib.mjs';
 
-const HERE = path.dirname(fileURLToPath(import.meta.url));
-const ROOT = path.resolve(HERE, '..');
+bench_name('k8sbench');
 const CLUSTER_SH = path.join(ROOT, 'tests/k8s/cluster.sh');
 const PACKAGING = path.join(ROOT, 'packaging/k8s');
-const PROTOCOL = '2025-11-25';
 const CALL_TIMEOUT_MS = 300000; /* 16 builds at once on 2 cores take seconds each; a claim may wait */
 const POOL = 'go-runtime-pool';
 const AGENT_PORT = 8888;
+/* what the bench runs on, from packaging/k8s: the objects a deployment applies (tests/k8s/run.sh
+ * applies the same) */
+const OBJECTS = ['runtimeclass-gvisor.yaml', 'sandbox-template.yaml', 'warm-pool.yaml'];
 
 /* ------------------------------------------------------------------ options */
 
@@ -66,32 +71,22 @@ const USAGE = `usage: node bench/k8sbench.mjs [options]
 /* parse_args - options into a settings object; exits on --help or a bad option */
 function parse_args(argv) {
 	const o = {
-		quick: false, only: null, sessions: 10, concurrency: 16, duration: 20, warmup: 2,
+		...base_options(), sessions: 10, concurrency: 16, duration: 20, warmup: 2,
 		namespace: 'kg-bench', cluster: null,
-		bin: process.env.KODE_GOPHER_BIN || path.join(ROOT, process.env.BUILD || 'build', 'kode-gopher'),
-		runtime: process.env.RUNTIME_DIR || process.env.KODE_GOPHER_RUNTIME_DIR || '/var/cache/kode-gopher/runtime',
 	};
-	const set = {};
-	for (let i = 0; i < argv.length; i++) {
-		const a = argv[i];
-		const val = () => {
-			if (i + 1 >= argv.length)
-				die(`${a} needs a value\n${USAGE}`);
-			return argv[++i];
-		};
-		if (a === '--quick') o.quick = true;
-		else if (a === '--help' || a === '-h') { process.stdout.write(USAGE); process.exit(0); }
-		else if (a === '--only') o.only = val();
-		else if (a === '--bin') o.bin = val();
-		else if (a === '--runtime-dir') o.runtime = val();
-		else if (a === '--sessions') set.sessions = Number(val());
-		else if (a === '--concurrency') set.concurrency = Number(val());
-		else if (a === '--duration') set.duration = Number(val());
-		else if (a === '--warmup') set.warmup = Number(val());
-		else if (a === '--namespace') o.namespace = val();
-		else if (a === '--cluster') o.cluster = path.resolve(val());
-		else die(`unknown option ${a}\n${USAGE}`);
-	}
+	const set = {}; /* given explicitly: wins over --quick's */
+	parse_options(argv, USAGE, o, (a, val) => {
+		switch (a) {
+		case '--sessions': set.sessions = Number(val()); break;
+		case '--concurrency': set.concurrency = Number(val()); break;
+		case '--duration': set.duration = Number(val()); break;
+		case '--warmup': set.warmup = Number(val()); break;
+		case '--namespace': o.namespace = val(); break;
+		case '--cluster': o.cluster = path.resolve(val()); break;
+		default: return false;
+		}
+		return true;
+	});
 	if (o.quick)
 		Object.assign(o, { sessions: 3, duration: 8, warmup: 1 });
 	Object.assign(o, set);
@@ -108,19 +103,6 @@ function parse_args(argv) {
 	return o;
 }
 
-/* die - a sentence on stderr, exit 1 (before anything was started) */
-function die(msg) {
-	process.stderr.write(`k8sbench: ${msg}\n`);
-	process.exit(1);
-}
-
-/* progress - a line on stderr */
-function progress(msg) {
-	process.stderr.write(`k8sbench: ${msg}\n`);
-}
-
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
 let interrupted = null; /* the signal that asked us to stop, once one has */
 let keepLogs = false;    /* something went wrong that the logs may explain: keep them */
 
@@ -129,86 +111,10 @@ function check_interrupt() {
 	if (interrupted) throw new Error(`stopped by ${interrupted}`);
 }
 
-/* ------------------------------------------------------------------ numbers (as httpbench) */
-
-/* fmt - three significant digits, no exponent (as mcpbench prints) */
-function fmt(v) {
-	if (v === null || v === undefined || Number.isNaN(v)) return '-';
-	if (Math.abs(v) >= 1000) return String(Math.round(v));
-	if (v === 0) return '0';
-	return v.toPrecision(3);
-}
-
-const sorted = (a) => Float64Array.from(a).sort();
-
-/* pct - nearest-rank percentile */
-function pct(a, p) {
-	const s = sorted(a);
-	if (!s.length) return NaN;
-	const rank = Math.ceil((p / 100) * s.length);
-	return s[Math.max(rank, 1) - 1];
-}
-
-/* median - middle value (mean of the middle two for an even n) */
-function median(a) {
-	const s = sorted(a);
-	if (!s.length) return NaN;
-	return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
-}
-
-const p90 = (a) => pct(a, 90);
+/* count - how many members of a f says yes to */
 const count = (a, f) => a.filter(f).length;
 
 /* ------------------------------------------------------------------ CPU accounting */
-
-const CLK_TCK = (() => {
-	try {
-		return Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
-	} catch {
-		return 100;
-	}
-})();
-
-/* proc_stat - ppid and CPU seconds from /proc/PID/stat: the process's own (utime+stime) plus
- * what its children that it has reaped used (cutime+cstime), so a `go build` that came and went
- * inside a window still counts, in the agent that waited for it */
-function proc_stat(pid) {
-	let s;
-	try {
-		s = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
-	} catch {
-		return null;
-	}
-	const f = s.slice(s.lastIndexOf(')') + 2).split(' ');
-	return { ppid: Number(f[1]), cpu: (Number(f[11]) + Number(f[12]) + Number(f[13]) + Number(f[14])) / CLK_TCK };
-}
-
-/* proc_table - every process: pid -> stat, and ppid -> child pids */
-function proc_table() {
-	const kids = new Map();
-	const st = new Map();
-	for (const d of fs.readdirSync('/proc')) {
-		if (!/^\d+$/.test(d)) continue;
-		const x = proc_stat(d);
-		if (!x) continue;
-		st.set(Number(d), x);
-		if (!kids.has(x.ppid)) kids.set(x.ppid, []);
-		kids.get(x.ppid).push(Number(d));
-	}
-	return { st, kids };
-}
-
-/* subtree_cpu - CPU seconds of the living processes below and including root */
-function subtree_cpu({ st, kids }, root) {
-	let sum = 0;
-	const todo = [root];
-	while (todo.length) {
-		const p = todo.pop();
-		sum += st.get(p)?.cpu || 0;
-		todo.push(...(kids.get(p) || []));
-	}
-	return sum;
-}
 
 /* sandboxes_cpu - CPU seconds of the sandboxes the agents fixture runs: the trees of its
  * children that are `kode-gopher jail` (jail, agent, go build, the programs), not the fixture's
@@ -216,13 +122,8 @@ function subtree_cpu({ st, kids }, root) {
 function sandboxes_cpu(t, fixturePid) {
 	if (!fixturePid || !t.st.has(fixturePid)) return NaN;
 	let sum = 0;
-	for (const p of t.kids.get(fixturePid) || []) {
-		let cmd = '';
-		try {
-			cmd = fs.readFileSync(`/proc/${p}/cmdline`, 'latin1');
-		} catch { /* gone */ }
-		if (cmd.includes('\0jail\0')) sum += subtree_cpu(t, p);
-	}
+	for (const p of t.kids.get(fixturePid) || [])
+		if ((proc_read(p, 'cmdline') || '').includes('\0jail\0')) sum += subtree_cpu(t, p);
 	return sum;
 }
 
@@ -237,7 +138,9 @@ function machine_cpu() {
  * workers), the sandboxes, the rest of the test cluster (control plane, kwok, the agents
  * fixture's own process and kubectl), this client, and the whole machine */
 function cpu_mark(kgPid, k) {
-	const t = proc_table();
+	/* with what processes reaped: a `go build` that came and went inside a window still
+	 * counts, in the agent that waited for it */
+	const t = proc_table(true);
 	const sandboxes = sandboxes_cpu(t, k.agentsPid);
 	let cluster = (k.agentsPid && t.st.has(k.agentsPid) ? subtree_cpu(t, k.agentsPid) : 0) - (sandboxes || 0);
 	for (const pid of k.controlPids) cluster += t.st.has(pid) ? subtree_cpu(t, pid) : 0;
@@ -255,79 +158,6 @@ function cpu_diff(a, b) {
 		wall, client: (c.user + c.system) / 1e6 / wall, serve: (b.serve - a.serve) / wall,
 		agents: (b.agents - a.agents) / wall, cluster: (b.cluster - a.cluster) / wall, machine: (b.machine - a.machine) / wall,
 	};
-}
-
-/* ------------------------------------------------------------------ children */
-
-const children = new Set(); /* every kode-gopher started here, until it has exited */
-
-/* track - remember a started child until it exits */
-function track(name, proc) {
-	const c = { name, proc, exited: false, status: null, problems: [] };
-	c.done = new Promise((resolve) => {
-		proc.on('exit', (code, sig) => {
-			c.exited = true;
-			c.status = sig ? `signal ${sig}` : `exit ${code}`;
-			children.delete(c);
-			resolve();
-		});
-	});
-	children.add(c);
-	return c;
-}
-
-/* child_stop - SIGTERM (kode-gopher then ends its sessions and deletes its claims), SIGKILL after 60 s */
-async function child_stop(c) {
-	if (c.exited) return;
-	c.proc.kill('SIGTERM');
-	const killer = setTimeout(() => {
-		progress(`${c.name} (pid ${c.proc.pid}) did not end within 60 s of SIGTERM: killing it`);
-		c.proc.kill('SIGKILL');
-	}, 60000);
-	await c.done;
-	clearTimeout(killer);
-	if (c.pool) c.pool.destroy().catch(() => {});
-}
-
-const stop_all = () => Promise.all([...children].map(child_stop));
-
-/* log_stderr - a child's stderr to a file; its warn and error lines also kept on c.problems */
-function log_stderr(c, file) {
-	c.log = file;
-	const out = fs.createWriteStream(file);
-	c.proc.stderr.setEncoding('utf8');
-	let partial = '';
-	c.proc.stderr.on('data', (chunk) => {
-		out.write(chunk);
-		const lines = (partial + chunk).split('\n');
-		partial = lines.pop();
-		for (const l of lines)
-			if (/Z (warn|error) /.test(l)) c.problems.push(l);
-	});
-	c.proc.on('exit', () => out.end());
-}
-
-/* wait_line - resolve with the first match of re in a child's stderr, reject on exit/timeout */
-function wait_line(c, re, what, ms) {
-	return new Promise((resolve, reject) => {
-		let buf = '';
-		const t = setTimeout(() => done(new Error(`${c.name} did not print ${what} within ${ms / 1000} s`)), ms);
-		const on = (chunk) => {
-			buf += chunk;
-			const m = buf.match(re);
-			if (m) done(null, m);
-			else if (buf.length > 65536) buf = buf.slice(-4096);
-		};
-		const onexit = () => done(new Error(`${c.name} exited (${c.status}) before printing ${what}; see ${c.log}`));
-		function done(err, m) {
-			clearTimeout(t);
-			c.proc.stderr.off('data', on);
-			c.proc.off('exit', onexit);
-			err ? reject(err) : resolve(m);
-		}
-		c.proc.stderr.on('data', on);
-		c.proc.on('exit', onexit);
-	});
 }
 
 /* ------------------------------------------------------------------ the cluster */
@@ -410,50 +240,17 @@ function cluster_info(dir) {
 	return { dir, kubectl: path.join(bin[1], 'kubectl'), kubeconfig: path.join(dir, 'kubeconfig'), agentsPid: pid('agents'), controlPids };
 }
 
-/* inline objects, as tests/k8s/run.sh writes them when packaging/k8s lacks its files */
-const RUNTIME_CLASS = 'apiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata:\n  name: gvisor\nhandler: runsc\n';
-const TEST_POOL = `apiVersion: extensions.agents.x-k8s.io/v1beta1
-kind: SandboxTemplate
-metadata:
-  name: go-runtime
-spec:
-  podTemplate:
-    spec:
-      runtimeClassName: gvisor
-      containers:
-      - name: agent
-        image: kode-gopher-sandbox:test
-        ports:
-        - containerPort: ${AGENT_PORT}
----
-apiVersion: extensions.agents.x-k8s.io/v1beta1
-kind: SandboxWarmPool
-metadata:
-  name: ${POOL}
-spec:
-  replicas: 2
-  sandboxTemplateRef:
-    name: go-runtime
-`;
-
-/* cluster_objects - namespace, RuntimeClass gvisor, template and warm pool (packaging/k8s's
- * when they exist, as tests/k8s/run.sh does), the pool scaled to o.replicas */
+/* cluster_objects - namespace, then packaging/k8s's RuntimeClass gvisor, SandboxTemplate and
+ * SandboxWarmPool (main has checked that they exist), the pool scaled to o.replicas */
 async function cluster_objects(o, k) {
 	const ns = o.namespace;
+	const [rc, tpl, wp] = OBJECTS.map((f) => path.join(PACKAGING, f));
 	await kubectl(k, ['apply', '-f', '-'], { input: { apiVersion: 'v1', kind: 'Namespace', metadata: { name: ns } } });
-	const rc = path.join(PACKAGING, 'runtimeclass-gvisor.yaml');
-	await kubectl(k, ['apply', '-f', fs.existsSync(rc) ? rc : '-'], { input: fs.existsSync(rc) ? undefined : RUNTIME_CLASS });
-	const tpl = path.join(PACKAGING, 'sandbox-template.yaml'), wp = path.join(PACKAGING, 'warm-pool.yaml');
-	if (fs.existsSync(tpl) && fs.existsSync(wp)) {
-		await kubectl(k, ['apply', '-f', tpl, '-f', wp], { namespace: ns });
-		k.objects = 'packaging/k8s/sandbox-template.yaml and warm-pool.yaml';
-	} else {
-		await kubectl(k, ['apply', '-f', '-'], { input: TEST_POOL, namespace: ns });
-		k.objects = "tests/k8s/run.sh's test template and pool";
-	}
+	await kubectl(k, ['apply', '-f', rc]);
+	await kubectl(k, ['apply', '-f', tpl, '-f', wp], { namespace: ns });
 	await kubectl(k, ['patch', 'sandboxwarmpool', POOL, '--type', 'merge', '-p', JSON.stringify({ spec: { replicas: o.replicas } })],
 		{ namespace: ns });
-	progress(`namespace ${ns}: RuntimeClass gvisor, ${k.objects}; ${POOL} scaled to ${o.replicas} replicas`);
+	progress(`namespace ${ns}: RuntimeClass gvisor, packaging/k8s/sandbox-template.yaml and warm-pool.yaml; ${POOL} scaled to ${o.replicas} replicas`);
 }
 
 /* agent_health - GET /health of an agent on a loopback pod IP: its JSON, or null */
@@ -542,8 +339,7 @@ function short(line) {
 /* ------------------------------------------------------------------ snippets */
 
 /* the first call of every session: identical everywhere, so each new sandbox does the same build */
-const SNIPPET_FIRST = 'package snippet\n\nimport (\n\t"context"\n\t"strings"\n)\n\n' +
-	'func run(ctx context.Context) (any, error) {\n\treturn strings.ToUpper("hello, gopher"), nil\n}\n';
+const SNIPPET_FIRST = SNIPPET_UPPER;
 
 /* a first call that claims the sandbox and stops in the agent's normalize step: no build */
 const CLAIM_ONLY = 'package snippet\n\nfunc run( {\n';
@@ -571,20 +367,19 @@ const call_params = (code) => ({ name: 'execute_go_code', arguments: { code } })
 
 /* ------------------------------------------------------------------ 1. stdio sessions */
 
+/* serve_env - serve's environment: the cluster's kubeconfig, and a sandbox root of our own */
+const serve_env = (k, tmp) => ({ ...process.env, KUBECONFIG: k.kubeconfig, KODE_GOPHER_SANDBOX_ROOT: path.join(tmp, 'sandboxes') });
+
+/* KUBE_ARGS - serve's options for the Kubernetes backend on this cluster */
 const KUBE_ARGS = (o) => ['--backend', 'kubernetes', '--namespace', o.namespace, '--agent-access', 'pod-ip',
 	'--credentials', 'none', '--runtime-dir', o.runtime];
 
 /* stdio_start - `kode-gopher serve` on pipes: requests are lines on its stdin, answers lines on
  * its stdout; request() resolves with the answer and the time its line arrived */
 function stdio_start(o, k, tmp, tag) {
-	const argv = ['serve', ...KUBE_ARGS(o)];
-	const proc = spawn(o.run_bin, argv, {
-		env: { ...process.env, KUBECONFIG: k.kubeconfig, KODE_GOPHER_SANDBOX_ROOT: path.join(tmp, 'sandboxes') },
-		stdio: ['pipe', 'pipe', 'pipe'],
-	});
-	const c = track(`kode-gopher serve (${tag})`, proc);
-	log_stderr(c, path.join(tmp, `serve-${tag}.log`));
-	proc.on('error', (e) => progress(`cannot start ${o.run_bin}: ${e.message}`));
+	const c = spawn_logged(`kode-gopher serve (${tag})`, o.run_bin, ['serve', ...KUBE_ARGS(o)], serve_env(k, tmp),
+		path.join(tmp, `serve-${tag}.log`), ['pipe', 'pipe', 'pipe']);
+	const proc = c.proc;
 	const pending = new Map();
 	let seq = 0;
 	readline.createInterface({ input: proc.stdout }).on('line', (line) => {
@@ -704,104 +499,18 @@ async function part_latency(o, k, tmp, rows) {
 
 /* ------------------------------------------------------------------ 2. the shared server */
 
-/* sse_answer - the JSON-RPC response with this id among the events of a text/event-stream body */
-function sse_answer(text, id) {
-	for (const ev of text.split(/\r?\n\r?\n/)) {
-		const data = ev.split(/\r?\n/).filter((l) => l.startsWith('data:')).map((l) => l.slice(5).replace(/^ /, '')).join('\n');
-		if (!data) continue;
-		const msg = JSON.parse(data);
-		if (msg.id === id) return msg;
-	}
-	return null;
-}
-
-/* post - one HTTP request to /mcp (as httpbench's) */
-async function post(pool, method, body, sid, id) {
-	const headers = { 'content-type': 'application/json', accept: 'application/json, text/event-stream' };
-	if (sid) {
-		headers['mcp-session-id'] = sid;
-		headers['mcp-protocol-version'] = PROTOCOL;
-	}
-	const res = await pool.request({
-		path: '/mcp', method, headers, body: body === null ? undefined : body,
-		headersTimeout: CALL_TIMEOUT_MS, bodyTimeout: CALL_TIMEOUT_MS,
-	});
-	const text = await res.body.text();
-	const type = res.headers['content-type'] || '';
-	let msg = null;
-	try {
-		if (type.startsWith('text/event-stream')) msg = sse_answer(text, id);
-		else if (text.length && type.startsWith('application/json')) msg = JSON.parse(text);
-	} catch (e) {
-		throw new Error(`HTTP ${res.statusCode}: unparsable answer (${e.message}): ${text.slice(0, 200)}`);
-	}
-	return { status: res.statusCode, headers: res.headers, msg, text };
-}
-
-/* rpc - a JSON-RPC request in a session; resolves with the result, rejects with a sentence */
-async function rpc(pool, sess, method, params) {
-	const id = ++sess.seq;
-	const r = await post(pool, 'POST', JSON.stringify({ jsonrpc: '2.0', id, method, params }), sess.sid, id);
-	if (r.status !== 200 || !r.msg) throw new Error(`${method}: HTTP ${r.status}: ${r.text.slice(0, 200)}`);
-	if (r.msg.error) throw new Error(`${method}: JSON-RPC error ${r.msg.error.code}: ${r.msg.error.message}`);
-	return r.msg.result;
-}
-
-/* open_session - initialize, then notifications/initialized */
-async function open_session(pool) {
-	const body = JSON.stringify({
-		jsonrpc: '2.0', id: 0, method: 'initialize',
-		params: { protocolVersion: PROTOCOL, capabilities: {}, clientInfo: { name: 'kode-gopher-k8sbench', version: '1' } },
-	});
-	const r = await post(pool, 'POST', body, null, 0);
-	const sid = r.headers['mcp-session-id'];
-	if (r.status !== 200 || !r.msg || !r.msg.result || !sid)
-		throw new Error(`initialize: HTTP ${r.status}${sid ? '' : ', no Mcp-Session-Id'}: ${r.text.slice(0, 300)}`);
-	const n = await post(pool, 'POST', JSON.stringify({ jsonrpc: '2.0', method: 'notifications/initialized' }), sid, undefined);
-	if (n.status !== 202 && n.status !== 200)
-		throw new Error(`notifications/initialized: HTTP ${n.status}: ${n.text.slice(0, 200)}`);
-	return { sid, seq: 0 };
-}
-
-/* close_session - DELETE the session (the worker deletes its claim) */
-async function close_session(pool, sess) {
-	const r = await post(pool, 'DELETE', null, sess.sid, undefined);
-	if (r.status !== 200 && r.status !== 204)
-		throw new Error(`DELETE: HTTP ${r.status}: ${r.text.slice(0, 200)}`);
-}
-
-/* kg_metric - one sample of the shared server's /metrics (the first line that starts with name) */
-function kg_metric(port, name) {
-	return new Promise((resolve) => {
-		const req = http.get({ host: '127.0.0.1', port, path: '/metrics', agent: false }, (res) => {
-			let s = '';
-			res.setEncoding('utf8');
-			res.on('data', (d) => (s += d));
-			res.on('end', () => {
-				const m = s.split('\n').find((l) => l.startsWith(name + ' '));
-				resolve(m ? Number(m.slice(name.length + 1)) : NaN);
-			});
-		});
-		req.setTimeout(10000, () => req.destroy(new Error('timeout')));
-		req.on('error', () => resolve(NaN));
-	});
-}
+/* metric - one sample of the shared server's /metrics, NaN when it cannot be read (a note in
+ * the table, not a reason to stop) */
+const metric = (port, name) => kg_metric(port, name).catch(() => NaN);
 
 /* start_http - `serve --http 127.0.0.1:0 --backend kubernetes`, sized for o.concurrency sessions */
 async function start_http(o, k, tmp) {
 	const argv = ['serve', '--http', '127.0.0.1:0', ...KUBE_ARGS(o),
 		'--max-sandboxes-per-user', String(o.concurrency), '--max-workers', String(o.concurrency + 8)];
-	const proc = spawn(o.run_bin, argv, {
-		env: { ...process.env, KUBECONFIG: k.kubeconfig, KODE_GOPHER_SANDBOX_ROOT: path.join(tmp, 'sandboxes') },
-		stdio: ['ignore', 'ignore', 'pipe'],
-	});
-	const c = track('kode-gopher serve --http', proc);
-	log_stderr(c, path.join(tmp, 'serve-http.log'));
-	proc.on('error', (e) => progress(`cannot start ${o.run_bin}: ${e.message}`));
-	const m = await wait_line(c, /serving MCP on http:\/\/127\.0\.0\.1:(\d+)\/mcp/, 'its "serving MCP on" line', 20000);
-	c.port = Number(m[1]);
-	c.pool = new Pool(`http://127.0.0.1:${m[1]}`, { connections: null, pipelining: 1 });
-	progress(`kode-gopher pid ${proc.pid} on port ${m[1]}: ${argv.join(' ')}`);
+	const c = spawn_logged('kode-gopher serve --http', o.run_bin, argv, serve_env(k, tmp), path.join(tmp, 'serve-http.log'));
+	const port = await serving_port(c);
+	c.target = http_target(port, CALL_TIMEOUT_MS, 'kode-gopher-k8sbench');
+	progress(`kode-gopher pid ${c.proc.pid} on port ${port}: ${argv.join(' ')}`);
 	return c;
 }
 
@@ -821,7 +530,7 @@ async function flavour(kg, sessions, code, o, k) {
 			const a = performance.now();
 			let sc = null;
 			try {
-				sc = check_result(await rpc(kg.pool, sess, 'tools/call', call_params(code(s, i))));
+				sc = check_result(await rpc(kg.target, sess, 'tools/call', call_params(code(s, i))));
 			} catch (e) {
 				firstError = firstError || e.message;
 			}
@@ -848,9 +557,9 @@ async function flavour(kg, sessions, code, o, k) {
 async function part_throughput(o, k, tmp, rows) {
 	await wait_warm(o, k);
 	const kg = await start_http(o, k, tmp);
-	const crashes0 = await kg_metric(kg.port, 'kode_gopher_worker_crashes_total');
+	const crashes0 = await metric(kg.target.port, 'kode_gopher_worker_crashes_total');
 	const sessions = [];
-	for (let i = 0; i < o.concurrency; i++) sessions.push(await open_session(kg.pool));
+	for (let i = 0; i < o.concurrency; i++) sessions.push(await open_session(kg.target));
 	/* not counted in the rates: each session's first call, all at once, is a snippet that fails
 	 * to normalize, so the call is the claim alone (create, watch until Ready, handshake) with no
 	 * build competing for the CPU; then the same stdlib snippet in each, all at once: 16 builds */
@@ -859,7 +568,7 @@ async function part_throughput(o, k, tmp, rows) {
 	const cm0 = cpu_mark(kg.proc.pid, k);
 	const claims = await Promise.all(sessions.map(async (s) => {
 		const a = performance.now();
-		const res = await rpc(kg.pool, s, 'tools/call', call_params(CLAIM_ONLY));
+		const res = await rpc(kg.target, s, 'tools/call', call_params(CLAIM_ONLY));
 		const sc = res.structuredContent || {};
 		if (sc.phase !== 'normalize' || sc.timings?.claim_ms === undefined)
 			throw new Error(`the claiming call did not end in the agent's normalize step: ${JSON.stringify(res).slice(0, 500)}`);
@@ -879,7 +588,7 @@ async function part_throughput(o, k, tmp, rows) {
 	progress(`throughput: ${o.concurrency} first builds all at once`);
 	const builds = await Promise.all(sessions.map(async (s) => {
 		const a = performance.now();
-		const sc = check_result(await rpc(kg.pool, s, 'tools/call', call_params(SNIPPET_FIRST)));
+		const sc = check_result(await rpc(kg.target, s, 'tools/call', call_params(SNIPPET_FIRST)));
 		return { ms: performance.now() - a, sc };
 	}));
 	rows.push([`  then ${n} first builds at once (ms)`, median(builds.map((f) => f.ms)), p90(builds.map((f) => f.ms)), n,
@@ -913,11 +622,11 @@ async function part_throughput(o, k, tmp, rows) {
 
 	/* the end: every session closed, serve stopped, and no claim left behind */
 	const alive = kg.exited ? `serve ${kg.status}` : 'ok';
-	const crashes = (await kg_metric(kg.port, 'kode_gopher_worker_crashes_total')) - crashes0;
+	const crashes = (await metric(kg.target.port, 'kode_gopher_worker_crashes_total')) - crashes0;
 	let closeErr = null;
 	for (const s of sessions) {
 		try {
-			await close_session(kg.pool, s);
+			await close_session(kg.target, s);
 		} catch (e) {
 			closeErr = closeErr || e;
 		}
@@ -931,29 +640,6 @@ async function part_throughput(o, k, tmp, rows) {
 	const problems = kg.problems.length ? `; its log has ${kg.problems.length} warn/error lines, first: ${short(kg.problems[0])}` : '';
 	rows.push(['kode-gopher during the runs', alive, '-', '-',
 		`worker crashes ${crashes} (kode_gopher_worker_crashes_total); ${closeErr ? `a DELETE failed: ${closeErr.message}; ` : ''}serve ${kg.status} after SIGTERM; SandboxClaims left in ${o.namespace}: ${left}${problems}`]);
-}
-
-/* ------------------------------------------------------------------ table */
-
-/* table - a markdown table, columns aligned; `right` marks the numeric columns */
-function table(head, rows, right) {
-	const cells = rows.map((r) => r.map((v) => (typeof v === 'number' ? fmt(v) : String(v))));
-	const w = head.map((h, c) => Math.max(3, [...h].length, ...cells.map((r) => [...r[c]].length)));
-	const line = (r) => '|' + r.map((v, c) => {
-		const pad = ' '.repeat(w[c] - [...v].length);
-		return ' ' + (right[c] ? pad + v : v + pad) + ' |';
-	}).join('');
-	const sep = '|' + w.map((n, c) => ' ' + (right[c] ? '-'.repeat(n - 1) + ':' : '-'.repeat(n)) + ' |').join('');
-	return [line(head), sep, ...cells.map(line)].join('\n') + '\n';
-}
-
-/* version_of - a command's first line, or "?" */
-function version_of(cmd, args) {
-	try {
-		return execFileSync(cmd, args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).split('\n')[0].trim();
-	} catch {
-		return '?';
-	}
 }
 
 /* cluster_versions - what the cluster runs, for the header */
@@ -976,13 +662,12 @@ async function main() {
 	if (!fs.existsSync(o.bin)) die(`${o.bin} does not exist: build it first (make)`);
 	if (!fs.existsSync(path.join(o.runtime, 'gomodcache')))
 		die(`${o.runtime} has no prepared Go runtime (run \`make runtime\`): the agents need it`);
-	const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'k8sbench-'));
-	fs.chmodSync(tmp, 0o711); /* jailed agents run as other uids and walk through it to their dirs */
-	/* a copy, so that a rebuild of the binary during the run changes nothing: serve and the
-	 * agents fixture's jails bind their own binary */
-	o.run_bin = path.join(tmp, 'kode-gopher');
-	fs.copyFileSync(o.bin, o.run_bin);
-	fs.chmodSync(o.run_bin, 0o755);
+	const missing = OBJECTS.filter((f) => !fs.existsSync(path.join(PACKAGING, f)));
+	if (missing.length)
+		die(`packaging/k8s lacks ${missing.join(', ')}: k8sbench runs on the packaged objects (restore them from git)`);
+	/* serve and the agents fixture's jails run from a copy of the binary */
+	const { tmp, run_bin } = work_dir('k8sbench-', o.bin);
+	o.run_bin = run_bin;
 	const kgVersion = version_of(o.run_bin, ['--version']);
 	const ownCluster = !o.cluster;
 	const clusterDir = o.cluster || path.join(tmp, 'cluster');
@@ -1013,7 +698,7 @@ async function main() {
 	process.on('SIGTERM', onsig);
 	process.on('exit', () => {
 		/* last resort: nothing async runs now */
-		for (const c of children) c.proc.kill('SIGTERM');
+		term_all_now();
 		if (ownCluster && clusterUp) {
 			try {
 				execFileSync(CLUSTER_SH, ['down', clusterDir], { env: cluster_env(o), stdio: ['ignore', 2, 2] });
@@ -1058,9 +743,8 @@ async function main() {
 		process.exit(130);
 	}
 	const load1 = os.loadavg()[0];
-	const out = `kode-gopher Kubernetes-backend benchmarks, ${date} UTC: ${os.cpus().length} CPUs, load average ` +
-		`${load0.toFixed(2)} at start, ${load1.toFixed(2)} at end; node ${process.version}; ${path.relative(ROOT, o.bin) || o.bin}` +
-		`${kgVersion !== '?' ? ` (${kgVersion}, run from a copy)` : ''}; test cluster: ${versions}, a jailed kode-gopher agent ` +
+	const out = `kode-gopher Kubernetes-backend benchmarks, ${date} UTC: ${machine_line(load0, load1, o.bin, kgVersion)}; ` +
+		`test cluster: ${versions}, a jailed kode-gopher agent ` +
 		`on each sandbox pod's loopback IP; ${POOL} at ${o.replicas} replicas in namespace ${o.namespace}; ` +
 		`${((performance.now() - t0) / 1000).toFixed(0)} s in all\n\n` +
 		(rows.length ? table(['figure', 'median', 'p90', 'n', 'note'], rows, [0, 1, 1, 1, 0]) : '');
@@ -1072,8 +756,4 @@ async function main() {
 	}
 }
 
-main().catch(async (e) => {
-	progress(`failed: ${e.stack || e.message}`);
-	await stop_all();
-	process.exit(1);
-});
+run_main(main);

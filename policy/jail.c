@@ -468,6 +468,17 @@ static void drop_caps(void)
 		die("no_new_privs: %s", strerror(errno));
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+#define JAIL_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define JAIL_SANITIZED 1
+#endif
+#endif
+#ifndef JAIL_SANITIZED
+#define JAIL_SANITIZED 0
+#endif
+
 /* jail_limits - rlimits for the agent and everything it starts */
 static void jail_limits(const struct jail_opts *o, bool cgroups, bool own_uid)
 {
@@ -481,8 +492,14 @@ static void jail_limits(const struct jail_opts *o, bool cgroups, bool own_uid)
 		setrlimit(RLIMIT_NPROC, &np);
 	}
 	if (!cgroups && o->memory > 0) {
+#if JAIL_SANITIZED
+		/* AddressSanitizer maps terabytes of shadow memory, which RLIMIT_DATA counts: an
+		 * ASan build (make asan) cannot start under it, so it goes without */
+		log_warn("no memory limit without cgroups in a sanitizer build");
+#else
 		struct rlimit data = { (rlim_t)o->memory, (rlim_t)o->memory };
 		setrlimit(RLIMIT_DATA, &data);
+#endif
 	}
 }
 

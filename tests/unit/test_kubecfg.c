@@ -127,17 +127,32 @@ static void assert_yaml_is(const char *text, const char *expect)
 	json_decref(want);
 }
 
-/* assert_yaml_refused - text is refused with an error that contains want */
-static void assert_yaml_refused(const char *text, const char *want)
+/* yaml_error - yaml_to_json's error for text, in err; the test fails if text is accepted */
+static void yaml_error(const char *text, char *err, size_t errlen)
 {
-	char err[256];
-	json_t *got = yaml(text, err, sizeof(err));
+	json_t *got = yaml(text, err, errlen);
 	if (got) {
 		char *g = json_dumps(got, JSON_ENCODE_ANY);
 		fail_msg("yaml_to_json accepted %s as %s", text, g);
 	}
+}
+
+/* assert_yaml_refused - text is refused with an error that contains want */
+static void assert_yaml_refused(const char *text, const char *want)
+{
+	char err[256];
+	yaml_error(text, err, sizeof(err));
 	if (!strstr(err, want))
 		fail_msg("yaml_to_json(%s): error \"%s\" does not contain \"%s\"", text, err, want);
+}
+
+/* assert_yaml_error_at - text is refused with an error that starts with line ("line N:") */
+static void assert_yaml_error_at(const char *text, const char *line)
+{
+	char err[256];
+	yaml_error(text, err, sizeof(err));
+	if (strncmp(err, line, strlen(line)) != 0)
+		fail_msg("error \"%s\" does not start with \"%s\"", err, line);
 }
 
 /* ---- one kubecfg_load in a child ---- */
@@ -346,6 +361,13 @@ static void assert_loaded(const struct kube_run *r)
 		fail_msg("ANS_KUBE not ok: %.*s", (int)r->ans->error.len, r->ans->error.ptr);
 }
 
+/* load_ok - run_load, and assert_loaded of its result (kube_run_free it after the asserts) */
+static void load_ok(const struct serve_config *cfg, const char *const *env, struct kube_run *r)
+{
+	run_load(cfg, env, r);
+	assert_loaded(r);
+}
+
 /* assert_load_fails - kubecfg_load refused with a message containing want, and a worker that
  * asks anyway is told no */
 static void assert_load_fails(const struct kube_run *r, const char *want)
@@ -357,6 +379,46 @@ static void assert_load_fails(const struct kube_run *r, const char *want)
 	assert_true(r->answered);
 	assert_false(r->ans->ok);
 	assert_int_equal(r->ans->token.len, 0);
+}
+
+/* assert_refused - kubecfg_load of cfg (in a child, with env as run_load takes it) fails with a
+ * message containing want and, unless it is NULL, also */
+static void assert_refused(const struct serve_config *cfg, const char *const *env, const char *want,
+			   const char *also)
+{
+	struct kube_run r;
+	run_load(cfg, env, &r);
+	assert_load_fails(&r, want);
+	if (also)
+		assert_contains(r.err, also);
+	kube_run_free(&r);
+}
+
+/* kubeconfig_x - a kubeconfig at rel whose current context x joins cluster c (cluster: the YAML
+ * after "cluster:", a flow mapping or lines under it) and the user named user (user_yaml: the
+ * YAML after "user:"), or no user when user is NULL */
+static const char *kubeconfig_x(const char *rel, const char *cluster, const char *user,
+				const char *user_yaml)
+{
+	char text[4096], users[2048] = "", ctx_user[256] = "";
+	if (user) {
+		snprintf(users, sizeof(users), "users:\n- name: %s\n  user:%s", user, user_yaml);
+		snprintf(ctx_user, sizeof(ctx_user), ", user: %s", user);
+	}
+	snprintf(text, sizeof(text),
+		 "clusters:\n- name: c\n  cluster:%s%s"
+		 "contexts:\n- name: x\n  context: {cluster: c%s}\ncurrent-context: x\n",
+		 cluster, users, ctx_user);
+	return write_file(rel, text, 0600);
+}
+
+/* cluster_config - kubeconfig_x with no user and server https://h.test, followed by extra (YAML
+ * lines under cluster:, each starting with four spaces) */
+static const char *cluster_config(const char *rel, const char *extra)
+{
+	char cluster[2048];
+	snprintf(cluster, sizeof(cluster), "\n    server: https://h.test\n%s", extra);
+	return kubeconfig_x(rel, cluster, NULL, NULL);
 }
 
 /* two clusters, two users, two contexts; current-context ctx-b */
@@ -388,6 +450,16 @@ static const char two_contexts[] =
 	"    cluster: cl-b\n"
 	"    user: u-b\n"
 	"current-context: ctx-b\n";
+
+/* kcfg_two - kcfg with --kubeconfig two_contexts (written at two/config) and --context context
+ * (NULL: none) */
+static struct serve_config kcfg_two(const char *context)
+{
+	struct serve_config c = kcfg();
+	c.kubeconfig = write_file("two/config", two_contexts, 0600);
+	c.kube_context = context;
+	return c;
+}
 
 /* ---- yaml_to_json ---- */
 
@@ -496,31 +568,21 @@ static void test_yaml_multiple_documents_refused(void **st)
 static void test_yaml_malformed_has_line(void **st)
 {
 	(void)st;
-	char err[256];
 	/* an unclosed flow list on line 3, noticed on line 4 where the next key starts */
-	assert_null(yaml("a: 1\nb: 2\nc: [x, y\nd: 4\n", err, sizeof(err)));
-	if (strncmp(err, "line 4:", 7) != 0)
-		fail_msg("error \"%s\" does not start with \"line 4:\"", err);
+	assert_yaml_error_at("a: 1\nb: 2\nc: [x, y\nd: 4\n", "line 4:");
 	/* a bad indentation on line 4 */
-	assert_null(yaml("a:\n  b: 1\n  c: 2\n d: 3\n", err, sizeof(err)));
-	if (strncmp(err, "line 4:", 7) != 0)
-		fail_msg("error \"%s\" does not start with \"line 4:\"", err);
+	assert_yaml_error_at("a:\n  b: 1\n  c: 2\n d: 3\n", "line 4:");
 	/* a tab as indentation on line 2 */
-	assert_null(yaml("a:\n\tb: 1\n", err, sizeof(err)));
-	if (strncmp(err, "line 2:", 7) != 0)
-		fail_msg("error \"%s\" does not start with \"line 2:\"", err);
+	assert_yaml_error_at("a:\n\tb: 1\n", "line 2:");
 	/* a quoted string still open at the end of line 2's text */
-	assert_null(yaml("a: b\nc: \"open\n", err, sizeof(err)));
-	if (strncmp(err, "line 3:", 7) != 0)
-		fail_msg("error \"%s\" does not start with \"line 3:\"", err);
-	/* a key that is a list, on line 2 */
+	assert_yaml_error_at("a: b\nc: \"open\n", "line 3:");
+	/* a key that is a list, on line 2: the whole message */
+	char err[256];
 	assert_null(yaml("a: b\n? [x]\n: y\n", err, sizeof(err)));
 	if (strcmp(err, "line 2: a mapping key must be a plain value") != 0)
 		fail_msg("error \"%s\"", err);
 	/* bytes that are not UTF-8 */
-	assert_null(yaml("a: \xff\xfe\n", err, sizeof(err)));
-	if (strncmp(err, "line 1:", 7) != 0)
-		fail_msg("error \"%s\" does not start with \"line 1:\"", err);
+	assert_yaml_error_at("a: \xff\xfe\n", "line 1:");
 }
 
 static void test_yaml_length_is_honoured(void **st)
@@ -625,26 +687,18 @@ static void test_no_access(void **st)
 {
 	(void)st;
 	struct serve_config c = kcfg();
-	struct kube_run r;
-	run_load(&c, NULL, &r);
-	assert_load_fails(&r, "no Kubernetes access");
-	kube_run_free(&r);
+	assert_refused(&c, NULL, "no Kubernetes access", NULL);
 	/* an explicit --kubeconfig that is missing is an error, not a fallback */
 	c.kubeconfig = path_in("no-such-kubeconfig");
-	run_load(&c, NULL, &r);
-	assert_load_fails(&r, "cannot read");
-	assert_contains(r.err, "no-such-kubeconfig");
-	kube_run_free(&r);
+	assert_refused(&c, NULL, "cannot read", "no-such-kubeconfig");
 }
 
 static void test_current_context(void **st)
 {
 	(void)st;
-	struct serve_config c = kcfg();
-	c.kubeconfig = write_file("two/config", two_contexts, 0600);
+	struct serve_config c = kcfg_two(NULL);
 	struct kube_run r;
-	run_load(&c, NULL, &r);
-	assert_loaded(&r);
+	load_ok(&c, NULL, &r);
 	/* the trailing slash of the server goes */
 	assert_string_equal(r.describe,
 			    "context ctx-b, server https://b.example.test, namespace default");
@@ -663,12 +717,9 @@ static void test_current_context(void **st)
 static void test_explicit_context(void **st)
 {
 	(void)st;
-	struct serve_config c = kcfg();
-	c.kubeconfig = write_file("two/config", two_contexts, 0600);
-	c.kube_context = "ctx-a";
+	struct serve_config c = kcfg_two("ctx-a");
 	struct kube_run r;
-	run_load(&c, NULL, &r);
-	assert_loaded(&r);
+	load_ok(&c, NULL, &r);
 	assert_string_equal(r.describe,
 			    "context ctx-a, server https://a.example.test:6443, namespace team-a");
 	assert_bytes(r.ans->server, "https://a.example.test:6443");
@@ -682,8 +733,7 @@ static void test_explicit_context(void **st)
 	kube_run_free(&r);
 	/* --namespace wins over the context's */
 	c.kube_namespace = "override";
-	run_load(&c, NULL, &r);
-	assert_loaded(&r);
+	load_ok(&c, NULL, &r);
 	assert_bytes(r.ans->namespace, "override");
 	kube_run_free(&r);
 }
@@ -691,32 +741,22 @@ static void test_explicit_context(void **st)
 static void test_missing_context(void **st)
 {
 	(void)st;
-	struct serve_config c = kcfg();
-	c.kubeconfig = write_file("two/config", two_contexts, 0600);
-	c.kube_context = "nope";
-	struct kube_run r;
-	run_load(&c, NULL, &r);
-	assert_load_fails(&r, "no context named \"nope\" (contexts: ctx-a, ctx-b)");
-	kube_run_free(&r);
+	struct serve_config c = kcfg_two("nope");
+	assert_refused(&c, NULL, "no context named \"nope\" (contexts: ctx-a, ctx-b)", NULL);
 	/* a current-context that is not there */
 	c.kube_context = NULL;
 	c.kubeconfig = write_file("gone/config",
 				  "contexts:\n- name: only\n  context: {cluster: c}\n"
 				  "current-context: elsewhere\n", 0600);
-	run_load(&c, NULL, &r);
-	assert_load_fails(&r, "no context named \"elsewhere\" (contexts: only)");
-	kube_run_free(&r);
+	assert_refused(&c, NULL, "no context named \"elsewhere\" (contexts: only)", NULL);
 	/* no current-context at all */
 	c.kubeconfig = write_file("nocur/config", "contexts:\n- name: x\n  context: {cluster: c}\n"
 						  "- name: y\n  context: {cluster: c}\n", 0600);
-	run_load(&c, NULL, &r);
-	assert_load_fails(&r, "sets no current-context; pass --context (contexts: x, y)");
-	kube_run_free(&r);
+	assert_refused(&c, NULL, "sets no current-context; pass --context (contexts: x, y)", NULL);
 	/* a context whose cluster is missing */
 	c.kube_context = "x";
-	run_load(&c, NULL, &r);
-	assert_load_fails(&r, "context \"x\" names cluster \"c\", which is not in the kubeconfig");
-	kube_run_free(&r);
+	assert_refused(&c, NULL, "context \"x\" names cluster \"c\", which is not in the kubeconfig",
+		       NULL);
 }
 
 static void test_relative_paths(void **st)
@@ -727,19 +767,16 @@ static void test_relative_paths(void **st)
 	write_file("rel/sub/certs/client.key", KEY_PEM, 0600);
 	write_file("rel/sub/token", "file-token\n", 0600);
 	struct serve_config c = kcfg();
-	c.kubeconfig = write_file("rel/sub/config",
-				  "clusters:\n- name: c\n  cluster:\n    server: https://h.test:443\n"
-				  "    certificate-authority: ca.pem\n"
-				  "users:\n- name: u\n  user:\n"
-				  "    client-certificate: certs/client.pem\n"
-				  "    client-key: ./certs/client.key\n"
-				  "    tokenFile: token\n"
-				  "contexts:\n- name: x\n  context: {cluster: c, user: u}\n"
-				  "current-context: x\n", 0600);
+	c.kubeconfig = kubeconfig_x("rel/sub/config",
+				    "\n    server: https://h.test:443\n"
+				    "    certificate-authority: ca.pem\n",
+				    "u",
+				    "\n    client-certificate: certs/client.pem\n"
+				    "    client-key: ./certs/client.key\n"
+				    "    tokenFile: token\n");
 	struct kube_run r;
 	/* the test runs in the repository root: the paths are relative to the kubeconfig */
-	run_load(&c, NULL, &r);
-	assert_loaded(&r);
+	load_ok(&c, NULL, &r);
 	assert_bytes(r.ans->ca, CA_PEM);
 	assert_bytes(r.ans->cert, CERT_PEM);
 	assert_bytes(r.ans->key, KEY_PEM);
@@ -747,15 +784,8 @@ static void test_relative_paths(void **st)
 	assert_bytes(r.ans->token, "file-token");
 	kube_run_free(&r);
 	/* a missing file is named in full */
-	c.kubeconfig = write_file("rel/sub/config2",
-				  "clusters:\n- name: c\n  cluster:\n    server: https://h.test\n"
-				  "    certificate-authority: missing/ca.pem\n"
-				  "contexts:\n- name: x\n  context: {cluster: c}\ncurrent-context: x\n",
-				  0600);
-	run_load(&c, NULL, &r);
-	assert_load_fails(&r, "cluster \"c\": cannot read ");
-	assert_contains(r.err, path_in("rel/sub/missing/ca.pem"));
-	kube_run_free(&r);
+	c.kubeconfig = cluster_config("rel/sub/config2", "    certificate-authority: missing/ca.pem\n");
+	assert_refused(&c, NULL, "cluster \"c\": cannot read ", path_in("rel/sub/missing/ca.pem"));
 }
 
 static void test_base64_data(void **st)
@@ -763,48 +793,29 @@ static void test_base64_data(void **st)
 	(void)st;
 	struct serve_config c = kcfg();
 	/* wrapped over lines and without its padding: both still decode */
-	c.kubeconfig = write_file("b64/config",
-				  "clusters:\n- name: c\n  cluster:\n    server: https://h.test\n"
-				  "    certificate-authority-data: |\n"
-				  "      LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCmZha2Ut\n"
-				  "      Y2EKLS0tLS1FTkQgQ0VSVElGSUNBVEUtLS0tLQo\n"
-				  "users:\n- name: u\n  user: {token: t}\n"
-				  "contexts:\n- name: x\n  context: {cluster: c, user: u}\n"
-				  "current-context: x\n", 0600);
+	c.kubeconfig = kubeconfig_x("b64/config",
+				    "\n    server: https://h.test\n"
+				    "    certificate-authority-data: |\n"
+				    "      LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCmZha2Ut\n"
+				    "      Y2EKLS0tLS1FTkQgQ0VSVElGSUNBVEUtLS0tLQo\n",
+				    "u", " {token: t}\n");
 	struct kube_run r;
-	run_load(&c, NULL, &r);
-	assert_loaded(&r);
+	load_ok(&c, NULL, &r);
 	assert_bytes(r.ans->ca, CA_PEM);
 	kube_run_free(&r);
 	/* a -data field wins over the file one */
-	c.kubeconfig = write_file("b64/config2",
-				  "clusters:\n- name: c\n  cluster:\n    server: https://h.test\n"
-				  "    certificate-authority-data: " CA_B64 "\n"
-				  "    certificate-authority: /nonexistent/ca.pem\n"
-				  "contexts:\n- name: x\n  context: {cluster: c}\ncurrent-context: x\n",
-				  0600);
-	run_load(&c, NULL, &r);
-	assert_loaded(&r);
+	c.kubeconfig = cluster_config("b64/config2", "    certificate-authority-data: " CA_B64 "\n"
+						     "    certificate-authority: /nonexistent/ca.pem\n");
+	load_ok(&c, NULL, &r);
 	assert_bytes(r.ans->ca, CA_PEM);
 	kube_run_free(&r);
 	/* not base64 */
-	c.kubeconfig = write_file("b64/config3",
-				  "clusters:\n- name: c\n  cluster:\n    server: https://h.test\n"
-				  "    certificate-authority-data: \"not*base64!\"\n"
-				  "contexts:\n- name: x\n  context: {cluster: c}\ncurrent-context: x\n",
-				  0600);
-	run_load(&c, NULL, &r);
-	assert_load_fails(&r, "cluster \"c\": certificate-authority-data is not valid base64");
-	kube_run_free(&r);
+	c.kubeconfig = cluster_config("b64/config3", "    certificate-authority-data: \"not*base64!\"\n");
+	assert_refused(&c, NULL, "cluster \"c\": certificate-authority-data is not valid base64", NULL);
 	/* a certificate without its key */
-	c.kubeconfig = write_file("b64/config4",
-				  "clusters:\n- name: c\n  cluster: {server: https://h.test}\n"
-				  "users:\n- name: u\n  user:\n    client-certificate-data: " CERT_B64 "\n"
-				  "contexts:\n- name: x\n  context: {cluster: c, user: u}\n"
-				  "current-context: x\n", 0600);
-	run_load(&c, NULL, &r);
-	assert_load_fails(&r, "user \"u\" has a client certificate without its key");
-	kube_run_free(&r);
+	c.kubeconfig = kubeconfig_x("b64/config4", " {server: https://h.test}\n", "u",
+				    "\n    client-certificate-data: " CERT_B64 "\n");
+	assert_refused(&c, NULL, "user \"u\" has a client certificate without its key", NULL);
 }
 
 static void test_server_must_be_https(void **st)
@@ -815,40 +826,25 @@ static void test_server_must_be_https(void **st)
 				  "clusters:\n- name: plain\n  cluster: {server: \"http://h.test:8080\"}\n"
 				  "contexts:\n- name: x\n  context: {cluster: plain}\ncurrent-context: x\n",
 				  0600);
-	struct kube_run r;
-	run_load(&c, NULL, &r);
-	assert_load_fails(&r, "cluster \"plain\" has a non-https server");
-	assert_contains(r.err, "https:// only");
-	kube_run_free(&r);
+	assert_refused(&c, NULL, "cluster \"plain\" has a non-https server", "https:// only");
 	c.kubeconfig = write_file("http/config2",
 				  "clusters:\n- name: none\n  cluster: {}\n"
 				  "contexts:\n- name: x\n  context: {cluster: none}\ncurrent-context: x\n",
 				  0600);
-	run_load(&c, NULL, &r);
-	assert_load_fails(&r, "cluster \"none\" has no server");
-	kube_run_free(&r);
+	assert_refused(&c, NULL, "cluster \"none\" has no server", NULL);
 }
 
 static void test_refused_user_kinds(void **st)
 {
 	(void)st;
 	struct serve_config c = kcfg();
-	c.kubeconfig = write_file("ap/config",
-				  "clusters:\n- name: c\n  cluster: {server: https://h.test}\n"
-				  "users:\n- name: old-gke\n  user:\n    auth-provider:\n"
-				  "      name: gcp\n      config: {cmd-path: gcloud}\n"
-				  "contexts:\n- name: x\n  context: {cluster: c, user: old-gke}\n"
-				  "current-context: x\n", 0600);
+	c.kubeconfig = kubeconfig_x("ap/config", " {server: https://h.test}\n", "old-gke",
+				    "\n    auth-provider:\n      name: gcp\n      config: {cmd-path: gcloud}\n");
+	assert_refused(&c, NULL, "user \"old-gke\" uses an auth-provider",
+		       "use an exec credential plugin (for GKE: gke-gcloud-auth-plugin)");
+	c.kubeconfig = kubeconfig_x("ap/config2", " {server: https://h.test}\n", "basic",
+				    " {username: admin, password: secret}\n");
 	struct kube_run r;
-	run_load(&c, NULL, &r);
-	assert_load_fails(&r, "user \"old-gke\" uses an auth-provider");
-	assert_contains(r.err, "use an exec credential plugin (for GKE: gke-gcloud-auth-plugin)");
-	kube_run_free(&r);
-	c.kubeconfig = write_file("ap/config2",
-				  "clusters:\n- name: c\n  cluster: {server: https://h.test}\n"
-				  "users:\n- name: basic\n  user: {username: admin, password: secret}\n"
-				  "contexts:\n- name: x\n  context: {cluster: c, user: basic}\n"
-				  "current-context: x\n", 0600);
 	run_load(&c, NULL, &r);
 	assert_load_fails(&r, "user \"basic\" uses a username and password");
 	assert_true(strstr(r.err, "secret") == NULL);
@@ -911,8 +907,7 @@ static void test_exec_plugin_token(void **st)
 	const char *env[] = { out_env, "EXPIRY=2099-01-02T03:04:05Z",
 			      "FROM_KUBECONFIG=overridden-by-kubeconfig", NULL };
 	struct kube_run r;
-	run_load(&c, env, &r);
-	assert_loaded(&r);
+	load_ok(&c, env, &r);
 	assert_string_equal(r.describe, "context x, server https://h.test, namespace ns1, "
 					"credentials from an exec plugin");
 	assert_bytes(r.ans->token, "exec-token-1");
@@ -937,8 +932,7 @@ static void test_exec_plugin_token(void **st)
 
 	/* an expiry with a fraction and an offset is the same instant */
 	const char *env2[] = { out_env, "EXPIRY=2099-01-02T05:04:05.250+02:00", NULL };
-	run_load(&c, env2, &r);
-	assert_loaded(&r);
+	load_ok(&c, env2, &r);
 	assert_true(r.ans->expires == (uint64_t)want);
 	kube_run_free(&r);
 
@@ -948,8 +942,7 @@ static void test_exec_plugin_token(void **st)
 		   "echo '{\"kind\": \"ExecCredential\", \"status\": {\"clientCertificateData\": "
 		   "\"CERT\", \"clientKeyData\": \"KEY\"}}'\n", 0700);
 	c.kubeconfig = plugin_config("exec/config-cert", path_in("exec/cert.sh"), "");
-	run_load(&c, NULL, &r);
-	assert_loaded(&r);
+	load_ok(&c, NULL, &r);
 	assert_bytes(r.ans->cert, "CERT");
 	assert_bytes(r.ans->key, "KEY");
 	assert_int_equal(r.ans->token.len, 0);
@@ -964,63 +957,46 @@ static void test_exec_plugin_fails(void **st)
 	struct serve_config c = kcfg();
 	c.kubeconfig = plugin_config("execfail/config", path_in("execfail/fail.sh"),
 				     "      installHint: \"Install it with: apt install fake-auth-plugin\"\n");
-	struct kube_run r;
-	run_load(&c, NULL, &r);
-	assert_load_fails(&r, "user \"u\": the credential plugin ");
-	assert_contains(r.err, "fail.sh exited with status 1. Install it with: apt install "
-			       "fake-auth-plugin");
-	kube_run_free(&r);
+	assert_refused(&c, NULL, "user \"u\": the credential plugin ",
+		       "fail.sh exited with status 1. Install it with: apt install fake-auth-plugin");
 	/* without a hint, the message points at the log */
 	c.kubeconfig = plugin_config("execfail/config2", path_in("execfail/fail.sh"), "");
-	run_load(&c, NULL, &r);
-	assert_load_fails(&r, "exited with status 1 (its messages are in the server's log)");
-	kube_run_free(&r);
+	assert_refused(&c, NULL, "exited with status 1 (its messages are in the server's log)", NULL);
 	/* a command that does not exist */
 	c.kubeconfig = plugin_config("execfail/config3", "kg-test-no-such-plugin",
 				     "      installHint: get kg-test-no-such-plugin\n");
-	run_load(&c, NULL, &r);
-	assert_load_fails(&r, "kg-test-no-such-plugin exited with status 127. get "
-			      "kg-test-no-such-plugin");
-	kube_run_free(&r);
+	assert_refused(&c, NULL, "kg-test-no-such-plugin exited with status 127. get kg-test-no-such-plugin",
+		       NULL);
 	/* output that is not an ExecCredential */
 	write_file("execfail/junk.sh", "#!/bin/sh\necho 'hello'\n", 0700);
 	c.kubeconfig = plugin_config("execfail/config4", path_in("execfail/junk.sh"), "");
-	run_load(&c, NULL, &r);
-	assert_load_fails(&r, "did not print an ExecCredential");
-	kube_run_free(&r);
+	assert_refused(&c, NULL, "did not print an ExecCredential", NULL);
 	/* an ExecCredential with nothing in it */
 	write_file("execfail/empty.sh",
 		   "#!/bin/sh\necho '{\"kind\": \"ExecCredential\", \"status\": {}}'\n", 0700);
 	c.kubeconfig = plugin_config("execfail/config5", path_in("execfail/empty.sh"), "");
-	run_load(&c, NULL, &r);
-	assert_load_fails(&r, "has neither a token nor a client certificate and key");
-	kube_run_free(&r);
+	assert_refused(&c, NULL, "has neither a token nor a client certificate and key", NULL);
 	/* a plugin that wants a terminal is not run */
 	c.kubeconfig = plugin_config("execfail/config6", path_in("execfail/fail.sh"),
 				     "      interactiveMode: Always\n");
-	run_load(&c, NULL, &r);
-	assert_load_fails(&r, "wants a terminal (interactiveMode Always)");
-	kube_run_free(&r);
+	assert_refused(&c, NULL, "wants a terminal (interactiveMode Always)", NULL);
 }
 
 static void test_kubeconfig_env_list(void **st)
 {
 	(void)st;
 	write_file("envlist/second/ca.pem", CA_PEM, 0600);
-	const char *second = write_file(
-		"envlist/second/config",
-		"clusters:\n- name: c\n  cluster:\n    server: https://second.test\n"
-		"    certificate-authority: ca.pem\n"
-		"users:\n- name: u\n  user: {token: second-token}\n"
-		"contexts:\n- name: x\n  context: {cluster: c, user: u}\ncurrent-context: x\n", 0600);
+	const char *second = kubeconfig_x("envlist/second/config",
+					  "\n    server: https://second.test\n"
+					  "    certificate-authority: ca.pem\n",
+					  "u", " {token: second-token}\n");
 	char kubeconfig[2 * PATH_MAX + 32];
 	snprintf(kubeconfig, sizeof(kubeconfig), "KUBECONFIG=%s:%s", path_in("envlist/missing"),
 		 second);
 	const char *env[] = { kubeconfig, NULL };
 	struct serve_config c = kcfg();
 	struct kube_run r;
-	run_load(&c, env, &r);
-	assert_loaded(&r);
+	load_ok(&c, env, &r);
 	assert_bytes(r.ans->server, "https://second.test");
 	assert_bytes(r.ans->token, "second-token");
 	/* relative to the file that was read, not to the missing first one */
@@ -1042,8 +1018,7 @@ static void test_kubeconfig_env_list(void **st)
 		"contexts:\n- name: other\n  context: {cluster: c, user: u}\n"
 		"current-context: other\n", 0600);
 	snprintf(kubeconfig, sizeof(kubeconfig), "KUBECONFIG=%s:%s", first, third);
-	run_load(&c, env, &r);
-	assert_loaded(&r);
+	load_ok(&c, env, &r);
 	assert_string_equal(r.describe, "context mine, server https://third.test, namespace first-ns");
 	assert_bytes(r.ans->token, "first-token");
 	assert_bytes(r.ans->ca, CA_PEM);
@@ -1054,8 +1029,7 @@ static void test_kubeconfig_env_list(void **st)
 	char home[PATH_MAX + 8];
 	snprintf(home, sizeof(home), "HOME=%s", path_in("home2"));
 	const char *env2[] = { home, NULL };
-	run_load(&c, env2, &r);
-	assert_loaded(&r);
+	load_ok(&c, env2, &r);
 	assert_bytes(r.ans->token, "token-of-b");
 	kube_run_free(&r);
 
@@ -1070,9 +1044,7 @@ static void test_kubeconfig_env_list(void **st)
 	/* and one that is YAML but not a mapping */
 	bad = write_file("envlist/list", "- a\n- b\n", 0600);
 	snprintf(kubeconfig, sizeof(kubeconfig), "KUBECONFIG=%s", bad);
-	run_load(&c, env, &r);
-	assert_load_fails(&r, "not a mapping");
-	kube_run_free(&r);
+	assert_refused(&c, env, "not a mapping", NULL);
 }
 
 static void test_in_cluster(void **st)
@@ -1087,8 +1059,7 @@ static void test_in_cluster(void **st)
 			      NULL };
 	struct serve_config c = kcfg();
 	struct kube_run r;
-	run_load(&c, env, &r);
-	assert_loaded(&r);
+	load_ok(&c, env, &r);
 	assert_string_equal(r.describe, "context in-cluster, server https://127.0.0.1:6443, "
 					"namespace team-x");
 	assert_true(r.ans->in_cluster);
@@ -1101,8 +1072,7 @@ static void test_in_cluster(void **st)
 	/* an IPv6 service address, the default port, and --namespace */
 	const char *env6[] = { sa, "KUBERNETES_SERVICE_HOST=::1", NULL };
 	c.kube_namespace = "mine";
-	run_load(&c, env6, &r);
-	assert_loaded(&r);
+	load_ok(&c, env6, &r);
 	assert_bytes(r.ans->server, "https://[::1]:443");
 	assert_bytes(r.ans->namespace, "mine");
 	kube_run_free(&r);
@@ -1113,8 +1083,7 @@ static void test_in_cluster(void **st)
 	char home[PATH_MAX + 8];
 	snprintf(home, sizeof(home), "HOME=%s", path_in("home3"));
 	const char *envk[] = { sa, "KUBERNETES_SERVICE_HOST=127.0.0.1", home, NULL };
-	run_load(&c, envk, &r);
-	assert_loaded(&r);
+	load_ok(&c, envk, &r);
 	assert_false(r.ans->in_cluster);
 	assert_bytes(r.ans->token, "token-of-b");
 	kube_run_free(&r);
@@ -1122,10 +1091,7 @@ static void test_in_cluster(void **st)
 	/* a service-account directory without its token */
 	write_file("sa-notoken/ca.crt", CA_PEM, 0600);
 	snprintf(sa, sizeof(sa), "KODE_GOPHER_SERVICEACCOUNT_DIR=%s", path_in("sa-notoken"));
-	run_load(&c, env, &r);
-	assert_load_fails(&r, "cannot read ");
-	assert_contains(r.err, path_in("sa-notoken/token"));
-	kube_run_free(&r);
+	assert_refused(&c, env, "cannot read ", path_in("sa-notoken/token"));
 }
 
 /* ---- defects (see the file's opening comment) ---- */
@@ -1136,15 +1102,8 @@ static void test_bug_base64_all_padding(void **st)
 {
 	(void)st;
 	struct serve_config c = kcfg();
-	c.kubeconfig = write_file("bug-b64/config",
-				  "clusters:\n- name: c\n  cluster:\n    server: https://h.test\n"
-				  "    certificate-authority-data: \"========\"\n"
-				  "contexts:\n- name: x\n  context: {cluster: c}\ncurrent-context: x\n",
-				  0600);
-	struct kube_run r;
-	run_load(&c, NULL, &r);
-	assert_load_fails(&r, "certificate-authority-data is not valid base64");
-	kube_run_free(&r);
+	c.kubeconfig = cluster_config("bug-b64/config", "    certificate-authority-data: \"========\"\n");
+	assert_refused(&c, NULL, "certificate-authority-data is not valid base64", NULL);
 }
 
 /* yaml_to_json makes every scalar a string, so json_is_true() never sees provideClusterInfo:
@@ -1160,8 +1119,7 @@ static void test_bug_provide_cluster_info(void **st)
 	snprintf(out_env, sizeof(out_env), "PLUGIN_OUT=%s", path_in("bug-pci/out"));
 	const char *env[] = { out_env, "EXPIRY=2099-01-02T03:04:05Z", NULL };
 	struct kube_run r;
-	run_load(&c, env, &r);
-	assert_loaded(&r);
+	load_ok(&c, env, &r);
 	kube_run_free(&r);
 	json_t *info = json_loads(slurp(path_in("bug-pci/out.info")), 0, NULL);
 	assert_non_null(info);
@@ -1217,8 +1175,7 @@ static void test_bug_merged_relative_path(void **st)
 	const char *env[] = { kubeconfig, NULL };
 	struct serve_config c = kcfg();
 	struct kube_run r;
-	run_load(&c, env, &r);
-	assert_loaded(&r);
+	load_ok(&c, env, &r);
 	assert_bytes(r.ans->ca, CA_PEM);
 	kube_run_free(&r);
 }
