@@ -23,6 +23,7 @@
 
 #include "ipc/fsutil.h"
 #include "ipc/ipc.h"
+#include "ipc/kubetls.h"
 #include "master/kubecfg.h"
 #include "master/master.h"
 
@@ -942,34 +943,13 @@ static void *kc_delete_main(void *arg)
 		ftok[strcspn(ftok, "\r\n")] = '\0';
 		tok = ftok;
 	}
-	if (h && tok) {
-		size_t n = strlen(tok) + 32;
-		char *line = malloc(n);
-		if (line) {
-			snprintf(line, n, "Authorization: Bearer %s", tok);
-			hdr = curl_slist_append(hdr, line);
-			OPENSSL_cleanse(line, n);
-			free(line);
-		}
-	}
-	const char *cert = kc.x_cert ? kc.x_cert : kc.cert, *key = kc.x_cert ? kc.x_key : kc.key;
-	if (h && kc.ca) {
-		struct curl_blob b = { kc.ca, kc.ca_len, CURL_BLOB_COPY };
-		curl_easy_setopt(h, CURLOPT_CAINFO_BLOB, &b);
-	}
-	if (h && cert && key) {
-		struct curl_blob c = { (void *)cert, strlen(cert), CURL_BLOB_COPY };
-		struct curl_blob k = { (void *)key, strlen(key), CURL_BLOB_COPY };
-		if (!kc.x_cert) {
-			c.len = kc.cert_len;
-			k.len = kc.key_len;
-		}
-		curl_easy_setopt(h, CURLOPT_SSLCERT_BLOB, &c);
-		curl_easy_setopt(h, CURLOPT_SSLKEY_BLOB, &k);
-	}
-	if (h && kc.insecure) {
-		curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 0L);
-		curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 0L);
+	struct kube_tls t = { kc.ca, kc.ca_len, kc.x_cert ? kc.x_cert : kc.cert,
+			      kc.x_cert ? strlen(kc.x_cert) : kc.cert_len,
+			      kc.x_cert ? kc.x_key : kc.key, kc.x_cert ? strlen(kc.x_key) : kc.key_len,
+			      tok, kc.insecure };
+	if (h && kube_tls_apply(h, &t, &hdr) != 0) {
+		curl_easy_cleanup(h);
+		h = NULL;
 	}
 	pthread_mutex_unlock(&kc.mu);
 	if (ftok) {

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "ipc/ipc.h"
+#include "ipc/kubetls.h"
 #include "worker/kube.h"
 #include "worker/worker.h"
 
@@ -171,40 +172,12 @@ bool kube_api_in_cluster(struct kube_api *k) { return k->in_cluster; }
 int kube_api_curl(struct kube_api *k, CURL *h, struct curl_slist **hdr, char *err, size_t errlen)
 {
 	pthread_mutex_lock(&k->mu);
-	if (k->ca) {
-		struct curl_blob b = { k->ca, k->ca_len, CURL_BLOB_COPY };
-		curl_easy_setopt(h, CURLOPT_CAINFO_BLOB, &b);
-	}
-	if (k->cert && k->key) {
-		struct curl_blob c = { k->cert, k->cert_len, CURL_BLOB_COPY };
-		struct curl_blob key = { k->key, k->key_len, CURL_BLOB_COPY };
-		curl_easy_setopt(h, CURLOPT_SSLCERT_BLOB, &c);
-		curl_easy_setopt(h, CURLOPT_SSLCERTTYPE, "PEM");
-		curl_easy_setopt(h, CURLOPT_SSLKEY_BLOB, &key);
-		curl_easy_setopt(h, CURLOPT_SSLKEYTYPE, "PEM");
-	}
-	if (k->insecure) {
-		curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 0L);
-		curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 0L);
-	}
-	int r = 0;
-	if (k->token) {
-		size_t n = strlen(k->token) + 32;
-		char *line = malloc(n);
-		if (!line)
-			abort();
-		snprintf(line, n, "Authorization: Bearer %s", k->token);
-		struct curl_slist *h2 = curl_slist_append(*hdr, line);
-		OPENSSL_cleanse(line, n);
-		free(line);
-		if (!h2) {
-			snprintf(err, errlen, "out of memory building a request");
-			r = -ENOMEM;
-		} else {
-			*hdr = h2;
-		}
-	}
+	struct kube_tls t = { k->ca, k->ca_len, k->cert, k->cert_len, k->key, k->key_len, k->token,
+			      k->insecure };
+	int r = kube_tls_apply(h, &t, hdr);
 	pthread_mutex_unlock(&k->mu);
+	if (r != 0)
+		snprintf(err, errlen, "out of memory building a request");
 	return r;
 }
 
