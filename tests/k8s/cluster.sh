@@ -316,10 +316,13 @@ make_pki() {
 	fi
 }
 
-# kubeconfig_cert - write a client-certificate kubeconfig with the files embedded
-kubeconfig_cert() {
-	local out=$1 name=$2 user=$3
-	cat >"$out" <<EOF
+# kubeconfig_write OUT USER CREDENTIAL... - a kubeconfig for the test cluster whose user has the
+# given credential lines (already indented as `user:` fields)
+kubeconfig_write() {
+	local out=$1 user=$2
+	shift 2
+	{
+		cat <<EOF
 apiVersion: v1
 kind: Config
 clusters:
@@ -330,8 +333,9 @@ clusters:
 users:
 - name: $user
   user:
-    client-certificate-data: $(base64 -w0 "$PKI/$name.crt")
-    client-key-data: $(base64 -w0 "$PKI/$name.key")
+EOF
+		printf '    %s\n' "$@"
+		cat <<EOF
 contexts:
 - name: kode-gopher-test
   context:
@@ -339,32 +343,19 @@ contexts:
     user: $user
 current-context: kode-gopher-test
 EOF
+	} >"$out"
 	chmod 600 "$out"
+}
+
+# kubeconfig_cert - write a client-certificate kubeconfig with the files embedded
+kubeconfig_cert() {
+	kubeconfig_write "$1" "$3" "client-certificate-data: $(base64 -w0 "$PKI/$2.crt")" \
+		"client-key-data: $(base64 -w0 "$PKI/$2.key")"
 }
 
 # kubeconfig_token - write a bearer-token kubeconfig (the controller's service account)
 kubeconfig_token() {
-	local out=$1 user=$2 token=$3
-	cat >"$out" <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-- name: kode-gopher-test
-  cluster:
-    server: https://127.0.0.1:$API_PORT
-    certificate-authority-data: $(base64 -w0 "$PKI/ca.crt")
-users:
-- name: $user
-  user:
-    token: $token
-contexts:
-- name: kode-gopher-test
-  context:
-    cluster: kode-gopher-test
-    user: $user
-current-context: kode-gopher-test
-EOF
-	chmod 600 "$out"
+	kubeconfig_write "$1" "$2" "token: $3"
 }
 
 # ---------------------------------------------------------------------------- processes
