@@ -16,7 +16,7 @@ import fs from 'node:fs';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
-import { after, afterEach, beforeEach } from 'node:test';
+import { after, afterEach, before, beforeEach } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
@@ -389,6 +389,30 @@ export async function connect(opts = {}) {
 		},
 		close: () => reap(h, 'close'),
 	};
+}
+
+/*
+ * sharedSession - one session for a whole test file, as one model would use it: opened before the
+ * first test, closed after the last. Returns live(), which gives that session, or a fresh one if
+ * a test killed it (that test fails on its own; onFresh runs then). live.is(s): is s the shared
+ * session?
+ */
+export function sharedSession({ onFresh } = {}) {
+	let session;
+	const live = async () => {
+		if (!session || session.closed) {
+			await session?.close();
+			session = await connect({ keep: true });
+			onFresh?.();
+		}
+		return session;
+	};
+	live.is = (s) => s !== undefined && s === session;
+	before(live);
+	after(async () => {
+		await session?.close();
+	});
+	return live;
 }
 
 /*

@@ -13,29 +13,14 @@ import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import test, { after, before } from 'node:test';
+import test, { after } from 'node:test';
 
 import {
-	BIN, callTool, cmdline, connect, descendants, goStr, isAlive, procsMatching, sc, sleep, snippet, text, waitFor,
+	BIN, callTool, cmdline, connect, descendants, goStr, isAlive, procsMatching, sc, sharedSession, sleep, snippet, text, waitFor,
 } from './lib.mjs';
 
 const T = { timeout: 300_000 };
-let session;
-
-/* live - the shared session; a fresh one if a test killed it (that test fails on its own) */
-async function live() {
-	if (!session || session.closed) {
-		await session?.close();
-		session = await connect({ keep: true });
-	}
-	return session;
-}
-
-before(live);
-
-after(async () => {
-	await session?.close();
-});
+const live = sharedSession();
 
 
 

@@ -9,29 +9,14 @@
  * cores, and a session's caches survive between calls. Run by tests/run.sh (node --test).
  */
 import assert from 'node:assert/strict';
-import test, { after, before } from 'node:test';
+import test from 'node:test';
 
 import {
-	callTool, connect, sc, snippet, text,
+	callTool, sc, sharedSession, snippet, text,
 } from './lib.mjs';
 
 const T = { timeout: 300_000 };
-let session;
-
-/* live - the shared session; a fresh one if the last test killed it (that test fails on its own) */
-async function live() {
-	if (!session || session.closed) {
-		await session?.close();
-		session = await connect({ keep: true });
-	}
-	return session;
-}
-
-before(live);
-
-after(async () => {
-	await session?.close();
-});
+const live = sharedSession();
 
 
 /* exec - execute_go_code in the shared session; returns [result, structuredContent] */

@@ -14,10 +14,10 @@ import fs from 'node:fs';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
-import test, { after, before } from 'node:test';
+import test from 'node:test';
 
 import {
-	BIN, callTool, connect, goStr, isAlive, REPO, sc, snippet, text, waitFor,
+	BIN, callTool, connect, goStr, isAlive, REPO, sc, sharedSession, snippet, text, waitFor,
 } from '../e2e/lib.mjs';
 
 const T = { timeout: 240_000 };
@@ -25,24 +25,8 @@ const T = { timeout: 240_000 };
 /* A trivial call after a hostile one must come back this fast (a build of it is cached). */
 const NEXT_CALL_MS = 20_000;
 
-let session;
 let firstSandbox; /* the shared session's sandbox: hostile code must not cost it its sandbox */
-
-/* live - the shared session; a fresh one if a test killed it (that test fails on its own) */
-async function live() {
-	if (!session || session.closed) {
-		await session?.close();
-		session = await connect({ keep: true });
-		firstSandbox = undefined;
-	}
-	return session;
-}
-
-before(live);
-
-after(async () => {
-	await session?.close();
-});
+const live = sharedSession({ onFresh: () => { firstSandbox = undefined; } });
 
 
 
@@ -107,7 +91,7 @@ async function nextCallWorks(s, { sameSandbox = true, prev } = {}) {
 		assert.equal(st.retried, false, `the next call needed a fresh sandbox: ${show(st)}`);
 	// the agent's init, the agent, and this program (plus a build helper at most)
 	assert.ok(st.result.value.procs <= 5, `processes left in the sandbox: ${st.result.value.procs}`);
-	if (s === session) {
+	if (live.is(s)) {
 		firstSandbox ??= st.sandbox;
 		if (sameSandbox)
 			assert.equal(st.sandbox, firstSandbox, 'the hostile call did not cost the session its sandbox');
