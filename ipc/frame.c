@@ -43,12 +43,23 @@ static void frame_emit_toobig(struct frame *f, const struct frame_ops *ops)
 	ops->toobig(ops->ctx, f->head, f->hlen, tail, keep, f->dropped);
 }
 
-/* frame_drop_start - the line outgrew the bound: keep its head, count the rest */
-static void frame_drop_start(struct frame *f)
+/*
+ * frame_drop_start - the line outgrew the bound: keep its head, count the rest. The head is the
+ * line's first IPC_TOOBIG_KEEP bytes wherever they are: in the buffered part, in the piece that
+ * overflowed it (buf, n bytes, about to be counted by the caller), or both. The buffered part
+ * may be empty (a line whose first piece is already over the bound), and then f->line is NULL,
+ * which memcpy must not be handed even for 0 bytes.
+ */
+static void frame_drop_start(struct frame *f, const char *buf, size_t n)
 {
 	f->dropping = true;
 	f->hlen = f->len < IPC_TOOBIG_KEEP ? f->len : IPC_TOOBIG_KEEP;
-	memcpy(f->head, f->line, f->hlen);
+	if (f->hlen)
+		memcpy(f->head, f->line, f->hlen);
+	size_t more = IPC_TOOBIG_KEEP - f->hlen < n ? IPC_TOOBIG_KEEP - f->hlen : n;
+	if (more)
+		memcpy(f->head + f->hlen, buf, more);
+	f->hlen += more;
 	f->dropped = 0;
 	for (size_t i = 0; i < f->len; i++)
 		f->tail[f->dropped++ % IPC_TOOBIG_KEEP] = f->line[i];
@@ -61,7 +72,7 @@ void frame_feed(struct frame *f, const char *buf, size_t n, const struct frame_o
 		const char *nl = memchr(buf, '\n', n);
 		size_t take = nl ? (size_t)(nl - buf) : n;
 		if (!f->dropping && f->len + take > f->max)
-			frame_drop_start(f);
+			frame_drop_start(f, buf, take);
 		if (f->dropping) {
 			for (size_t i = 0; i < take; i++)
 				f->tail[f->dropped++ % IPC_TOOBIG_KEEP] = buf[i];

@@ -82,6 +82,74 @@ static void test_toobig_keeps_ends(void **st)
 	frame_free(&f);
 }
 
+/*
+ * A line whose very first piece is already over the bound (one read() of a whole oversized
+ * line, or the line after a dropped one): nothing was buffered, so the head must come from the
+ * piece itself. This used to hand memcpy a NULL buffer (undefined behaviour, caught by UBSan
+ * and by fuzz_jsonrpc; seed tests/fuzz/corpus/fuzz_jsonrpc/regress-empty-line-toobig) and to
+ * report an empty head, which lost the request's id.
+ */
+static void test_toobig_first_piece(void **st)
+{
+	(void)st;
+	size_t pad = IPC_TOOBIG_KEEP * 3;
+	const char *pre = "{\"jsonrpc\":\"2.0\",\"id\":7,\"p\":\"", *post = "\"}\n";
+	size_t line = strlen(pre) + pad + strlen(post) - 1;
+	size_t total = 2 * (line + 1) + strlen("{\"ok\":1}\n");
+	char *in = malloc(total + 1), *p = in;
+	assert_non_null(in);
+	for (int i = 0; i < 2; i++) { /* two oversized lines back to back, then a good one */
+		p = stpcpy(p, pre);
+		memset(p, 'x', pad);
+		p = stpcpy(p + pad, post);
+	}
+	strcpy(p, "{\"ok\":1}\n");
+
+	struct seen s = { 0 };
+	struct frame f;
+	struct frame_ops ops = { &s, on_line, on_toobig };
+	frame_init(&f, 1000);
+	frame_feed(&f, in, total, &ops);
+	assert_int_equal(s.toobig, 2);
+	assert_int_equal(s.size, line);
+	assert_int_equal(s.hlen, IPC_TOOBIG_KEEP);
+	assert_memory_equal(s.head, pre, strlen(pre));
+	json_t *id = mcp_scan_id(s.head, s.hlen, s.tail, s.tlen);
+	assert_non_null(id);
+	assert_int_equal(json_integer_value(id), 7);
+	json_decref(id);
+	assert_int_equal(s.lines, 1);
+	assert_string_equal(s.last, "{\"ok\":1}");
+	frame_free(&f);
+	free(in);
+}
+
+/* The head of a dropped line spans what was buffered and the piece that overflowed the bound. */
+static void test_toobig_head_spans_pieces(void **st)
+{
+	(void)st;
+	struct seen s = { 0 };
+	struct frame f;
+	struct frame_ops ops = { &s, on_line, on_toobig };
+	size_t big = IPC_TOOBIG_KEEP * 2;
+	char *chunk = malloc(big);
+	assert_non_null(chunk);
+	for (size_t i = 0; i < big; i++)
+		chunk[i] = (char)('a' + i % 26);
+	frame_init(&f, 100);
+	frame_feed(&f, "{\"id\":", 6, &ops);
+	frame_feed(&f, chunk, big, &ops);
+	frame_feed(&f, "\n", 1, &ops);
+	assert_int_equal(s.toobig, 1);
+	assert_int_equal(s.size, 6 + big);
+	assert_int_equal(s.hlen, IPC_TOOBIG_KEEP);
+	assert_memory_equal(s.head, "{\"id\":", 6);
+	assert_memory_equal(s.head + 6, chunk, IPC_TOOBIG_KEEP - 6);
+	assert_memory_equal(s.tail, chunk + big - IPC_TOOBIG_KEEP, IPC_TOOBIG_KEEP);
+	frame_free(&f);
+	free(chunk);
+}
+
 static void test_scan_id(void **st)
 {
 	(void)st;
@@ -112,6 +180,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_lines_split_anywhere),
 		cmocka_unit_test(test_toobig_keeps_ends),
+		cmocka_unit_test(test_toobig_first_piece),
+		cmocka_unit_test(test_toobig_head_spans_pieces),
 		cmocka_unit_test(test_scan_id),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
