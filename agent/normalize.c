@@ -520,6 +520,42 @@ static const char *norm_excerpt(char *buf, size_t bufsz, const char *src, size_t
 	return norm_quote(buf, bufsz, line, o);
 }
 
+/*
+ * norm_cgo_line - the line of an `import "C"` among the file's imports (lx just past the
+ * package clause), 0 if none. With CGO_ENABLED=0 the go command drops such a file as if it
+ * were not there, and the model would read "undefined: run" about code it can see. A file
+ * with a //go:build line before its package clause may be the cgo half of a pair, so it is
+ * left to the go command.
+ */
+static unsigned norm_cgo_line(const struct src_file *f, const struct golex *after_clause)
+{
+	struct golex lx = *after_clause;
+	struct golex_token t;
+
+	if (!f->content || memmem(f->content, after_clause->pos, "//go:build", 10))
+		return 0;
+	for (golex_next(&lx, &t); golex_is(&lx, &t, "import"); golex_next(&lx, &t)) {
+		int group = 0;
+
+		golex_next(&lx, &t);
+		if (golex_is_punct(&lx, &t, '(')) {
+			group = 1;
+			golex_next(&lx, &t);
+		}
+		while (t.kind != GOLEX_EOF) {
+			if (group && golex_is_punct(&lx, &t, ')'))
+				break;
+			if (t.kind == GOLEX_LITERAL && t.len == 3 && lx.src[t.off + 1] == 'C' &&
+			    (lx.src[t.off] == '"' || lx.src[t.off] == '`'))
+				return t.line;
+			if (!group && t.kind == GOLEX_LITERAL)
+				break;
+			golex_next(&lx, &t);
+		}
+	}
+	return 0;
+}
+
 /* norm_scan_all - package clauses of every built .go file; functions of the root ones */
 static int norm_scan_all(const struct src_file *in, size_t n, struct norm_scan *sc, size_t *first_root,
 			 char *err, size_t errlen)
@@ -538,6 +574,13 @@ static int norm_scan_all(const struct src_file *in, size_t n, struct norm_scan *
 		rc = norm_package_clause(&in[i], &lx, &sc[i], err, errlen);
 		if (rc)
 			return rc;
+		unsigned cgo = norm_cgo_line(&in[i], &lx);
+		if (cgo) {
+			norm_err(err, errlen, "%s:%u: import \"C\" needs cgo, and cgo is off in the "
+				 "sandbox: write this part in pure Go (modules from the proxy work when they "
+				 "are pure Go)", in[i].path, cgo);
+			return -EINVAL;
+		}
 		if (!sc[i].root)
 			continue; /* a helper package: its clause is all normalize needs */
 		norm_scan_funcs(&lx, &sc[i]);

@@ -393,6 +393,45 @@ static void test_helper_package(void **state)
 	expect_error(rc, &r, err, "no .go file in the root directory");
 }
 
+/* test_cgo - import "C" is refused with a sentence naming cgo, in any spelling of the import
+ * and in a helper package too; a "C" that is not an import, or a file with a build
+ * constraint (perhaps the cgo half of a pair), is left to the go command */
+static void test_cgo(void **state)
+{
+	static const struct {
+		const char *path, *src;
+		unsigned line;
+	} refused[] = {
+		{ "main.go", "package main\n\nimport \"C\"\n\nfunc main() {}\n", 3 },
+		{ "main.go", "package main\n\n// #include <stdio.h>\nimport \"C\"\n\nfunc main() {}\n", 4 },
+		{ "main.go", "package main\n\nimport (\n\t\"fmt\"\n\t\"C\"\n)\n\nfunc main() { fmt.Println() }\n", 5 },
+		{ "main.go", "package main\n\nimport \"fmt\"\nimport `C`\n\nfunc main() { fmt.Println() }\n", 4 },
+		{ "main.go", "package main\nimport (\"os\"; \"C\")\nfunc main() { os.Exit(0) }\n", 2 },
+	};
+	struct norm_result r;
+	char err[ERRLEN], want[64];
+	int rc;
+	(void)state;
+
+	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+		rc = norm_files(&r, err, 1, refused[i].path, refused[i].src);
+		snprintf(want, sizeof(want), "%s:%u: import \"C\" needs cgo", refused[i].path, refused[i].line);
+		expect_error(rc, &r, err, want);
+		assert_non_null(strstr(err, "cgo is off in the sandbox"));
+	}
+	rc = norm_files(&r, err, 2, "main.go", snippet_foo, "c/c.go", "package c\n\nimport \"C\"\n");
+	expect_error(rc, &r, err, "c/c.go:3: import \"C\" needs cgo, and cgo is off in the sandbox");
+
+	/* "C" elsewhere is a string, and a constrained file is the go command's to judge */
+	rc = norm_files(&r, err, 1, "main.go", "package main\n\nimport \"fmt\"\n\nfunc main() { fmt.Println(\"C\") }\n");
+	assert_int_equal(rc, 0);
+	normalize_free(&r);
+	rc = norm_files(&r, err, 2, "main.go", "package main\n\nfunc main() {}\n", "c_cgo.go",
+			"//go:build cgo\n\npackage main\n\nimport \"C\"\n");
+	assert_int_equal(rc, 0);
+	normalize_free(&r);
+}
+
 /* test_bad_paths - every path rule, each with its own sentence */
 static void test_bad_paths(void **state)
 {
@@ -776,6 +815,7 @@ int main(void)
 		cmocka_unit_test(test_bom),
 		cmocka_unit_test(test_mixed_packages),
 		cmocka_unit_test(test_helper_package),
+		cmocka_unit_test(test_cgo),
 		cmocka_unit_test(test_bad_paths),
 		cmocka_unit_test(test_limits),
 		cmocka_unit_test(test_err_buffer),
