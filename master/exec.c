@@ -3,7 +3,7 @@
  *
  * exec runs Go files once through exactly the path a model's call takes: it starts
  * `kode-gopher serve` as a child, speaks MCP to it over a pipe (initialize, one tools/call),
- * prints the result and exits 0 when the result is ok. sandboxes lists and removes the sandboxes
+ * prints the result the way `go run` would and exits 0 when the result is ok. sandboxes lists and removes the sandboxes
  * that exec --keep and serve --persistent leave behind.
  */
 #include <dirent.h>
@@ -20,28 +20,36 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "agent/normalize.h"
 #include "master/stdio.h"
+#include "worker/creds.h"
 
 static const char exec_usage[] =
-	"usage: kode-gopher exec [options] FILE... | -\n"
+	"usage: kode-gopher exec [options] FILE... | DIR | -\n"
 	"\n"
 	"Build and run Go code once, through the same worker and sandbox path as a model's\n"
-	"execute_go_code call, and print the result. One file (or - for stdin) is sent as `code`;\n"
-	"several are sent as `files` with the paths given (a subdirectory is a helper package,\n"
-	"imported as \"app/<dir>\"). The exit status is 0 when the result is ok, 1 when it is not,\n"
-	"2 on a usage or server error.\n"
+	"execute_go_code call. The files are sent with their paths relative to the directory that\n"
+	"holds them all (a DIR sends every file under it): .go files there are the main package, a\n"
+	"subdirectory is a helper package imported as \"app/<dir>\". - reads one file from stdin.\n"
+	"\n"
+	"Like `go run`: the program's stdout goes to stdout (and a snippet's returned value, as\n"
+	"JSON), its stderr to stderr, then one summary line on stderr; colour only on a terminal.\n"
+	"Exit status: 0 when the result is ok, 1 when it is not (the code has something to fix),\n"
+	"2 on a usage error or when the server or the sandbox failed (no result, or phase internal).\n"
 	"\n"
 	"options:\n"
-	"  --json                print the result JSON instead of a summary\n"
-	"  --timeout SECONDS     run timeout (default 60)\n"
+	"  --json                print the result JSON on stdout instead\n"
+	"  --timeout SECONDS     run timeout, 1 to 300 (default 60)\n"
 	"  --keep                keep the sandbox afterwards and print its name\n"
 	"  --claim NAME          run in a kept sandbox (its /app/persist and caches)\n"
 	"  --log-level LEVEL     server log level on stderr (default warn)\n"
 	"  --runtime-dir DIR     the precompiled Go caches (default " KG_RUNTIME_DIR ")\n"
 	"  --sandbox-root DIR    where sandboxes live\n"
-	"  --sandbox-network on|none, --sandbox-memory SIZE, --sandbox-pids N\n"
-	"                        sandbox limits, as for serve\n"
-	"  --credentials MODE    the program's Google credentials, as for serve (default adc)\n"
+	"  --sandbox-network on|none, --sandbox-memory SIZE, --sandbox-pids N, --seccomp MODE\n"
+	"                        as for serve\n"
+	"  --credentials MODE    the program's Google credentials, as for serve (default adc when\n"
+	"                        an ADC file exists, else none); with --project, --scopes,\n"
+	"                        --token-endpoint, --iam-endpoint, --metadata-host\n"
 	"  --backend kubernetes  run in a sandbox pod claimed from a warm pool; with\n"
 	"                        --kubeconfig, --context, --namespace, --warm-pool,\n"
 	"                        --agent-access, --agent-port, --claim-lease, --claim-ready-timeout\n"
@@ -51,30 +59,34 @@ static const char exec_usage[] =
 	"examples:\n"
 	"  kode-gopher exec snippet.go\n"
 	"  echo 'package main; import \"fmt\"; func main() { fmt.Println(42) }' | kode-gopher exec -\n"
-	"  kode-gopher exec --keep --json main.go util/util.go\n";
+	"  kode-gopher exec --keep --json main.go util/util.go\n"
+	"  kode-gopher exec ~/src/tool           # every file under it\n";
 
-/* read_all - a whole file (or stdin for "-"), bounded */
+/* read_all - a whole file (or stdin for "-"), bounded by the largest message */
 static char *read_all(const char *path, size_t *len)
 {
 	FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
 	if (!f)
 		return NULL;
 	size_t cap = 65536, n = 0;
-	char *buf = malloc(cap);
+	char *buf = malloc(cap + 1);
 	while (buf) {
-		if (n == cap && (cap *= 2) > MCP_MAX_MESSAGE) {
-			free(buf);
-			buf = NULL;
-			errno = EFBIG;
-			break;
+		if (n == cap) {
+			if (cap * 2 > MCP_MAX_MESSAGE) {
+				free(buf);
+				buf = NULL;
+				errno = EFBIG;
+				break;
+			}
+			char *nb = realloc(buf, cap * 2 + 1);
+			if (!nb) {
+				free(buf);
+				buf = NULL;
+				break;
+			}
+			buf = nb;
+			cap *= 2;
 		}
-		char *nb = n == cap ? buf : realloc(buf, cap);
-		if (!nb) {
-			free(buf);
-			buf = NULL;
-			break;
-		}
-		buf = nb;
 		size_t got = fread(buf + n, 1, cap - n, f);
 		n += got;
 		if (got == 0)
@@ -83,7 +95,7 @@ static char *read_all(const char *path, size_t *len)
 	if (f != stdin)
 		fclose(f);
 	if (buf) {
-		buf[n < cap ? n : cap - 1] = '\0';
+		buf[n] = '\0';
 		*len = n;
 	}
 	return buf;
@@ -123,132 +135,344 @@ static json_t *exec_read(FILE *from, int id, bool show_progress)
 	return found;
 }
 
-/* exec_print_summary - what a person wants to see of a result */
+/* ---- the terminal output ---- */
+
+/* exec_put - a stream as it is, with a newline after it on a terminal if it lacks one */
+static void exec_put(FILE *f, const char *s)
+{
+	if (!s || !*s)
+		return;
+	fputs(s, f);
+	if (s[strlen(s) - 1] != '\n' && isatty(fileno(f)))
+		fputc('\n', f);
+	fflush(f);
+}
+
+/* exec_color - colour on stderr only when it is a terminal that wants it (no-color.org) */
+static bool exec_color(void)
+{
+	const char *term = getenv("TERM");
+	return isatty(STDERR_FILENO) && !getenv("NO_COLOR") && !(term && strcmp(term, "dumb") == 0);
+}
+
+/* exec_print_summary - what a person wants to see of a result, in the order `go run` shows
+ * it: the program's output, what went wrong (once), then one summary line */
 static void exec_print_summary(json_t *sc)
 {
 	json_t *res = json_object_get(sc, "result");
 	const char *phase = json_string_value(json_object_get(sc, "phase"));
 	const char *kind = json_string_value(json_object_get(res, "kind"));
 	const char *mode = json_string_value(json_object_get(sc, "mode"));
-	printf("%s: %s%s%s", phase ? phase : "?", kind ? kind : "?", mode ? " (" : "", mode ? mode : "");
-	printf("%s  build %lld ms%s, run %lld ms", mode ? ")" : "",
-	       json_integer_value(json_object_get(sc, "build_ms")),
-	       json_is_true(json_object_get(sc, "cached_build")) ? " (cached)" :
-	       json_is_true(json_object_get(sc, "tidied")) ? " (tidied)" : "",
-	       json_integer_value(json_object_get(sc, "duration_ms")));
-	if (json_is_integer(json_object_get(sc, "exit_code")))
-		printf(", exit %lld", json_integer_value(json_object_get(sc, "exit_code")));
-	printf("\n");
-	json_t *v = json_object_get(res, "value");
-	if (v) {
-		char *t = json_dumps(v, JSON_INDENT(2) | JSON_ENCODE_ANY);
-		printf("value: %s\n", t ? t : "?");
-		free(t);
-	}
 	const char *msg = json_string_value(json_object_get(res, "message"));
-	if (msg)
-		printf("message: %s\n", msg);
 	const char *stack = json_string_value(json_object_get(res, "stack"));
-	if (stack)
-		printf("stack:\n%s\n", stack);
-	json_t *diags = json_object_get(sc, "diagnostics");
-	size_t i;
-	json_t *d;
-	json_array_foreach(diags, i, d)
-		printf("%s:%lld:%lld: %s\n", json_string_value(json_object_get(d, "file")),
-		       json_integer_value(json_object_get(d, "line")),
-		       json_integer_value(json_object_get(d, "column")),
-		       json_string_value(json_object_get(d, "message")));
 	const char *out = json_string_value(json_object_get(sc, "stdout"));
 	const char *err = json_string_value(json_object_get(sc, "stderr"));
-	if (out && *out)
-		printf("--- stdout ---\n%s%s", out, out[strlen(out) - 1] == '\n' ? "" : "\n");
-	if (err && *err)
-		printf("--- stderr ---\n%s%s", err, err[strlen(err) - 1] == '\n' ? "" : "\n");
+	bool ran = phase && strcmp(phase, "run") == 0;
+
+	exec_put(stdout, out);
+	json_t *v = json_object_get(res, "value");
+	if (v && kind && strcmp(kind, "ok") == 0) {
+		char *t = json_dumps(v, JSON_INDENT(2) | JSON_ENCODE_ANY);
+		printf("%s\n", t ? t : "?");
+		free(t);
+	}
+	fflush(stdout);
+	exec_put(stderr, err);
+
+	/* a program's panic is already in its stderr, with the stack */
+	if (stack && *stack && !(err && strstr(err, stack)))
+		fprintf(stderr, "%s%s", stack, stack[strlen(stack) - 1] == '\n' ? "" : "\n");
+	json_t *diags = json_object_get(sc, "diagnostics");
+	size_t i, ndiag = json_array_size(diags);
+	json_t *d;
+	json_array_foreach(diags, i, d)
+		fprintf(stderr, "%s:%lld:%lld: %s\n", json_string_value(json_object_get(d, "file")),
+			json_integer_value(json_object_get(d, "line")),
+			json_integer_value(json_object_get(d, "column")),
+			json_string_value(json_object_get(d, "message")));
+	if (phase && strcmp(phase, "build") == 0 && ndiag == 0) {
+		const char *bo = json_string_value(json_object_get(sc, "build_output"));
+		exec_put(stderr, bo && *bo ? bo : msg);
+	}
+
+	/* the summary line */
+	bool color = exec_color();
+	bool ok = ran && kind && strcmp(kind, "ok") == 0;
+	fprintf(stderr, "%s%s%s", color ? (ok ? "\033[1;32m" : "\033[1;31m") : "", kind ? kind : "?",
+		color ? "\033[0m" : "");
+	if (mode)
+		fprintf(stderr, " (%s)", mode);
+	/* the message, unless it was shown above or the numbers say it */
+	if (phase && strcmp(phase, "build") == 0)
+		fprintf(stderr, ": %zu error%s", ndiag ? ndiag : 1, ndiag > 1 ? "s" : "");
+	else if (msg && *msg && !(kind && strcmp(kind, "exit") == 0))
+		fprintf(stderr, ": %s", msg);
+	if (phase && (strcmp(phase, "build") == 0 || ran)) {
+		fprintf(stderr, " · build %lld ms%s", json_integer_value(json_object_get(sc, "build_ms")),
+			json_is_true(json_object_get(sc, "cached_build")) ? " (cached)" :
+			json_is_true(json_object_get(sc, "tidied")) ? " (modules added)" : "");
+	}
+	if (ran) {
+		fprintf(stderr, ", run %lld ms", json_integer_value(json_object_get(sc, "duration_ms")));
+		if (json_is_integer(json_object_get(sc, "exit_code")))
+			fprintf(stderr, ", exit %lld", json_integer_value(json_object_get(sc, "exit_code")));
+		const char *sig = json_string_value(json_object_get(sc, "signal"));
+		if (sig)
+			fprintf(stderr, ", %s", sig);
+		bool to = json_is_true(json_object_get(sc, "stdout_truncated"));
+		bool te = json_is_true(json_object_get(sc, "stderr_truncated"));
+		if (to || te)
+			fprintf(stderr, ", %s%s%s truncated to its first and last 512 KiB", to ? "stdout" : "",
+				to && te ? " and " : "", te ? "stderr" : "");
+	}
+	if (json_is_true(json_object_get(sc, "retried")))
+		fprintf(stderr, ", retried in a fresh sandbox");
+	fputc('\n', stderr);
 }
 
-/* exec_args - the tool call's arguments from the files on the command line */
-static json_t *exec_args(int n, char **paths, int timeout_s)
+/* ---- the files on the command line ---- */
+
+struct exec_files {
+	char *abs[NORM_MAX_FILES + 1]; /* absolute, resolved paths */
+	size_t n;
+	char root[PATH_MAX];          /* the directory that holds them all */
+	bool have_root;
+};
+
+/* exec_add - one file to send; false (with a sentence) when there are too many */
+static bool exec_add(struct exec_files *fs, const char *abs)
+{
+	for (size_t i = 0; i < fs->n; i++)
+		if (strcmp(fs->abs[i], abs) == 0)
+			return true; /* named twice, e.g. `exec . main.go` */
+	if (fs->n == NORM_MAX_FILES) {
+		fprintf(stderr, "kode-gopher exec: more than %d files: one call takes at most %d; name "
+			"the files to send instead of their directory\n", NORM_MAX_FILES, NORM_MAX_FILES);
+		return false;
+	}
+	fs->abs[fs->n] = strdup(abs);
+	return fs->abs[fs->n++] != NULL;
+}
+
+/* exec_common_root - narrow the root to the directory that holds both it and dir */
+static void exec_common_root(struct exec_files *fs, const char *dir)
+{
+	if (!fs->have_root) {
+		snprintf(fs->root, sizeof(fs->root), "%s", dir);
+		fs->have_root = true;
+		return;
+	}
+	size_t i = 0, last = 0;
+	for (; fs->root[i] && fs->root[i] == dir[i]; i++)
+		if (fs->root[i] == '/')
+			last = i;
+	if (fs->root[i] == '\0' && (dir[i] == '\0' || dir[i] == '/'))
+		return; /* dir is the root or under it */
+	if (dir[i] == '\0' && fs->root[i] == '/')
+		last = i; /* the root is under dir */
+	fs->root[last ? last : 1] = '\0';
+}
+
+/* exec_walk - every regular file under dir (sorted, hidden entries, go.mod and go.sum left
+ * out: the sandbox writes go.mod from its lockfile) */
+static bool exec_walk(struct exec_files *fs, const char *dir, int depth)
+{
+	struct dirent **ents;
+	int n = scandir(dir, &ents, NULL, alphasort);
+	if (n < 0) {
+		fprintf(stderr, "kode-gopher exec: cannot read the directory %s: %s\n", dir, strerror(errno));
+		return false;
+	}
+	bool good = true;
+	for (int i = 0; i < n; i++) {
+		const char *nm = ents[i]->d_name;
+		char p[PATH_MAX];
+		struct stat st;
+		if (good && nm[0] != '.' && strcmp(nm, "go.mod") && strcmp(nm, "go.sum") &&
+		    snprintf(p, sizeof(p), "%s/%s", dir, nm) < (int)sizeof(p) && lstat(p, &st) == 0) {
+			if (S_ISREG(st.st_mode))
+				good = exec_add(fs, p);
+			else if (S_ISDIR(st.st_mode) && depth < 16)
+				good = exec_walk(fs, p, depth + 1);
+		}
+		free(ents[i]);
+	}
+	free(ents);
+	return good;
+}
+
+/* exec_collect - the operands as files under one root */
+static bool exec_collect(struct exec_files *fs, int n, char **operands)
+{
+	for (int i = 0; i < n; i++) {
+		char abs[PATH_MAX];
+		struct stat st;
+		if (!realpath(operands[i], abs) || stat(abs, &st) != 0) {
+			fprintf(stderr, "kode-gopher exec: cannot read %s: %s\n", operands[i], strerror(errno));
+			return false;
+		}
+		if (S_ISDIR(st.st_mode)) {
+			exec_common_root(fs, abs);
+			size_t before = fs->n;
+			if (!exec_walk(fs, abs, 0))
+				return false;
+			if (fs->n == before) {
+				fprintf(stderr, "kode-gopher exec: %s holds no files to send\n", operands[i]);
+				return false;
+			}
+		} else if (S_ISREG(st.st_mode)) {
+			char dir[PATH_MAX];
+			snprintf(dir, sizeof(dir), "%s", abs);
+			char *slash = strrchr(dir, '/');
+			slash[slash == dir ? 1 : 0] = '\0';
+			exec_common_root(fs, dir);
+			if (!exec_add(fs, abs))
+				return false;
+		} else {
+			fprintf(stderr, "kode-gopher exec: %s is neither a file nor a directory\n", operands[i]);
+			return false;
+		}
+	}
+	return true;
+}
+
+/* exec_args - the tool call's arguments from the operands: `code` for stdin, else `files` with
+ * paths relative to the directory that holds them all, so myfile.go stays myfile.go in
+ * diagnostics and stacks */
+static json_t *exec_args(int n, char **operands, int timeout_s)
 {
 	json_t *args = json_object();
 	if (timeout_s > 0)
 		json_object_set_new(args, "timeout_seconds", json_integer(timeout_s));
-	json_t *files = json_array();
-	for (int i = 0; i < n; i++) {
-		size_t len = 0;
-		char *content = read_all(paths[i], &len);
+	size_t len = 0;
+	if (n == 1 && strcmp(operands[0], "-") == 0) {
+		char *content = read_all("-", &len);
 		if (!content) {
-			fprintf(stderr, "kode-gopher exec: cannot read %s: %s\n", paths[i], strerror(errno));
-			json_decref(files);
+			fprintf(stderr, "kode-gopher exec: cannot read stdin: %s\n", strerror(errno));
 			json_decref(args);
 			return NULL;
 		}
-		const char *p = paths[i];
-		while (p[0] == '.' && p[1] == '/')
-			p += 2;
-		json_array_append_new(files, json_pack("{s:s, s:s%}", "path", strcmp(p, "-") == 0 ? "main.go" : p,
-						       "content", content, len));
+		json_object_set_new(args, "code", json_stringn(content, len));
+		free(content);
+		return args;
+	}
+	for (int i = 0; i < n; i++)
+		if (strcmp(operands[i], "-") == 0) {
+			fprintf(stderr, "kode-gopher exec: - (stdin) is one file on its own; it cannot be "
+				"combined with other files\n");
+			json_decref(args);
+			return NULL;
+		}
+	struct exec_files fs = { .n = 0 };
+	json_t *files = json_array();
+	bool good = exec_collect(&fs, n, operands);
+	size_t rl = strlen(fs.root);
+	for (size_t i = 0; good && i < fs.n; i++) {
+		char *content = read_all(fs.abs[i], &len);
+		if (!content) {
+			fprintf(stderr, "kode-gopher exec: cannot read %s: %s\n", fs.abs[i], strerror(errno));
+			good = false;
+			break;
+		}
+		const char *rel = fs.abs[i] + rl + (rl > 1);
+		json_array_append_new(files, json_pack("{s:s, s:s%}", "path", rel, "content", content, len));
 		free(content);
 	}
-	if (n == 1) {
-		json_object_set(args, "code", json_object_get(json_array_get(files, 0), "content"));
+	for (size_t i = 0; i < fs.n; i++)
+		free(fs.abs[i]);
+	if (!good) {
 		json_decref(files);
-	} else {
-		json_object_set_new(args, "files", files);
+		json_decref(args);
+		return NULL;
 	}
+	json_object_set_new(args, "files", files);
 	return args;
+}
+
+/* exec_adc_absent - no ADC file where the worker would look: a run with --credentials adc
+ * would only warn, so exec runs without credentials and says nothing */
+static bool exec_adc_absent(void)
+{
+	char path[PATH_MAX];
+	bool explicit;
+	creds_adc_path(path, sizeof(path), &explicit);
+	return !explicit && access(path, F_OK) != 0;
 }
 
 int exec_main(int argc, char **argv)
 {
 	struct serve_config cfg;
 	serve_config_defaults(&cfg);
-	cfg.log_level = LOG_LVL_WARN;
 	bool as_json = false, keep = false;
 	int timeout_s = 0;
 	static const struct option opts[] = {
 		{ "json", no_argument, 0, 'j' },           { "keep", no_argument, 0, 'k' },
-		{ "claim", required_argument, 0, 0 },      { "timeout", required_argument, 0, 't' },
-		{ "log-level", required_argument, 0, 0 },  { "runtime-dir", required_argument, 0, 0 },
-		{ "sandbox-root", required_argument, 0, 0 }, { "help", no_argument, 0, 'h' },
+		{ "timeout", required_argument, 0, 't' },  { "help", no_argument, 0, 'h' },
+		/* the rest are serve's, checked here and passed on as they came */
+		{ "claim", required_argument, 0, 0 },      { "log-level", required_argument, 0, 0 },
+		{ "runtime-dir", required_argument, 0, 0 }, { "sandbox-root", required_argument, 0, 0 },
 		{ "sandbox-network", required_argument, 0, 0 }, { "sandbox-memory", required_argument, 0, 0 },
-		{ "sandbox-pids", required_argument, 0, 0 }, { "credentials", required_argument, 0, 0 },
+		{ "sandbox-pids", required_argument, 0, 0 }, { "seccomp", required_argument, 0, 0 },
+		{ "credentials", required_argument, 0, 0 }, { "project", required_argument, 0, 0 },
+		{ "scopes", required_argument, 0, 0 },     { "token-endpoint", required_argument, 0, 0 },
+		{ "iam-endpoint", required_argument, 0, 0 }, { "metadata-host", required_argument, 0, 0 },
 		{ "claim-lease", required_argument, 0, 0 }, SERVE_KUBE_OPTIONS,
 		{ 0, 0, 0, 0 }
 	};
-	/* the Kubernetes settings go to the server as they came */
-	const char *kube_args[24];
-	int nkube = 0;
-	int c, idx;
-	while ((c = getopt_long(argc, argv, "h", opts, &idx)) != -1) {
+	/* kode-gopher serve --log-level warn, the options passed on, 3 more, NULL */
+	const char **sargv = calloc((size_t)argc * 2 + 12, sizeof(*sargv));
+	char (*names)[40] = calloc((size_t)argc + 1, sizeof(*names));
+	if (!sargv || !names)
+		return 2;
+	int na = 0;
+	sargv[na++] = "kode-gopher";
+	sargv[na++] = "serve";
+	sargv[na++] = "--log-level";
+	sargv[na++] = "warn";
+	int c, idx, nn = 0;
+	if (cli_check_long("exec", argc, argv, opts) != 0)
+		return 2;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":h", opts, &idx)) != -1) {
 		switch (c) {
 		case 'j': as_json = true; break;
 		case 'k': keep = true; break;
-		case 't':
-			if (serve_parse_int("--timeout", optarg, 1, 86400, &timeout_s))
+		case 't': {
+			char *end;
+			long v = strtol(optarg, &end, 10);
+			if (*optarg == '\0' || *end != '\0' || v < 1 || v > SERVE_MAX_TIMEOUT_S) {
+				fprintf(stderr, "kode-gopher exec: --timeout wants whole seconds from 1 to %d "
+					"(the longest a call may run), not \"%s\"\n", SERVE_MAX_TIMEOUT_S, optarg);
 				return 2;
+			}
+			timeout_s = (int)v;
 			break;
+		}
 		case 'h': fputs(exec_usage, stdout); return 0;
 		case 0:
-			if (serve_config_option(&cfg, opts[idx].name, optarg) > 0) {
-				static char names[24][32];
-				if (idx >= 12 && nkube < 24) { /* claim-lease and SERVE_KUBE_OPTIONS */
-					int k = nkube / 2;
-					snprintf(names[k], sizeof(names[0]), "--%s", opts[idx].name);
-					kube_args[nkube] = names[k];
-					kube_args[nkube + 1] = optarg;
-					nkube += 2;
-				}
-				break;
-			}
-			/* fall through */
-		default: fputs(exec_usage, stderr); return 2;
+			if (serve_config_option(&cfg, opts[idx].name, optarg) <= 0)
+				return 2; /* it said what is wrong */
+			snprintf(names[nn], sizeof(names[0]), "--%s", opts[idx].name);
+			sargv[na++] = names[nn++];
+			sargv[na++] = optarg;
+			break;
+		default:
+			cli_bad_option("exec", opts, c, cli_word(argv, argc, optind, optopt));
+			return 2;
 		}
 	}
 	if (optind >= argc) {
-		fprintf(stderr, "kode-gopher exec: name at least one Go file, or - for stdin\n\n%s", exec_usage);
+		fprintf(stderr, "kode-gopher exec: name the Go files to run, their directory, or - for "
+			"stdin (`kode-gopher exec --help` shows examples)\n");
 		return 2;
 	}
+	if (keep)
+		sargv[na++] = "--persistent";
+	if (!cfg.credentials && !cfg.kubernetes && exec_adc_absent()) {
+		sargv[na++] = "--credentials";
+		sargv[na++] = "none";
+	}
+	sargv[na] = NULL;
 	json_t *args = exec_args(argc - optind, argv + optind, timeout_s);
 	if (!args)
 		return 2;
@@ -257,33 +481,6 @@ int exec_main(int argc, char **argv)
 	int to_srv[2], from_srv[2];
 	if (pipe2(to_srv, O_CLOEXEC) || pipe2(from_srv, O_CLOEXEC))
 		return 2;
-	static const char *const lv[] = { "debug", "info", "warn", "error", "off" };
-	char mem[32], pids[16];
-	snprintf(mem, sizeof(mem), "%lld", cfg.memory);
-	snprintf(pids, sizeof(pids), "%d", cfg.pids);
-	const char *sargv[48] = { "kode-gopher", "serve", "--log-level", lv[cfg.log_level], "--runtime-dir",
-				  cfg.runtime_dir, "--sandbox-root", cfg.sandbox_root, "--sandbox-network",
-				  cfg.network ? "on" : "none", "--sandbox-memory", mem, "--sandbox-pids", pids };
-	int na = 14;
-	if (keep)
-		sargv[na++] = "--persistent";
-	if (cfg.credentials) {
-		sargv[na++] = "--credentials";
-		sargv[na++] = cfg.credentials;
-	}
-	if (cfg.claim) {
-		sargv[na++] = "--claim";
-		sargv[na++] = cfg.claim;
-	}
-	for (int i = 0; i < nkube; i++)
-		sargv[na++] = kube_args[i];
-	char tmo[16];
-	if (timeout_s > 0) {
-		snprintf(tmo, sizeof(tmo), "%d", timeout_s > 300 ? timeout_s : 300);
-		sargv[na++] = "--max-timeout";
-		sargv[na++] = tmo;
-	}
-	sargv[na] = NULL;
 	pid_t pid = fork();
 	if (pid < 0)
 		return 2;
@@ -317,10 +514,13 @@ int exec_main(int argc, char **argv)
 			if (as_json) {
 				json_dumpf(sc, stdout, JSON_INDENT(2));
 				putchar('\n');
+				fflush(stdout);
 			} else {
 				exec_print_summary(sc);
 			}
-			status = json_is_true(json_object_get(result, "isError")) ? 1 : 0;
+			const char *phase = json_string_value(json_object_get(sc, "phase"));
+			status = phase && strcmp(phase, "internal") == 0 ? 2 :
+				 json_is_true(json_object_get(result, "isError")) ? 1 : 0;
 			const char *kept = json_string_value(json_object_get(sc, "sandbox"));
 			if (keep && cfg.kubernetes)
 				fprintf(stderr, "kept SandboxClaim %s, without a lease (reattach with "
@@ -333,7 +533,6 @@ int exec_main(int argc, char **argv)
 		} else if (result) {
 			const char *t = json_string_value(json_object_get(json_array_get(json_object_get(result, "content"), 0), "text"));
 			fprintf(stderr, "kode-gopher exec: %s\n", t ? t : "the call failed");
-			status = 1;
 		} else {
 			const char *m = json_string_value(json_object_get(json_object_get(resp, "error"), "message"));
 			fprintf(stderr, "kode-gopher exec: %s\n", m ? m : "the server ended without an answer");
@@ -347,35 +546,70 @@ int exec_main(int argc, char **argv)
 	int ws;
 	waitpid(pid, &ws, 0);
 	fclose(from);
+	free(sargv);
+	free(names);
 	return status;
 }
 
 /* ---- kode-gopher sandboxes ---- */
 
 static const char sandboxes_usage[] =
-	"usage: kode-gopher sandboxes list | rm NAME... [--sandbox-root DIR]\n"
+	"usage: kode-gopher sandboxes list [--sandbox-root DIR]\n"
+	"       kode-gopher sandboxes rm NAME... [--sandbox-root DIR]\n"
 	"\n"
-	"List or remove the sandboxes kept by `exec --keep` and `serve --persistent`.\n";
+	"List or remove the sandboxes kept by `exec --keep` and `serve --persistent`. list prints\n"
+	"one line per sandbox: its name, has-persist when /app/persist holds something, and in-use\n"
+	"or idle. The default DIR is serve's default --sandbox-root ($KODE_GOPHER_SANDBOX_ROOT if\n"
+	"set).\n";
 
 int sandboxes_main(int argc, char **argv)
 {
 	struct serve_config cfg;
 	serve_config_defaults(&cfg);
 	const char *root = cfg.sandbox_root;
-	int first = 1;
-	if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
-		fputs(sandboxes_usage, argc < 2 ? stderr : stdout);
-		return argc < 2 ? 2 : 0;
+	static const struct option opts[] = {
+		{ "sandbox-root", required_argument, 0, 'r' }, { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 }
+	};
+	int c, idx;
+	if (cli_check_long("sandboxes", argc, argv, opts) != 0)
+		return 2;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":h", opts, &idx)) != -1) {
+		if (c == 'h') {
+			fputs(sandboxes_usage, stdout);
+			return 0;
+		}
+		if (c != 'r') {
+			cli_bad_option("sandboxes", opts, c, cli_word(argv, argc, optind, optopt));
+			return 2;
+		}
+		if (!*optarg) {
+			fprintf(stderr, "kode-gopher sandboxes: --sandbox-root needs a directory\n");
+			return 2;
+		}
+		root = optarg;
 	}
-	for (int i = 1; i + 1 < argc; i++)
-		if (strcmp(argv[i], "--sandbox-root") == 0)
-			root = argv[i + 1];
-	if (strcmp(argv[1], "list") == 0) {
+	const char *cmd = optind < argc ? argv[optind] : NULL;
+	if (!cmd || (strcmp(cmd, "list") && strcmp(cmd, "rm"))) {
+		if (cmd)
+			fprintf(stderr, "kode-gopher sandboxes: unknown command \"%s\": use list or rm\n", cmd);
+		else
+			fputs(sandboxes_usage, stderr);
+		return 2;
+	}
+	if (strcmp(cmd, "list") == 0) {
+		if (optind + 1 < argc) {
+			fprintf(stderr, "kode-gopher sandboxes: list takes no names (\"%s\")\n", argv[optind + 1]);
+			return 2;
+		}
 		DIR *d = opendir(root);
-		if (!d)
-			return 0; /* none yet */
+		if (!d && errno != ENOENT) {
+			fprintf(stderr, "kode-gopher sandboxes: cannot read %s: %s\n", root, strerror(errno));
+			return 1;
+		}
 		struct dirent *e;
-		while ((e = readdir(d)) != NULL) {
+		int shown = 0;
+		while (d && (e = readdir(d)) != NULL) {
 			if (e->d_name[0] == '.')
 				continue;
 			char p[PATH_MAX];
@@ -387,35 +621,38 @@ int sandboxes_main(int argc, char **argv)
 			live = access(sock, F_OK) == 0;
 			printf("%s\t%s\t%s\n", e->d_name, stat(p, &st) == 0 ? "has-persist" : "-",
 			       live ? "in-use" : "idle");
+			shown++;
 		}
-		closedir(d);
+		if (d)
+			closedir(d);
+		/* stdout stays a list (empty) for scripts; a person reads why */
+		if (shown == 0)
+			fprintf(stderr, "no kept sandboxes in %s (`exec --keep` and `serve --persistent` "
+				"keep one)\n", root);
 		return 0;
 	}
-	if (strcmp(argv[1], "rm") == 0) {
-		int rc = 0;
-		for (int i = first + 1; i < argc; i++) {
-			if (strcmp(argv[i], "--sandbox-root") == 0) {
-				i++;
-				continue;
-			}
-			if (strchr(argv[i], '/') || argv[i][0] == '.') {
-				fprintf(stderr, "kode-gopher sandboxes: \"%s\" is not a sandbox name\n", argv[i]);
-				rc = 1;
-				continue;
-			}
-			int dfd = open(root, O_RDONLY | O_DIRECTORY);
-			int r = dfd < 0 ? -errno : sandbox_local_rm_tree(dfd, argv[i]);
-			if (dfd >= 0)
-				close(dfd);
-			if (r != 0) {
-				fprintf(stderr, "kode-gopher sandboxes: cannot remove %s: %s\n", argv[i], strerror(-r));
-				rc = 1;
-			} else {
-				printf("removed %s\n", argv[i]);
-			}
-		}
-		return rc;
+	if (optind + 1 >= argc) {
+		fprintf(stderr, "kode-gopher sandboxes: rm wants the names of the sandboxes to remove "
+			"(`kode-gopher sandboxes list` shows them)\n");
+		return 2;
 	}
-	fputs(sandboxes_usage, stderr);
-	return 2;
+	int rc = 0;
+	for (int i = optind + 1; i < argc; i++) {
+		if (strchr(argv[i], '/') || argv[i][0] == '.') {
+			fprintf(stderr, "kode-gopher sandboxes: \"%s\" is not a sandbox name\n", argv[i]);
+			rc = 1;
+			continue;
+		}
+		int dfd = open(root, O_RDONLY | O_DIRECTORY);
+		int r = dfd < 0 ? -errno : sandbox_local_rm_tree(dfd, argv[i]);
+		if (dfd >= 0)
+			close(dfd);
+		if (r != 0) {
+			fprintf(stderr, "kode-gopher sandboxes: cannot remove %s: %s\n", argv[i], strerror(-r));
+			rc = 1;
+		} else {
+			printf("removed %s\n", argv[i]);
+		}
+	}
+	return rc;
 }

@@ -4,6 +4,7 @@
  * `serve` is the master; `worker` is what the master fork+execs for each session; `agent` runs
  * inside each sandbox; `exec` runs one file through the same path; `version` prints the build.
  */
+#include <getopt.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -65,6 +66,14 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
 		if (strcmp(argv[1], commands[i].name) == 0)
 			return commands[i].run(argc - 1, argv + 1);
-	fprintf(stderr, "kode-gopher: unknown command \"%s\"\n\n%s", argv[1], usage);
+	/* one line, with the nearest command, rather than the whole help */
+	static const struct option names[] = { { "serve", 0, 0, 0 }, { "exec", 0, 0, 0 },
+		{ "sandboxes", 0, 0, 0 }, { "agent", 0, 0, 0 }, { "version", 0, 0, 0 }, { 0, 0, 0, 0 } };
+	const char *near = cli_nearest(argv[1], names);
+	if (near)
+		fprintf(stderr, "kode-gopher: unknown command \"%s\"; did you mean %s?\n", argv[1], near);
+	else
+		fprintf(stderr, "kode-gopher: unknown command \"%s\" (`kode-gopher --help` lists the "
+			"commands)\n", argv[1]);
 	return 2;
 }

@@ -115,6 +115,21 @@ bool serve_dns_label(const char *s);
 	{ "agent-port", required_argument, 0, 0 },                                               \
 	{ "claim-ready-timeout", required_argument, 0, 0 }
 
+/* master/cli.c: command-line mistakes, said in one line. Callers set opterr = 0 and start
+ * getopt_long's optstring with ':' so a missing value comes back as ':' */
+struct option;
+const char *cli_nearest(const char *word, const struct option *opts);
+void cli_bad_option(const char *cmd, const struct option *opts, int c, const char *word);
+const char *cli_word(char **argv, int argc, int ind, int opt);
+/* cli_check_long - every --word names one option (exactly, or by an abbreviation that fits
+ * only it); 0, or -1 after saying which word is wrong */
+int cli_check_long(const char *cmd, int argc, char **argv, const struct option *opts);
+
+/* the run timeout of execute_go_code: its default, and the largest a call may ask for unless
+ * serve --max-timeout allows more */
+#define SERVE_DEFAULT_TIMEOUT_S 60
+#define SERVE_MAX_TIMEOUT_S     300
+
 /* subcommands */
 int serve_main(int argc, char **argv);
 int exec_main(int argc, char **argv);

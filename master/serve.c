@@ -5,6 +5,7 @@
  * between stdin/stdout and one worker (master/stdio.c). The settings here are also what `exec`
  * uses, since it runs the same path.
  */
+#include <errno.h>
 #include <getopt.h>
 #include <limits.h>
 #include <stdio.h>
@@ -85,6 +86,8 @@ static const char serve_usage[] =
 	"  --claim-ready-timeout DUR  how long a new claim may take to become Ready (default 2m)\n"
 	"  -h, --help              this text\n"
 	"\n"
+	"DUR is a number with its unit: 90s, 15m or 2h.\n"
+	"\n"
 	"Register with Claude Code:\n"
 	"  claude mcp add kode-gopher -- /path/to/kode-gopher serve\n";
 
@@ -131,8 +134,8 @@ void serve_config_defaults(struct serve_config *cfg)
 							       : KG_RUNTIME_DIR;
 	cfg->sandbox_root = getenv("KODE_GOPHER_SANDBOX_ROOT") ? getenv("KODE_GOPHER_SANDBOX_ROOT")
 								 : serve_default_sandbox_root();
-	cfg->default_timeout_s = 60;
-	cfg->max_timeout_s = 300;
+	cfg->default_timeout_s = SERVE_DEFAULT_TIMEOUT_S;
+	cfg->max_timeout_s = SERVE_MAX_TIMEOUT_S;
 	cfg->network = true;
 	cfg->memory = 4ll << 30;
 	cfg->pids = 512;
@@ -148,13 +151,19 @@ void serve_config_defaults(struct serve_config *cfg)
 	cfg->claim_ready_timeout_s = 120;
 }
 
-/* parse_duration - "15m", "90s", "2h" or plain seconds */
+/* parse_duration - "15m", "90s" or "2h": the unit is required, since a bare number could
+ * as well mean minutes as seconds */
 static int parse_duration(const char *opt, const char *s, int *out)
 {
 	char *end;
 	long v = strtol(s, &end, 10);
 	int mul = *end == 'h' ? 3600 : *end == 'm' ? 60 : 1;
-	if (end == s || v <= 0 || (*end && (strchr("hms", *end) == NULL || end[1])) || v > 864000 / mul) {
+	if (end != s && *end == '\0' && v > 0) {
+		fprintf(stderr, "kode-gopher: %s wants a duration with its unit (s, m or h), like "
+			"%lds or %ldm, not \"%s\"\n", opt, v, v, s);
+		return -1;
+	}
+	if (end == s || v <= 0 || strchr("hms", *end) == NULL || end[1] || v > 864000 / mul) {
 		fprintf(stderr, "kode-gopher: %s wants a duration like 15m, 90s or 2h, not \"%s\"\n", opt, s);
 		return -1;
 	}
@@ -341,6 +350,29 @@ int serve_config_option(struct serve_config *cfg, const char *name, const char *
 	return 1;
 }
 
+/* serve_accounting_check - an accounting log that cannot be written is a start-up error: a
+ * server that ran without the accounting its operator asked for would be found out too late */
+static int serve_accounting_check(const char *path)
+{
+	if (strcmp(path, "off") == 0 || strcmp(path, "-") == 0)
+		return 0;
+	FILE *f = fopen(path, "a");
+	if (f) {
+		fclose(f);
+		return 0;
+	}
+	int e = errno;
+	const char *slash = strrchr(path, '/');
+	int dirlen = slash ? (slash == path ? 1 : (int)(slash - path)) : 1;
+	fprintf(stderr, "kode-gopher serve: --accounting-log %s: cannot open it for appending: %s", path,
+		strerror(e));
+	if (e == ENOENT)
+		fprintf(stderr, " (create its directory first: `sudo install -d -o \"$USER\" %.*s`)",
+			dirlen, slash ? path : ".");
+	fputc('\n', stderr);
+	return -1;
+}
+
 int serve_main(int argc, char **argv)
 {
 	struct serve_config cfg;
@@ -364,22 +396,28 @@ int serve_main(int argc, char **argv)
 		{ "help", no_argument, 0, 'h' },             { 0, 0, 0, 0 }
 	};
 	int c, idx;
-	while ((c = getopt_long(argc, argv, "h", opts, &idx)) != -1) {
+	if (cli_check_long("serve", argc, argv, opts) != 0)
+		return 2;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":h", opts, &idx)) != -1) {
 		if (c == 'h') {
 			fputs(serve_usage, stdout);
 			return 0;
+		}
+		if (c == '?' || c == ':') {
+			cli_bad_option("serve", opts, c, cli_word(argv, argc, optind, optopt));
+			return 2;
 		}
 		/* --http takes an optional ADDR, also as the next word (`--http 0.0.0.0:9000`) */
 		if (c == 0 && strcmp(opts[idx].name, "http") == 0 && !optarg && optind < argc &&
 		    argv[optind][0] != '-')
 			optarg = argv[optind++];
-		if (c != 0 || serve_config_option(&cfg, opts[idx].name, optarg) <= 0) {
-			fprintf(stderr, "%s", serve_usage);
-			return 2;
-		}
+		if (c != 0 || serve_config_option(&cfg, opts[idx].name, optarg) <= 0)
+			return 2; /* serve_config_option said what is wrong */
 	}
 	if (optind < argc) {
-		fprintf(stderr, "kode-gopher serve: unexpected argument \"%s\"\n\n%s", argv[optind], serve_usage);
+		fprintf(stderr, "kode-gopher serve: unexpected argument \"%s\" (serve takes options "
+			"only; `kode-gopher serve --help` lists them)\n", argv[optind]);
 		return 2;
 	}
 	if (cfg.default_timeout_s > cfg.max_timeout_s)
@@ -398,6 +436,8 @@ int serve_main(int argc, char **argv)
 	if (cfg.http) {
 		if (!cfg.accounting_log)
 			cfg.accounting_log = "off";
+		if (serve_accounting_check(cfg.accounting_log) != 0)
+			return 2;
 		if (cfg.workers_min_idle > cfg.max_workers)
 			cfg.workers_min_idle = cfg.max_workers;
 		int r = http_serve(&cfg);

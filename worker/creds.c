@@ -433,8 +433,8 @@ int creds_set_user_token(struct creds *c, const char *token, long expires_in, co
 
 /* ---- the ADC file ---- */
 
-/* cr_adc_path - where the Application Default Credentials are looked for */
-static void cr_adc_path(char *out, size_t cap, bool *explicit)
+/* creds_adc_path - see creds.h */
+void creds_adc_path(char *out, size_t cap, bool *explicit)
 {
 	const char *gac = getenv("GOOGLE_APPLICATION_CREDENTIALS");
 	*explicit = gac && *gac;
@@ -456,7 +456,7 @@ static char *cr_read_adc(size_t *len, bool *absent, char *err, size_t errlen)
 {
 	char path[PATH_MAX];
 	bool explicit;
-	cr_adc_path(path, sizeof(path), &explicit);
+	creds_adc_path(path, sizeof(path), &explicit);
 	*absent = false;
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {

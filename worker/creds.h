@@ -57,6 +57,9 @@ struct creds_config {
 /* creds_parse_mode - "adc", "metadata", "service-account:EMAIL", "server", "user" or "none"
  * into cfg->mode (and cfg->service_account, pointing into arg); 0 or -EINVAL with a sentence */
 int creds_parse_mode(const char *arg, struct creds_config *cfg, char *err, size_t errlen);
+/* creds_adc_path - where the Application Default Credentials file is looked for:
+ * $GOOGLE_APPLICATION_CREDENTIALS (*explicit set), else gcloud's well-known file */
+void creds_adc_path(char *out, size_t cap, bool *explicit);
 
 /* creds_mode_name - "adc", "metadata", ... */
 const char *creds_mode_name(enum creds_mode m);
