@@ -795,6 +795,28 @@ static char *clean_doc_error(const char *s)
 	return o;
 }
 
+/* doc_name_import - `go doc DIR` heads a package outside the main module whose source has no
+ * import comment with `package uuid // import "."`: name the import path the caller asked for.
+ * text is malloc'd; returns it or its replacement */
+static char *doc_name_import(char *text, const char *pkg)
+{
+	static const char dot[] = " // import \".\"";
+	size_t first = strcspn(text, "\n"), dl = sizeof(dot) - 1;
+	if (strncmp(text, "package ", 8) != 0 || first < dl || memcmp(text + first - dl, dot, dl) != 0)
+		return text;
+	size_t head = first - 2; /* up to and with the opening quote */
+	size_t pl = strlen(pkg), rest = strlen(text + first);
+	char *o = malloc(head + pl + 1 + rest + 1);
+	if (!o)
+		return text;
+	memcpy(o, text, head);
+	memcpy(o + head, pkg, pl);
+	o[head + pl] = '"';
+	memcpy(o + head + pl + 1, text + first, rest + 1);
+	free(text);
+	return o;
+}
+
 /* gobuild_doc - see gobuild.h */
 int gobuild_doc(const struct gobuild_env *e, const char *doc_dir, const struct gobuild_modfiles *m,
 		const char *pkg, const char *sym, size_t cap, char **text, bool *truncated,
@@ -854,7 +876,7 @@ int gobuild_doc(const struct gobuild_env *e, const char *doc_dir, const struct g
 	if (rc < 0)
 		return rc;
 	if (r.exit_code == 0 && !r.timed_out) {
-		*text = r.out.data;
+		*text = doc_name_import(r.out.data, pkg);
 		r.out.data = NULL;
 		*truncated = r.out.truncated;
 	} else if (r.timed_out) {

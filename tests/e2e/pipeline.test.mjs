@@ -246,6 +246,17 @@ test('lookup_package_docs: cloud.google.com/go/storage Client', T, async () => {
 	assert.match(text(res), /type Client struct/);
 });
 
+test('lookup_package_docs: a package without an import comment is headed with its import path', T, async () => {
+	// github.com/google/uuid (in the lockfile) has no `// import` comment: go doc on its
+	// directory said `package uuid // import "."`
+	for (const args of [{ package: 'github.com/google/uuid' }, { package: 'github.com/google/uuid', symbol: 'New' }]) {
+		const res = await doc(args);
+		assert.equal(res.isError ?? false, false, text(res));
+		assert.match(text(res), /^package uuid \/\/ import "github\.com\/google\/uuid"\n/);
+		assert.doesNotMatch(text(res), /import "\."/);
+	}
+});
+
 test('lookup_package_docs: a whole package and a Type.Method', T, async () => {
 	const pkg = await doc({ package: 'strings' });
 	assert.equal(pkg.isError ?? false, false, text(pkg));
