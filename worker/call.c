@@ -256,7 +256,11 @@ static json_t *call_agent(struct session *s, struct job *j, json_t *req, bool do
 		log_warn("sandbox %s died mid-call (%s); retrying once in a fresh sandbox", sandbox_name(s), err);
 		mcp_log(s, "warning", "the sandbox died mid-call; retrying once in a fresh one");
 		retried = true;
+		/* the fresh sandbox is claimed too, and the call waited for it */
+		clock_gettime(CLOCK_MONOTONIC, &t0);
 		r = sandbox_replace(s, &ep, err, sizeof(err));
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		claim_ms += (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
 	}
 	if (r == -ECANCELED || j->cancel)
 		return NULL;

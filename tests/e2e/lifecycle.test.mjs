@@ -177,6 +177,9 @@ test('sandbox killed mid-call → a fresh sandbox, the call retried once, /app/p
 	assert.ok(st, `no structuredContent: ${text(res).slice(0, 1000)}`);
 	assert.equal(st.retried, true, show(st));
 	assert.notEqual(st.sandbox, w.sandbox, 'a fresh sandbox ran the retry');
+	// the call waited for that fresh sandbox to be claimed: it starts a jail and an agent, which
+	// cannot happen within the same millisecond (claim_ms was the first claim's, 0 when warm)
+	assert.ok(st.timings.claim_ms > 0, `claim_ms counts the fresh sandbox's claim: ${show(st.timings)}`);
 	assert.equal(st.result.kind, 'ok', show(st));
 	assert.match(st.result.value, /^persist empty: open \/app\/persist\/p: no such file or directory$/);
 	assert.ok(Date.now() - t0 >= 7000, 'the retry ran the 8 s sleep again');
