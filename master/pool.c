@@ -310,8 +310,16 @@ static void quota_answer(int i, uint32_t seq)
 	else
 		log_info("user %s: sandbox refused (%d open, limit %d)", s->user, held,
 			 pool.cfg->max_sandboxes_per_user);
+	/* the limit and the way out, within the worker's quota_error[200] */
+	char why[200] = "";
+	int to = pool.cfg->session_timeout_s;
+	if (!ok)
+		snprintf(why, sizeof(why), "too many open sandboxes for this user: the limit is %d; end "
+			 "one of your sessions (close its client, or DELETE /mcp) or wait for an idle one "
+			 "to end after %d%s", pool.cfg->max_sandboxes_per_user,
+			 to % 60 ? to : to / 60, to % 60 ? "s" : "m");
 	struct ipc_buf b;
-	if (ipc_pack_ans_quota(&b, seq, ok, ok ? "" : "too many open sandboxes for this user") == 0)
+	if (ipc_pack_ans_quota(&b, seq, ok, why) == 0)
 		spawn_send(&s->w, &b);
 }
 

@@ -389,7 +389,9 @@ test('http: the per-user sandbox limit refuses a third session until one ends', 
 	await quick(b.client, 'b');
 	const refused = await callTool(c.client, 'execute_go_code', { code: QUICK('"c"') }, Q);
 	assert.equal(refused.isError, true, JSON.stringify(refused));
-	assert.equal(text(refused), LIMIT_MSG);
+	// the refusal says the limit and how to get a sandbox back
+	assert.equal(text(refused), `${LIMIT_MSG}: the limit is 2; end one of your sessions (close its client, ` +
+		'or DELETE /mcp) or wait for an idle one to end after 15m');
 	assert.equal((await metrics(lim.port))['kode_gopher_sandboxes{user="local"}'], 2);
 	// the sessions that hold sandboxes are untouched
 	await quick(a.client, 'a2');
