@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "master/auth.h"
 #include "master/pool.h"
 
 #define HTTP_WAIT_S 3600 /* the longest a request waits for its worker */
@@ -106,7 +107,7 @@ static bool host_ok(const char *host)
 {
 	if (!host)
 		return false;
-	if (list_has(pool.cfg->allowed_hosts, host))
+	if (list_has(pool.cfg->allowed_hosts, host) || auth_host_ok(host))
 		return true;
 	if (!http_loopback)
 		return !pool.cfg->allowed_hosts; /* bound publicly and no list: any */
@@ -294,7 +295,8 @@ static enum MHD_Result answer_pending(struct MHD_Connection *c, struct pending *
 }
 
 /* post_initialize - a POST without a session: it must be an initialize, which opens one */
-static enum MHD_Result post_initialize(struct MHD_Connection *c, struct req *rq, const char *origin)
+static enum MHD_Result post_initialize(struct MHD_Connection *c, struct req *rq, const char *origin,
+				       const char *user)
 {
 	pthread_mutex_lock(&pool.mu);
 	int i = pool_take_idle(30);
@@ -305,7 +307,7 @@ static enum MHD_Result post_initialize(struct MHD_Connection *c, struct req *rq,
 	}
 	struct slot *s = &pool.slots[i];
 	spawn_random_hex(s->w.session, SESSION_ID_HEX / 2);
-	snprintf(s->user, sizeof(s->user), "local"); /* --auth none */
+	snprintf(s->user, sizeof(s->user), "%s", user); /* "local" with --auth none */
 	s->opened = spawn_now();
 	struct ipc_buf b;
 	if (ipc_pack_note_assign(&b, 0, s->w.session, s->user) == 0)
@@ -344,6 +346,10 @@ static enum MHD_Result handle_mcp(struct MHD_Connection *c, const char *method, 
 	const char *sid = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Mcp-Session-Id");
 	if (strcmp(method, "OPTIONS") == 0)
 		return reply(c, MHD_HTTP_NO_CONTENT, NULL, NULL, 0, origin, NULL);
+	char user[AUTH_USER_MAX] = "local";
+	enum MHD_Result unauthorized;
+	if (auth_enabled() && !auth_bearer(c, user, sizeof(user), &unauthorized))
+		return unauthorized;
 	if (strcmp(method, "GET") == 0) {
 		/* no server-initiated messages outside a request: no standalone stream */
 		struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
@@ -358,6 +364,8 @@ static enum MHD_Result handle_mcp(struct MHD_Connection *c, const char *method, 
 			return reply_error(c, MHD_HTTP_BAD_REQUEST, -32000, "DELETE needs the Mcp-Session-Id header", origin);
 		pthread_mutex_lock(&pool.mu);
 		int i = pool_find_session(sid);
+		if (i >= 0 && strcmp(pool.slots[i].user, user) != 0)
+			i = -1; /* another user's session: as if it did not exist */
 		if (i >= 0)
 			pool_end_session(i, "the client ended it (DELETE)");
 		pthread_mutex_unlock(&pool.mu);
@@ -375,7 +383,7 @@ static enum MHD_Result handle_mcp(struct MHD_Connection *c, const char *method, 
 	if (rq->len == 0)
 		return reply_error(c, MHD_HTTP_BAD_REQUEST, -32700, "Parse error: empty body", origin);
 	if (!sid)
-		return post_initialize(c, rq, origin);
+		return post_initialize(c, rq, origin, user);
 	const char *ver = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "MCP-Protocol-Version");
 	if (ver) {
 		bool ok = false;
@@ -389,6 +397,11 @@ static enum MHD_Result handle_mcp(struct MHD_Connection *c, const char *method, 
 	bool sse_ok = accept && (strstr(accept, "text/event-stream") || strstr(accept, "*/*"));
 	pthread_mutex_lock(&pool.mu);
 	int i = pool_find_session(sid);
+	if (i >= 0 && strcmp(pool.slots[i].user, user) != 0) {
+		/* a session answers only the user who opened it; to anyone else it does not exist */
+		log_warn("user %s sent a request to a session of another user; refused", user);
+		i = -1;
+	}
 	if (i < 0) {
 		pthread_mutex_unlock(&pool.mu);
 		return reply_error(c, MHD_HTTP_NOT_FOUND, -32001, "Session not found: it ended or never "
@@ -437,6 +450,9 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 		return reply_error(c, MHD_HTTP_FORBIDDEN, -32000, "Forbidden: this Host is not served here", NULL);
 	if (!origin_ok(origin))
 		return reply_error(c, MHD_HTTP_FORBIDDEN, -32000, "Forbidden: this Origin may not call", NULL);
+	enum MHD_Result q;
+	if (auth_route(c, url, method, rq->body, rq->len, &q))
+		return q;
 	if (strcmp(url, "/mcp") == 0)
 		return handle_mcp(c, method, rq, origin);
 	if (strcmp(url, "/healthz") == 0 && strcmp(method, "GET") == 0)
@@ -536,7 +552,11 @@ int http_serve(const struct serve_config *cfg)
 	}
 	if (strcmp(cfg->auth, "none") == 0 && !http_loopback) {
 		log_error("--auth none serves everyone as user \"local\" and is allowed only on a loopback "
-			  "address (like 127.0.0.1:8080); sign-in is not available yet");
+			  "address (like 127.0.0.1:8080); for a team, use --auth google");
+		close(fd);
+		return 1;
+	}
+	if (auth_init(cfg, where) != 0) {
 		close(fd);
 		return 1;
 	}

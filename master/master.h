@@ -34,7 +34,8 @@ struct serve_config {
 	int claim_lease_s;        /* passed to the backend (10 min) */
 	int workers_min_idle;     /* pre-started idle workers */
 	int max_workers;
-	const char *auth;         /* "none" (loopback only) */
+	const char *auth;         /* "none" (loopback only) or "google" (master/auth.h) */
+	const char *public_url, *oauth_client_file, *allowed_domains, *allowed_users, *oidc_issuer;
 	const char *accounting_log;
 	const char *allowed_hosts; /* comma-separated extra Host values */
 	const char *allowed_origins; /* comma-separated extra Origin values */

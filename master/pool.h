@@ -26,7 +26,7 @@ struct slot {
 	bool busy;             /* NOTE_STATE */
 	bool quota_held;       /* counts against its user's sandboxes */
 	bool served;           /* answered something: not a start-up failure */
-	char user[64];
+	char user[256];        /* "local", or the signed-in email (AUTH_USER_MAX) */
 	char end_reason[96];   /* why pool_end_session ended it */
 	double last_active, kill_at, opened;
 	int inflight;          /* HTTP requests waiting on it */

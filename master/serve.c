@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "master/auth.h"
 #include "master/kubecfg.h"
 #include "master/master.h"
 #include "master/stdio.h"
@@ -67,6 +68,14 @@ static const char serve_usage[] =
 	"  --workers-min-idle N    workers (and sandboxes) started ahead of need (default 2)\n"
 	"  --max-workers N         at most this many workers, so sessions (default 64)\n"
 	"  --auth none             no sign-in: everyone is user \"local\"; loopback addresses only\n"
+	"  --auth google           users sign in with Google; MCP clients get this server's own\n"
+	"                          OAuth tokens (docs/deploy-for-a-team.md). With it:\n"
+	"  --public-url URL        where users reach this server, like https://kg.example.com\n"
+	"                          (default on a loopback address: http://ADDR:PORT)\n"
+	"  --oauth-client-file F   the OAuth client JSON Google Cloud's console downloads\n"
+	"  --allowed-domains LIST  Google Workspace domains whose users may sign in (the hd claim)\n"
+	"  --allowed-users LIST    email addresses that may sign in (comma-separated)\n"
+	"  --oidc-issuer URL       the OpenID provider (default https://accounts.google.com)\n"
 	"  --accounting-log PATH   JSON lines, one per call and per session end (- for stderr)\n"
 	"  --allowed-hosts LIST    extra Host header values to accept (comma-separated)\n"
 	"  --allowed-origins LIST  extra Origin values to accept (comma-separated)\n"
@@ -269,9 +278,8 @@ int serve_config_option(struct serve_config *cfg, const char *name, const char *
 	} else if (strcmp(name, "max-workers") == 0) {
 		return serve_parse_int("--max-workers", val, 1, 10000, &cfg->max_workers) ? -1 : 1;
 	} else if (strcmp(name, "auth") == 0) {
-		if (strcmp(val, "none") != 0) {
-			fprintf(stderr, "kode-gopher: --auth: only \"none\" (loopback only) is available "
-				"until sign-in lands\n");
+		if (strcmp(val, "none") != 0 && strcmp(val, "google") != 0) {
+			fprintf(stderr, "kode-gopher: --auth wants none (loopback only) or google\n");
 			return -1;
 		}
 		cfg->auth = val;
@@ -345,7 +353,7 @@ int serve_config_option(struct serve_config *cfg, const char *name, const char *
 	} else if (strcmp(name, "persistent") == 0) {
 		cfg->persistent = true;
 	} else {
-		return 0;
+		return auth_option(cfg, name, val);
 	}
 	return 1;
 }
@@ -392,7 +400,7 @@ int serve_main(int argc, char **argv)
 		{ "credentials", required_argument, 0, 0 },  { "token-endpoint", required_argument, 0, 0 },
 		{ "iam-endpoint", required_argument, 0, 0 }, { "metadata-host", required_argument, 0, 0 },
 		{ "project", required_argument, 0, 0 },      { "scopes", required_argument, 0, 0 },
-		SERVE_KUBE_OPTIONS,
+		SERVE_KUBE_OPTIONS, AUTH_OPTIONS,
 		{ "help", no_argument, 0, 'h' },             { 0, 0, 0, 0 }
 	};
 	int c, idx;
@@ -430,6 +438,8 @@ int serve_main(int argc, char **argv)
 			"service-account:EMAIL, user or none\n");
 		return 2;
 	}
+	if (auth_check_config(&cfg) != 0)
+		return 2;
 	log_init("master", cfg.log_level);
 	if (serve_backend_init(&cfg) != 0)
 		return 2;

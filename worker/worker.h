@@ -32,7 +32,7 @@ struct job {
 struct session {
 	nng_socket sock;
 	char id[40];
-	char user[64];             /* "" until known; the title and accounting name it */
+	char user[256];            /* "" until known; the title and accounting name it */
 	int default_timeout_s, max_timeout_s;
 
 	pthread_mutex_t mu;

@@ -1,0 +1,1077 @@
+/*
+ * auth.c - MCP authorization (2025-11-25) for `serve --http --auth google`: kode-gopher as the
+ * authorization server its MCP clients see and as the resource server that guards /mcp.
+ *
+ * Resource server: a /mcp request carries `Authorization: Bearer` with an access token this
+ * master minted (HS256 under a key made at start-up, audience = this server's /mcp, RFC 8707),
+ * or gets 401 with `WWW-Authenticate: Bearer resource_metadata=...` pointing at the Protected
+ * Resource Metadata (RFC 9728). Authorization server: RFC 8414 metadata, /authorize (code flow,
+ * PKCE S256 required, exact redirect URIs, loopback ones on any port as RFC 8252 says), the
+ * sign-in itself through the upstream provider (master/oidc.c), /token (authorization code,
+ * refresh tokens rotated with reuse detection), /register (RFC 7591, bounded).
+ *
+ * master/http.c calls auth_route for the endpoints and auth_bearer for /mcp, from its
+ * connection threads; every table here is bounded (auth.h) and guarded by one lock, which is
+ * never held across a request to the provider. Codes and tokens are kept only as SHA-256
+ * hashes, and none is logged. All of it lives in memory: a restart signs everyone out.
+ */
+#include <ctype.h>
+#include <curl/curl.h>
+#include <errno.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+#include <openssl/sha.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "master/auth.h"
+
+#define ID_HEX 32 /* 128-bit identifiers: client ids, sign-in states */
+#define SECRET_HEX 64 /* 256-bit codes and refresh tokens */
+
+struct client {
+	bool live, used;         /* used: someone signed in through it (kept over unused ones) */
+	char id[ID_HEX + 1];
+	char name[129];
+	char redirect[AUTH_MAX_REDIRECT_URIS][AUTH_MAX_URI_BYTES];
+	int nredirect;
+	time_t created;
+};
+
+struct pending_signin {       /* between /authorize and the provider's callback */
+	bool live;
+	char state[ID_HEX + 1];   /* what the provider echoes */
+	char nonce[ID_HEX + 1];
+	char verifier[SECRET_HEX + 1]; /* our PKCE towards the provider */
+	char client_id[ID_HEX + 1];
+	char redirect_uri[AUTH_MAX_URI_BYTES];
+	char client_state[AUTH_MAX_URI_BYTES];
+	char challenge[64];
+	char scope[AUTH_MAX_URI_BYTES];
+	time_t created;
+};
+
+struct code {
+	bool live, redeemed;
+	unsigned char hash[32];
+	char client_id[ID_HEX + 1];
+	char redirect_uri[AUTH_MAX_URI_BYTES];
+	char challenge[64];
+	char scope[AUTH_MAX_URI_BYTES];
+	char user[AUTH_USER_MAX];
+	unsigned long grant;      /* the refresh-token family it started, to revoke on replay */
+	time_t created;
+};
+
+struct grant {                /* one sign-in's refresh-token family */
+	bool live;
+	unsigned long family;
+	unsigned char hash[32], prev[32]; /* the current token and the one it replaced */
+	bool has_prev;
+	char client_id[ID_HEX + 1];
+	char scope[AUTH_MAX_URI_BYTES];
+	char user[AUTH_USER_MAX];
+	time_t created, last;
+};
+
+static struct {
+	bool on;
+	const struct serve_config *cfg;
+	char public_url[AUTH_MAX_URI_BYTES]; /* the issuer */
+	char resource[AUTH_MAX_URI_BYTES + 8];
+	char callback[AUTH_MAX_URI_BYTES + 24];
+	unsigned char key[32];
+	pthread_mutex_t mu;
+	struct client clients[AUTH_MAX_CLIENTS];
+	struct pending_signin pending[AUTH_MAX_PENDING];
+	struct code codes[AUTH_MAX_CODES];
+	struct grant grants[AUTH_MAX_GRANTS];
+	unsigned long next_family;
+} A = { .mu = PTHREAD_MUTEX_INITIALIZER };
+
+/* ---- small helpers ---- */
+
+static void random_hex(char *out, size_t nbytes)
+{
+	unsigned char b[64];
+	if (RAND_bytes(b, (int)nbytes) != 1)
+		abort(); /* no randomness, no tokens */
+	for (size_t i = 0; i < nbytes; i++)
+		sprintf(out + 2 * i, "%02x", b[i]);
+}
+
+static void sha256(const char *s, unsigned char out[32])
+{
+	SHA256((const unsigned char *)s, strlen(s), out);
+}
+
+/* html_escape - text for an HTML page */
+static void html_escape(FILE *f, const char *s)
+{
+	for (; *s; s++) {
+		switch (*s) {
+		case '<': fputs("&lt;", f); break;
+		case '>': fputs("&gt;", f); break;
+		case '&': fputs("&amp;", f); break;
+		case '"': fputs("&quot;", f); break;
+		case '\'': fputs("&#39;", f); break;
+		default: fputc(*s, f);
+		}
+	}
+}
+
+/* printable - bytes a URI, a state or a name may hold: visible ASCII */
+static bool printable(const char *s, size_t max, bool spaces)
+{
+	size_t n = 0;
+	for (; *s; s++, n++)
+		if ((unsigned char)*s < (spaces ? ' ' : '!') || (unsigned char)*s > '~')
+			return false;
+	return n < max;
+}
+
+/* respond - queue an answer; headers is "Name: value\n..." */
+static enum MHD_Result respond(struct MHD_Connection *c, unsigned status, const char *type,
+			       const char *body, const char *headers)
+{
+	struct MHD_Response *r = MHD_create_response_from_buffer(body ? strlen(body) : 0,
+								 (void *)(body ? body : ""), MHD_RESPMEM_MUST_COPY);
+	if (!r)
+		return MHD_NO;
+	if (type)
+		MHD_add_response_header(r, "Content-Type", type);
+	MHD_add_response_header(r, "Cache-Control", "no-store");
+	for (const char *p = headers; p && *p;) {
+		const char *nl = strchr(p, '\n'), *colon = strchr(p, ':');
+		size_t l = nl ? (size_t)(nl - p) : strlen(p);
+		if (colon && (size_t)(colon - p) < l) {
+			char name[64], val[8192];
+			snprintf(name, sizeof(name), "%.*s", (int)(colon - p), p);
+			snprintf(val, sizeof(val), "%.*s", (int)(l - (size_t)(colon - p) - 2), colon + 2);
+			MHD_add_response_header(r, name, val);
+		}
+		p = nl ? nl + 1 : NULL;
+	}
+	enum MHD_Result q = MHD_queue_response(c, status, r);
+	MHD_destroy_response(r);
+	return q;
+}
+
+#define CORS_ANY "Access-Control-Allow-Origin: *\nAccess-Control-Allow-Headers: Content-Type, Authorization, " \
+		 "MCP-Protocol-Version\nAccess-Control-Allow-Methods: GET, POST, OPTIONS\n"
+
+static enum MHD_Result respond_json(struct MHD_Connection *c, unsigned status, json_t *v)
+{
+	char *s = v ? json_dumps(v, JSON_COMPACT) : NULL;
+	json_decref(v);
+	enum MHD_Result q = respond(c, s ? status : 500, "application/json", s ? s : "{\"error\":\"server_error\"}",
+				    CORS_ANY);
+	free(s);
+	return q;
+}
+
+/* oauth_error - RFC 6749 5.2's JSON error */
+static enum MHD_Result oauth_error(struct MHD_Connection *c, unsigned status, const char *error, const char *desc)
+{
+	return respond_json(c, status, json_pack("{s:s, s:s}", "error", error, "error_description", desc));
+}
+
+/* page - a small HTML page a person sees in their browser */
+static enum MHD_Result page(struct MHD_Connection *c, unsigned status, const char *title, const char *text)
+{
+	char *b = NULL;
+	size_t n = 0;
+	FILE *f = open_memstream(&b, &n);
+	if (!f)
+		return MHD_NO;
+	fputs("<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>kode-gopher: ", f);
+	html_escape(f, title);
+	fputs("</title></head>\n<body style=\"font-family: sans-serif; max-width: 40em; margin: 3em auto\">\n<h1>", f);
+	html_escape(f, title);
+	fputs("</h1>\n<p>", f);
+	html_escape(f, text);
+	fputs("</p>\n</body></html>\n", f);
+	fclose(f);
+	enum MHD_Result q = respond(c, status, "text/html; charset=utf-8", b,
+				    "Content-Security-Policy: default-src 'none'; style-src 'unsafe-inline'\n"
+				    "X-Frame-Options: DENY\n");
+	free(b);
+	return q;
+}
+
+/* ---- configuration ---- */
+
+/* loopback_authority - the URL's "http://HOST" part names this machine; its length, or 0 */
+static size_t loopback_prefix(const char *u)
+{
+	static const char *const local[] = { "http://127.0.0.1", "http://localhost", "http://[::1]" };
+	for (size_t i = 0; i < 3; i++) {
+		size_t n = strlen(local[i]);
+		if (strncasecmp(u, local[i], n) == 0 && (u[n] == ':' || u[n] == '/' || u[n] == '\0'))
+			return n;
+	}
+	return 0;
+}
+
+int auth_option(struct serve_config *cfg, const char *name, const char *val)
+{
+	if (strcmp(name, "public-url") == 0) {
+		size_t n = strlen(val);
+		const char *host = strncmp(val, "https://", 8) == 0 ? val + 8 : NULL;
+		if (!printable(val, AUTH_MAX_URI_BYTES - 64, false) ||
+		    !((host && *host && *host != '/') || loopback_prefix(val)) ||
+		    strchr(host ? host : val + 7, '/') != (n && val[n - 1] == '/' ? val + n - 1 : NULL) ||
+		    strpbrk(val, "?#@")) {
+			fprintf(stderr, "kode-gopher: --public-url wants the server's address as its users "
+				"reach it, like https://kode-gopher.example.com (http:// only on a loopback "
+				"address), without a path\n");
+			return -1;
+		}
+		cfg->public_url = val;
+	} else if (strcmp(name, "oauth-client-file") == 0) {
+		cfg->oauth_client_file = val;
+	} else if (strcmp(name, "allowed-domains") == 0) {
+		cfg->allowed_domains = val;
+	} else if (strcmp(name, "allowed-users") == 0) {
+		cfg->allowed_users = val;
+	} else if (strcmp(name, "oidc-issuer") == 0) {
+		if (!printable(val, AUTH_MAX_URI_BYTES - 64, false) ||
+		    !(strncmp(val, "https://", 8) == 0 || loopback_prefix(val))) {
+			fprintf(stderr, "kode-gopher: --oidc-issuer wants the provider's https:// issuer URL "
+				"(default https://accounts.google.com)\n");
+			return -1;
+		}
+		cfg->oidc_issuer = val;
+	} else {
+		return 0;
+	}
+	return 1;
+}
+
+int auth_check_config(const struct serve_config *cfg)
+{
+	bool google = strcmp(cfg->auth, "google") == 0;
+	if (!google) {
+		if (cfg->public_url || cfg->oauth_client_file || cfg->allowed_domains || cfg->allowed_users ||
+		    cfg->oidc_issuer)
+			log_warn("--public-url, --oauth-client-file, --allowed-domains, --allowed-users and "
+				 "--oidc-issuer apply to --auth google only; ignored");
+		return 0;
+	}
+	if (!cfg->http) {
+		fprintf(stderr, "kode-gopher: --auth google is for the shared server: add --http\n");
+		return -1;
+	}
+	if (!cfg->oauth_client_file) {
+		fprintf(stderr, "kode-gopher: --auth google needs --oauth-client-file FILE: the OAuth "
+			"client JSON that Google Cloud's console downloads (docs/deploy-for-a-team.md)\n");
+		return -1;
+	}
+	if (!(cfg->allowed_domains && *cfg->allowed_domains) && !(cfg->allowed_users && *cfg->allowed_users)) {
+		fprintf(stderr, "kode-gopher: --auth google needs --allowed-domains (Google Workspace "
+			"domains) or --allowed-users (email addresses): who may sign in\n");
+		return -1;
+	}
+	return 0;
+}
+
+int auth_init_local(const char *public_url, const unsigned char key[32])
+{
+	if (public_url != A.public_url)
+		snprintf(A.public_url, sizeof(A.public_url), "%s", public_url);
+	size_t n = strlen(A.public_url);
+	if (n && A.public_url[n - 1] == '/')
+		A.public_url[n - 1] = '\0';
+	snprintf(A.resource, sizeof(A.resource), "%s/mcp", A.public_url);
+	snprintf(A.callback, sizeof(A.callback), "%s/oauth/callback", A.public_url);
+	if (key)
+		memcpy(A.key, key, sizeof(A.key));
+	else if (RAND_bytes(A.key, sizeof(A.key)) != 1)
+		return -1;
+	return 0;
+}
+
+int auth_init(const struct serve_config *cfg, const char *where)
+{
+	if (strcmp(cfg->auth, "google") != 0)
+		return 0;
+	A.cfg = cfg;
+	if (cfg->public_url) {
+		snprintf(A.public_url, sizeof(A.public_url), "%s", cfg->public_url);
+	} else if (loopback_prefix(where)) {
+		snprintf(A.public_url, sizeof(A.public_url), "%.*s", (int)(strlen(where) - 4), where);
+	} else {
+		log_error("--auth google on a public address needs --public-url https://HOST: the address "
+			  "users and Google reach this server at");
+		return -1;
+	}
+	if (auth_init_local(A.public_url, NULL) != 0)
+		return -1;
+	char err[600];
+	if (oidc_init(cfg, err, sizeof(err)) != 0) {
+		log_error("--auth google: %s", err);
+		return -1;
+	}
+	A.on = true;
+	log_info("sign-in on: resource %s, who may sign in: %s%s%s", A.resource,
+		 cfg->allowed_domains ? "domains " : "", cfg->allowed_domains ? cfg->allowed_domains : "",
+		 cfg->allowed_users ? " and listed users" : "");
+	return 0;
+}
+
+bool auth_enabled(void)
+{
+	return A.on;
+}
+
+bool auth_host_ok(const char *host)
+{
+	if (!A.on || !host)
+		return false;
+	const char *h = strstr(A.public_url, "://");
+	return h && strcasecmp(h + 3, host) == 0;
+}
+
+/* ---- redirect URIs ---- */
+
+/* redirect_valid - what a client may register: https, http on a loopback address, or a
+ * private-use scheme with a dot (com.example.app:/cb, RFC 8252 7.1); no fragment */
+static bool redirect_valid(const char *u)
+{
+	if (!printable(u, AUTH_MAX_URI_BYTES, false) || strpbrk(u, "#\"<>\\`{}|^"))
+		return false;
+	if (strncmp(u, "https://", 8) == 0)
+		return u[8] && u[8] != '/';
+	if (strncmp(u, "http://", 7) == 0)
+		return loopback_prefix(u) != 0;
+	const char *colon = strchr(u, ':');
+	if (!colon || colon == u || !isalpha((unsigned char)u[0]) || !memchr(u, '.', (size_t)(colon - u)))
+		return false;
+	for (const char *p = u; p < colon; p++)
+		if (!isalnum((unsigned char)*p) && !strchr("+.-", *p))
+			return false;
+	return colon[1] != '\0';
+}
+
+/* loopback_rest - for http://LOOPBACK[:port]rest: the host's length and where rest starts */
+static bool loopback_rest(const char *u, size_t *hostlen, const char **rest)
+{
+	size_t n = loopback_prefix(u);
+	if (!n)
+		return false;
+	const char *p = u + n;
+	if (*p == ':') {
+		p++;
+		if (!isdigit((unsigned char)*p))
+			return false;
+		while (isdigit((unsigned char)*p))
+			p++;
+	}
+	if (*p != '/' && *p != '\0')
+		return false;
+	*hostlen = n;
+	*rest = p;
+	return true;
+}
+
+/* redirect_match - the exact string, or RFC 8252 7.3: a loopback URI with any port */
+static bool redirect_match(const char *registered, const char *asked)
+{
+	if (strcmp(registered, asked) == 0)
+		return true;
+	size_t h1, h2;
+	const char *r1, *r2;
+	return loopback_rest(registered, &h1, &r1) && loopback_rest(asked, &h2, &r2) && h1 == h2 &&
+	       strncasecmp(registered, asked, h1) == 0 && strcmp(r1, r2) == 0;
+}
+
+/* client_find - a registered client (under mu) */
+static struct client *client_find(const char *id)
+{
+	if (!id || strlen(id) != ID_HEX)
+		return NULL;
+	for (int i = 0; i < AUTH_MAX_CLIENTS; i++)
+		if (A.clients[i].live && strcmp(A.clients[i].id, id) == 0)
+			return &A.clients[i];
+	return NULL;
+}
+
+static bool client_redirect_ok(const struct client *cl, const char *uri)
+{
+	for (int k = 0; k < cl->nredirect; k++)
+		if (redirect_match(cl->redirect[k], uri))
+			return true;
+	return false;
+}
+
+/* ---- metadata ---- */
+
+static enum MHD_Result metadata_resource(struct MHD_Connection *c)
+{
+	return respond_json(c, 200, json_pack("{s:s, s:[s], s:[s], s:s}", "resource", A.resource,
+					      "authorization_servers", A.public_url, "bearer_methods_supported",
+					      "header", "resource_name", "kode-gopher"));
+}
+
+static enum MHD_Result metadata_server(struct MHD_Connection *c)
+{
+	char a[AUTH_MAX_URI_BYTES + 16], t[AUTH_MAX_URI_BYTES + 16], r[AUTH_MAX_URI_BYTES + 16];
+	snprintf(a, sizeof(a), "%s/authorize", A.public_url);
+	snprintf(t, sizeof(t), "%s/token", A.public_url);
+	snprintf(r, sizeof(r), "%s/register", A.public_url);
+	return respond_json(c, 200, json_pack(
+		"{s:s, s:s, s:s, s:s, s:[s], s:[s,s], s:[s], s:[s], s:b, s:b}", "issuer", A.public_url,
+		"authorization_endpoint", a, "token_endpoint", t, "registration_endpoint", r,
+		"response_types_supported", "code", "grant_types_supported", "authorization_code", "refresh_token",
+		"code_challenge_methods_supported", "S256", "token_endpoint_auth_methods_supported", "none",
+		"authorization_response_iss_parameter_supported", 1, "client_id_metadata_document_supported", 0));
+}
+
+/* ---- /register (RFC 7591) ---- */
+
+/* client_slot - a free entry, or the oldest one nobody has signed in through (under mu) */
+static struct client *client_slot(void)
+{
+	struct client *oldest = NULL;
+	for (int i = 0; i < AUTH_MAX_CLIENTS; i++) {
+		struct client *cl = &A.clients[i];
+		if (!cl->live)
+			return cl;
+		if (!cl->used && (!oldest || cl->created < oldest->created))
+			oldest = cl;
+	}
+	return oldest;
+}
+
+static enum MHD_Result do_register(struct MHD_Connection *c, const char *body, size_t len)
+{
+	if (len > AUTH_MAX_FORM_BYTES)
+		return oauth_error(c, 413, "invalid_client_metadata", "the registration is too large");
+	json_t *m = json_loadb(body ? body : "", len, JSON_REJECT_DUPLICATES, NULL);
+	json_t *uris = json_object_get(m, "redirect_uris"), *u;
+	size_t i;
+	const char *name = json_string_value(json_object_get(m, "client_name"));
+	const char *method = json_string_value(json_object_get(m, "token_endpoint_auth_method"));
+	if (!json_is_object(m)) {
+		json_decref(m);
+		return oauth_error(c, 400, "invalid_client_metadata", "the registration is not a JSON object");
+	}
+	if (!json_is_array(uris) || json_array_size(uris) == 0 || json_array_size(uris) > AUTH_MAX_REDIRECT_URIS) {
+		json_decref(m);
+		return oauth_error(c, 400, "invalid_redirect_uri", "redirect_uris must list 1 to 8 URIs");
+	}
+	json_array_foreach(uris, i, u) {
+		if (!json_is_string(u) || !redirect_valid(json_string_value(u))) {
+			json_decref(m);
+			return oauth_error(c, 400, "invalid_redirect_uri",
+					   "each redirect URI must be https://, http:// on a loopback address "
+					   "(127.0.0.1, [::1], localhost) or a private-use scheme like "
+					   "com.example.app:/callback, without a fragment, under 512 bytes");
+		}
+	}
+	if (method && strcmp(method, "none") != 0 && strcmp(method, "client_secret_basic") != 0 &&
+	    strcmp(method, "client_secret_post") != 0) {
+		json_decref(m);
+		return oauth_error(c, 400, "invalid_client_metadata", "token_endpoint_auth_method must be none");
+	}
+	json_t *gt = json_object_get(m, "grant_types"), *g;
+	json_array_foreach(gt, i, g) {
+		const char *s = json_string_value(g);
+		if (!s || (strcmp(s, "authorization_code") && strcmp(s, "refresh_token"))) {
+			json_decref(m);
+			return oauth_error(c, 400, "invalid_client_metadata",
+					   "grant_types may be authorization_code and refresh_token only");
+		}
+	}
+	pthread_mutex_lock(&A.mu);
+	struct client *cl = client_slot();
+	if (!cl) {
+		pthread_mutex_unlock(&A.mu);
+		json_decref(m);
+		return oauth_error(c, 503, "temporarily_unavailable", "the client registry is full; try again later");
+	}
+	memset(cl, 0, sizeof(*cl));
+	cl->live = true;
+	cl->created = time(NULL);
+	random_hex(cl->id, ID_HEX / 2);
+	snprintf(cl->name, sizeof(cl->name), "%s", name && printable(name, sizeof(cl->name), true) ? name : "");
+	json_array_foreach(uris, i, u)
+		snprintf(cl->redirect[cl->nredirect++], AUTH_MAX_URI_BYTES, "%s", json_string_value(u));
+	json_t *ans = json_pack("{s:s, s:I, s:s, s:O, s:[s,s], s:[s], s:s}", "client_id", cl->id,
+				"client_id_issued_at", (json_int_t)cl->created, "client_name", cl->name,
+				"redirect_uris", uris, "grant_types", "authorization_code", "refresh_token",
+				"response_types", "code", "token_endpoint_auth_method", "none");
+	log_info("client registered: %.8s… \"%s\"", cl->id, cl->name);
+	pthread_mutex_unlock(&A.mu);
+	json_decref(m);
+	return respond_json(c, 201, ans);
+}
+
+/* ---- /authorize ---- */
+
+struct dup_count {
+	const char *key;
+	int n;
+};
+
+static enum MHD_Result count_arg(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+	(void)kind;
+	(void)value;
+	struct dup_count *d = cls;
+	d->n += strcmp(key, d->key) == 0;
+	return MHD_YES;
+}
+
+/* query - one query parameter; NULL if absent; *dup if it came more than once */
+static const char *query(struct MHD_Connection *c, const char *key, bool *dup)
+{
+	struct dup_count d = { key, 0 };
+	MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, count_arg, &d);
+	if (d.n > 1)
+		*dup = true;
+	return MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, key);
+}
+
+/* redirect_to - the authorization response (RFC 6749 4.1.2, RFC 9207 iss) */
+static enum MHD_Result redirect_to(struct MHD_Connection *c, const char *uri, const char *k1, const char *v1,
+				   const char *state)
+{
+	char *e1 = NULL, *es = NULL, *ei = NULL, *loc = NULL;
+	CURL *h = curl_easy_init();
+	enum MHD_Result q = MHD_NO;
+	if (h) {
+		e1 = curl_easy_escape(h, v1, 0);
+		es = state ? curl_easy_escape(h, state, 0) : NULL;
+		ei = curl_easy_escape(h, A.public_url, 0);
+	}
+	if (e1 && ei && asprintf(&loc, "Location: %s%c%s=%s%s%s&iss=%s\n", uri, strchr(uri, '?') ? '&' : '?', k1, e1,
+				 es ? "&state=" : "", es ? es : "", ei) >= 0) {
+		q = respond(c, 302, NULL, NULL, loc);
+		explicit_bzero(loc, strlen(loc));
+	}
+	free(loc);
+	curl_free(e1);
+	curl_free(es);
+	curl_free(ei);
+	if (h)
+		curl_easy_cleanup(h);
+	return q;
+}
+
+/* pending_slot - a free entry, or the oldest (under mu) */
+static struct pending_signin *pending_slot(time_t now)
+{
+	struct pending_signin *oldest = &A.pending[0];
+	for (int i = 0; i < AUTH_MAX_PENDING; i++) {
+		struct pending_signin *p = &A.pending[i];
+		if (p->live && now - p->created > AUTH_PENDING_S)
+			p->live = false;
+		if (!p->live)
+			return p;
+		if (p->created < oldest->created)
+			oldest = p;
+	}
+	return oldest;
+}
+
+/* pkce_challenge - BASE64URL(SHA256(verifier)) */
+static void pkce_challenge(const char *verifier, char out[64])
+{
+	unsigned char d[32];
+	sha256(verifier, d);
+	char *e = b64url_encode(d, 32);
+	snprintf(out, 64, "%s", e ? e : "");
+	free(e);
+}
+
+static enum MHD_Result do_authorize(struct MHD_Connection *c)
+{
+	bool dup = false;
+	const char *client_id = query(c, "client_id", &dup), *redirect_uri = query(c, "redirect_uri", &dup);
+	const char *response_type = query(c, "response_type", &dup), *state = query(c, "state", &dup);
+	const char *challenge = query(c, "code_challenge", &dup), *method = query(c, "code_challenge_method", &dup);
+	const char *resource = query(c, "resource", &dup), *scope = query(c, "scope", &dup);
+	pthread_mutex_lock(&A.mu);
+	struct client *cl = client_find(client_id);
+	bool redirect_ok = cl && redirect_uri && client_redirect_ok(cl, redirect_uri);
+	pthread_mutex_unlock(&A.mu);
+	/* RFC 6749 4.1.2.1: without a known client and its redirect URI, tell the person, not the URI */
+	if (!cl)
+		return page(c, 400, "Unknown application",
+			    "The application that sent you here is not registered with this kode-gopher "
+			    "server (or its registration has expired). Go back to it and connect again.");
+	if (!redirect_ok)
+		return page(c, 400, "Wrong return address",
+			    "The application that sent you here asked to be answered at an address it did "
+			    "not register. Go back to it and connect again; if that keeps happening, "
+			    "tell its authors.");
+	if (dup)
+		return redirect_to(c, redirect_uri, "error", "invalid_request", state);
+	if (state && !printable(state, AUTH_MAX_URI_BYTES, false))
+		return redirect_to(c, redirect_uri, "error", "invalid_request", NULL);
+	if (!response_type || strcmp(response_type, "code") != 0)
+		return redirect_to(c, redirect_uri, "error", "unsupported_response_type", state);
+	if (!challenge || !method || strcmp(method, "S256") != 0 || strlen(challenge) != 43 ||
+	    !printable(challenge, 64, false))
+		return redirect_to(c, redirect_uri, "error", "invalid_request", state); /* PKCE S256 required */
+	if (resource && strcmp(resource, A.resource) != 0)
+		return redirect_to(c, redirect_uri, "error", "invalid_target", state);
+	if (scope && !printable(scope, AUTH_MAX_URI_BYTES, true))
+		return redirect_to(c, redirect_uri, "error", "invalid_scope", state);
+	char upstream_challenge[64];
+	pthread_mutex_lock(&A.mu);
+	time_t now = time(NULL);
+	struct pending_signin *p = pending_slot(now);
+	memset(p, 0, sizeof(*p));
+	p->live = true;
+	p->created = now;
+	random_hex(p->state, ID_HEX / 2);
+	random_hex(p->nonce, ID_HEX / 2);
+	random_hex(p->verifier, SECRET_HEX / 2);
+	snprintf(p->client_id, sizeof(p->client_id), "%s", client_id);
+	snprintf(p->redirect_uri, sizeof(p->redirect_uri), "%s", redirect_uri);
+	snprintf(p->client_state, sizeof(p->client_state), "%s", state ? state : "");
+	snprintf(p->challenge, sizeof(p->challenge), "%s", challenge);
+	snprintf(p->scope, sizeof(p->scope), "%s", scope ? scope : "");
+	pkce_challenge(p->verifier, upstream_challenge);
+	char *url = oidc_authorize_url(A.callback, p->state, p->nonce, upstream_challenge);
+	pthread_mutex_unlock(&A.mu);
+	char *loc = NULL;
+	enum MHD_Result q = MHD_NO;
+	if (url && asprintf(&loc, "Location: %s\n", url) >= 0)
+		q = respond(c, 302, NULL, NULL, loc);
+	free(url);
+	free(loc);
+	return q;
+}
+
+/* ---- /oauth/callback: the provider sends the person back ---- */
+
+/* code_slot - a free entry, or the oldest (under mu) */
+static struct code *code_slot(time_t now)
+{
+	struct code *oldest = &A.codes[0];
+	for (int i = 0; i < AUTH_MAX_CODES; i++) {
+		struct code *k = &A.codes[i];
+		if (k->live && now - k->created > AUTH_CODE_S * 10)
+			k->live = false; /* kept a while after use, to see a replay */
+		if (!k->live)
+			return k;
+		if (k->created < oldest->created)
+			oldest = k;
+	}
+	return oldest;
+}
+
+static enum MHD_Result do_callback(struct MHD_Connection *c)
+{
+	bool dup = false;
+	const char *state = query(c, "state", &dup), *code = query(c, "code", &dup), *error = query(c, "error", &dup);
+	struct pending_signin p;
+	bool found = false;
+	pthread_mutex_lock(&A.mu);
+	time_t now = time(NULL);
+	for (int i = 0; state && i < AUTH_MAX_PENDING && !found; i++) {
+		struct pending_signin *e = &A.pending[i];
+		if (e->live && strcmp(e->state, state) == 0) {
+			found = now - e->created <= AUTH_PENDING_S;
+			p = *e;
+			memset(e, 0, sizeof(*e)); /* one answer per sign-in */
+		}
+	}
+	pthread_mutex_unlock(&A.mu);
+	if (!found)
+		return page(c, 400, "Sign-in expired",
+			    "This sign-in is unknown or took longer than 10 minutes. Go back to your MCP "
+			    "client and connect again.");
+	const char *cstate = p.client_state[0] ? p.client_state : NULL;
+	if (error || !code || dup) {
+		log_info("sign-in not completed at the provider (%s)", error && printable(error, 64, false) ? error : "no code");
+		return redirect_to(c, p.redirect_uri, "error", "access_denied", cstate);
+	}
+	struct oidc_identity id;
+	char why[600];
+	int r = oidc_sign_in(code, p.verifier, A.callback, p.nonce, &id, why, sizeof(why));
+	explicit_bzero(p.verifier, sizeof(p.verifier));
+	if (r == -EACCES) {
+		log_warn("sign-in refused%s%s: %s", id.email[0] ? " for " : "", id.email, why);
+		return page(c, 403, "You may not use this server", why);
+	}
+	if (r != 0) {
+		log_warn("sign-in failed: %s", why);
+		return page(c, 502, "Sign-in failed", why);
+	}
+	char secret[SECRET_HEX + 1];
+	pthread_mutex_lock(&A.mu);
+	struct client *cl = client_find(p.client_id);
+	if (!cl) {
+		pthread_mutex_unlock(&A.mu);
+		return page(c, 400, "Unknown application",
+			    "The application you are signing in to was removed while you signed in. Go "
+			    "back to it and connect again.");
+	}
+	cl->used = true;
+	struct code *k = code_slot(now);
+	memset(k, 0, sizeof(*k));
+	k->live = true;
+	k->created = time(NULL);
+	random_hex(secret, SECRET_HEX / 2);
+	sha256(secret, k->hash);
+	snprintf(k->client_id, sizeof(k->client_id), "%s", p.client_id);
+	snprintf(k->redirect_uri, sizeof(k->redirect_uri), "%s", p.redirect_uri);
+	snprintf(k->challenge, sizeof(k->challenge), "%s", p.challenge);
+	snprintf(k->scope, sizeof(k->scope), "%s", p.scope);
+	snprintf(k->user, sizeof(k->user), "%s", id.email);
+	log_info("signed in: %s (client %.8s… \"%s\")", id.email, cl->id, cl->name);
+	pthread_mutex_unlock(&A.mu);
+	enum MHD_Result q = redirect_to(c, p.redirect_uri, "code", secret, cstate);
+	explicit_bzero(secret, sizeof(secret));
+	return q;
+}
+
+/* ---- /token ---- */
+
+struct form {
+	char *keys[16], *vals[16];
+	int n;
+	bool dup, bad;
+};
+
+/* form_decode - percent-decoding in place, '+' as space; false on a bad escape or a NUL */
+static bool form_decode(char *s)
+{
+	char *o = s;
+	for (; *s; s++) {
+		if (*s == '+') {
+			*o++ = ' ';
+		} else if (*s == '%') {
+			if (!isxdigit((unsigned char)s[1]) || !isxdigit((unsigned char)s[2]))
+				return false;
+			char hex[3] = { s[1], s[2], 0 };
+			char ch = (char)strtol(hex, NULL, 16);
+			if (ch == '\0')
+				return false;
+			*o++ = ch;
+			s += 2;
+		} else {
+			*o++ = *s;
+		}
+	}
+	*o = '\0';
+	return true;
+}
+
+/* form_parse - application/x-www-form-urlencoded into f (buf is modified and owned by the caller) */
+static void form_parse(char *buf, struct form *f)
+{
+	memset(f, 0, sizeof(*f));
+	for (char *save = NULL, *kv = strtok_r(buf, "&", &save); kv; kv = strtok_r(NULL, "&", &save)) {
+		char *eq = strchr(kv, '=');
+		if (!eq || f->n == 16) {
+			f->bad = true;
+			return;
+		}
+		*eq = '\0';
+		if (!form_decode(kv) || !form_decode(eq + 1)) {
+			f->bad = true;
+			return;
+		}
+		for (int i = 0; i < f->n; i++)
+			f->dup |= strcmp(f->keys[i], kv) == 0;
+		f->keys[f->n] = kv;
+		f->vals[f->n++] = eq + 1;
+	}
+}
+
+static const char *form_get(const struct form *f, const char *k)
+{
+	for (int i = 0; i < f->n; i++)
+		if (strcmp(f->keys[i], k) == 0)
+			return f->vals[i];
+	return NULL;
+}
+
+/* grant_slot - a free entry, or the least recently used (under mu) */
+static struct grant *grant_slot(time_t now)
+{
+	struct grant *lru = &A.grants[0];
+	for (int i = 0; i < AUTH_MAX_GRANTS; i++) {
+		struct grant *g = &A.grants[i];
+		if (g->live && now - g->created > AUTH_REFRESH_TOKEN_S)
+			g->live = false;
+		if (!g->live)
+			return g;
+		if (g->last < lru->last)
+			lru = g;
+	}
+	return lru;
+}
+
+/* grant_revoke - end a refresh-token family (under mu) */
+static void grant_revoke(unsigned long family)
+{
+	for (int i = 0; i < AUTH_MAX_GRANTS; i++)
+		if (A.grants[i].live && A.grants[i].family == family)
+			memset(&A.grants[i], 0, sizeof(A.grants[i]));
+}
+
+/* tokens_answer - a new access token, and the family's next refresh token (under mu) */
+static json_t *tokens_answer(struct grant *g, time_t now)
+{
+	char rt[SECRET_HEX + 1], jti[ID_HEX + 1];
+	random_hex(rt, SECRET_HEX / 2);
+	random_hex(jti, ID_HEX / 2);
+	if (g->live && g->last) {
+		memcpy(g->prev, g->hash, 32);
+		g->has_prev = true;
+	}
+	sha256(rt, g->hash);
+	g->last = now;
+	json_t *claims = json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:s}", "iss", A.public_url, "aud", A.resource,
+				   "sub", g->user, "client_id", g->client_id, "iat", (json_int_t)now, "exp",
+				   (json_int_t)(now + AUTH_ACCESS_TOKEN_S), "jti", jti);
+	if (claims && g->scope[0])
+		json_object_set_new(claims, "scope", json_string(g->scope));
+	char *at = claims ? jwt_sign_hs256(claims, "at+jwt", A.key, sizeof(A.key)) : NULL;
+	json_decref(claims);
+	json_t *ans = at ? json_pack("{s:s, s:s, s:i, s:s}", "access_token", at, "token_type", "Bearer",
+				     "expires_in", AUTH_ACCESS_TOKEN_S, "refresh_token", rt) : NULL;
+	if (ans && g->scope[0])
+		json_object_set_new(ans, "scope", json_string(g->scope));
+	if (at)
+		explicit_bzero(at, strlen(at));
+	free(at);
+	explicit_bzero(rt, sizeof(rt));
+	return ans;
+}
+
+static enum MHD_Result token_code(struct MHD_Connection *c, const struct form *f, const char *client_id)
+{
+	const char *code = form_get(f, "code"), *redirect_uri = form_get(f, "redirect_uri");
+	const char *verifier = form_get(f, "code_verifier");
+	if (!code || !redirect_uri)
+		return oauth_error(c, 400, "invalid_request", "code and redirect_uri are required");
+	size_t vl = verifier ? strlen(verifier) : 0;
+	if (vl < AUTH_PKCE_VERIFIER_MIN || vl > AUTH_PKCE_VERIFIER_MAX ||
+	    strspn(verifier, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~") != vl)
+		return oauth_error(c, 400, "invalid_request", "code_verifier (PKCE, RFC 7636) is required");
+	unsigned char h[32];
+	char challenge[64];
+	sha256(code, h);
+	pkce_challenge(verifier, challenge);
+	pthread_mutex_lock(&A.mu);
+	time_t now = time(NULL);
+	struct code *k = NULL;
+	for (int i = 0; i < AUTH_MAX_CODES && !k; i++)
+		if (A.codes[i].live && CRYPTO_memcmp(A.codes[i].hash, h, 32) == 0)
+			k = &A.codes[i];
+	const char *why = NULL;
+	if (!k) {
+		why = "the authorization code is unknown or has expired";
+	} else if (k->redeemed) {
+		/* RFC 6749 4.1.2: a code used twice revokes what it gave */
+		grant_revoke(k->grant);
+		k->live = false;
+		log_warn("an authorization code of %s was used twice; the tokens it gave are revoked", k->user);
+		why = "the authorization code was already used";
+	} else if (now - k->created > AUTH_CODE_S) {
+		why = "the authorization code has expired";
+	} else if (strcmp(k->client_id, client_id) != 0) {
+		why = "the authorization code was issued to another client";
+	} else if (strcmp(k->redirect_uri, redirect_uri) != 0) {
+		why = "redirect_uri differs from the authorization request's";
+	} else if (strcmp(k->challenge, challenge) != 0) {
+		why = "code_verifier does not match the code_challenge (PKCE)";
+	}
+	if (why) {
+		if (k && !k->redeemed)
+			k->live = false; /* a wrong verifier burns the code: no guessing */
+		pthread_mutex_unlock(&A.mu);
+		return oauth_error(c, 400, "invalid_grant", why);
+	}
+	k->redeemed = true;
+	struct grant *g = grant_slot(now);
+	memset(g, 0, sizeof(*g));
+	g->live = true;
+	g->family = ++A.next_family;
+	g->created = now;
+	snprintf(g->client_id, sizeof(g->client_id), "%s", k->client_id);
+	snprintf(g->scope, sizeof(g->scope), "%s", k->scope);
+	snprintf(g->user, sizeof(g->user), "%s", k->user);
+	k->grant = g->family;
+	json_t *ans = tokens_answer(g, now);
+	pthread_mutex_unlock(&A.mu);
+	return respond_json(c, ans ? 200 : 500, ans);
+}
+
+static enum MHD_Result token_refresh(struct MHD_Connection *c, const struct form *f, const char *client_id)
+{
+	const char *rt = form_get(f, "refresh_token");
+	if (!rt)
+		return oauth_error(c, 400, "invalid_request", "refresh_token is required");
+	unsigned char h[32];
+	sha256(rt, h);
+	pthread_mutex_lock(&A.mu);
+	time_t now = time(NULL);
+	struct grant *g = NULL;
+	for (int i = 0; i < AUTH_MAX_GRANTS && !g; i++) {
+		struct grant *e = &A.grants[i];
+		if (!e->live)
+			continue;
+		if (CRYPTO_memcmp(e->hash, h, 32) == 0) {
+			g = e;
+		} else if (e->has_prev && CRYPTO_memcmp(e->prev, h, 32) == 0) {
+			/* a rotated-out token came back: someone holds a copy; end the family */
+			log_warn("a replaced refresh token of %s was used again; that sign-in is revoked", e->user);
+			grant_revoke(e->family);
+			pthread_mutex_unlock(&A.mu);
+			return oauth_error(c, 400, "invalid_grant", "the refresh token was already used; sign in again");
+		}
+	}
+	const char *why = !g ? "the refresh token is unknown or has expired; sign in again"
+		: now - g->created > AUTH_REFRESH_TOKEN_S ? "the sign-in has expired; sign in again"
+		: strcmp(g->client_id, client_id) != 0 ? "the refresh token was issued to another client"
+		: !client_find(client_id) ? "the client is no longer registered; connect again" : NULL;
+	if (why) {
+		pthread_mutex_unlock(&A.mu);
+		return oauth_error(c, 400, "invalid_grant", why);
+	}
+	json_t *ans = tokens_answer(g, now);
+	pthread_mutex_unlock(&A.mu);
+	return respond_json(c, ans ? 200 : 500, ans);
+}
+
+static enum MHD_Result do_token(struct MHD_Connection *c, const char *body, size_t len)
+{
+	if (len > AUTH_MAX_FORM_BYTES)
+		return oauth_error(c, 413, "invalid_request", "the token request is too large");
+	char *buf = strndup(body ? body : "", len);
+	if (!buf || strlen(buf) != len) {
+		free(buf);
+		return oauth_error(c, 400, "invalid_request", "the token request is not a form");
+	}
+	struct form f;
+	form_parse(buf, &f);
+	const char *grant = form_get(&f, "grant_type"), *client_id = form_get(&f, "client_id");
+	const char *resource = form_get(&f, "resource");
+	enum MHD_Result q;
+	if (f.bad || f.dup)
+		q = oauth_error(c, 400, "invalid_request", "the form is malformed or repeats a parameter");
+	else if (!grant)
+		q = oauth_error(c, 400, "invalid_request", "grant_type is required");
+	else if (!client_id)
+		q = oauth_error(c, 401, "invalid_client", "client_id is required (public clients, no secret)");
+	else if (resource && strcmp(resource, A.resource) != 0)
+		q = oauth_error(c, 400, "invalid_target", "this server issues tokens for its own /mcp only");
+	else if (strcmp(grant, "authorization_code") == 0 || strcmp(grant, "refresh_token") == 0) {
+		pthread_mutex_lock(&A.mu);
+		bool known = client_find(client_id) != NULL;
+		pthread_mutex_unlock(&A.mu);
+		if (!known)
+			q = oauth_error(c, 401, "invalid_client", "the client is not registered (or its "
+					"registration expired); register again");
+		else if (grant[0] == 'a')
+			q = token_code(c, &f, client_id);
+		else
+			q = token_refresh(c, &f, client_id);
+	} else
+		q = oauth_error(c, 400, "unsupported_grant_type", "grant_type must be authorization_code or refresh_token");
+	explicit_bzero(buf, len);
+	free(buf);
+	return q;
+}
+
+/* ---- the resource server ---- */
+
+int auth_check_access(const char *tok, size_t len, time_t now, char *user, size_t cap)
+{
+	struct jwt j;
+	if (jwt_parse(tok, len, &j) != 0)
+		return -EACCES;
+	int r = -EACCES;
+	const char *typ = json_string_value(json_object_get(j.header, "typ"));
+	const char *iss = json_string_value(json_object_get(j.claims, "iss"));
+	const char *aud = json_string_value(json_object_get(j.claims, "aud"));
+	const char *sub = json_string_value(json_object_get(j.claims, "sub"));
+	json_t *exp = json_object_get(j.claims, "exp");
+	if (typ && strcmp(typ, "at+jwt") == 0 && jwt_verify_hs256(&j, A.key, sizeof(A.key)) == 0 && iss &&
+	    strcmp(iss, A.public_url) == 0 && aud && strcmp(aud, A.resource) == 0 && json_is_integer(exp) &&
+	    json_integer_value(exp) > now && sub && strlen(sub) < cap) {
+		snprintf(user, cap, "%s", sub);
+		r = 0;
+	}
+	jwt_free(&j);
+	return r;
+}
+
+bool auth_bearer(struct MHD_Connection *c, char *user, size_t cap, enum MHD_Result *q)
+{
+	const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+	char hdr[AUTH_MAX_URI_BYTES * 2 + 200];
+	int n = snprintf(hdr, sizeof(hdr), "WWW-Authenticate: Bearer resource_metadata=\"%s/.well-known/"
+			 "oauth-protected-resource/mcp\"", A.public_url);
+	if (h && strncasecmp(h, "Bearer ", 7) == 0) {
+		const char *t = h + 7;
+		while (*t == ' ')
+			t++;
+		if (auth_check_access(t, strlen(t), time(NULL), user, cap) == 0)
+			return true;
+		snprintf(hdr + n, sizeof(hdr) - (size_t)n, ", error=\"invalid_token\", error_description=\"the "
+			 "access token is not valid here (expired, or not issued by this server for it)\"");
+	}
+	strcat(hdr, "\nAccess-Control-Expose-Headers: WWW-Authenticate\nAccess-Control-Allow-Origin: *\n");
+	*q = respond(c, 401, "application/json",
+		     "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32001,\"message\":\"Unauthorized: "
+		     "sign in first (this server uses OAuth; your MCP client finds how from the "
+		     "WWW-Authenticate header)\"}}", hdr);
+	return false;
+}
+
+/* ---- routing ---- */
+
+bool auth_route(struct MHD_Connection *c, const char *url, const char *method, const char *body,
+		size_t len, enum MHD_Result *q)
+{
+	if (!A.on)
+		return false;
+	bool get = strcmp(method, "GET") == 0, post = strcmp(method, "POST") == 0;
+	bool options = strcmp(method, "OPTIONS") == 0;
+	enum { NONE, PRM, ASM, AUTHZ, CB, TOKEN, REG } which = NONE;
+	if (strcmp(url, "/.well-known/oauth-protected-resource") == 0 ||
+	    strcmp(url, "/.well-known/oauth-protected-resource/mcp") == 0)
+		which = PRM;
+	else if (strcmp(url, "/.well-known/oauth-authorization-server") == 0)
+		which = ASM;
+	else if (strcmp(url, "/authorize") == 0)
+		which = AUTHZ;
+	else if (strcmp(url, "/oauth/callback") == 0)
+		which = CB;
+	else if (strcmp(url, "/token") == 0)
+		which = TOKEN;
+	else if (strcmp(url, "/register") == 0)
+		which = REG;
+	if (which == NONE)
+		return false;
+	if (options && which != AUTHZ && which != CB)
+		*q = respond(c, 204, NULL, NULL, CORS_ANY);
+	else if (get && which == PRM)
+		*q = metadata_resource(c);
+	else if (get && which == ASM)
+		*q = metadata_server(c);
+	else if (get && which == AUTHZ)
+		*q = do_authorize(c);
+	else if (get && which == CB)
+		*q = do_callback(c);
+	else if (post && which == TOKEN)
+		*q = do_token(c, body, len);
+	else if (post && which == REG)
+		*q = do_register(c, body, len);
+	else
+		*q = oauth_error(c, 405, "invalid_request", (which == TOKEN || which == REG) ? "use POST" : "use GET");
+	return true;
+}

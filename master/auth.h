@@ -1,0 +1,127 @@
+/*
+ * auth.h - sign-in for the shared server (`serve --http --auth google`): the limits, the JSON
+ * Web Token codec (master/jwt.c), the upstream OpenID Connect client (master/oidc.c) and the
+ * MCP authorization server and resource server (master/auth.c) that master/http.c calls into.
+ *
+ * kode-gopher is the OAuth authorization server its MCP clients see (MCP authorization
+ * 2025-11-25: RFC 9728 resource metadata, RFC 8414 server metadata, RFC 7591 registration,
+ * authorization code with PKCE S256, RFC 8707 resource-bound tokens) and signs its users in
+ * with Google (or any OpenID provider, --oidc-issuer) under its own OAuth client. What the MCP
+ * client gets is kode-gopher's own token, never Google's. docs/shared-server.md tells the rest.
+ */
+#ifndef KG_AUTH_H
+#define KG_AUTH_H
+
+#include <jansson.h>
+#include <microhttpd.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <time.h>
+
+#include "master/master.h"
+
+/* lifetimes */
+#define AUTH_ACCESS_TOKEN_S 1800        /* an access token kode-gopher mints (30 min) */
+#define AUTH_REFRESH_TOKEN_S (14 * 86400) /* a refresh token, rotated on every use */
+#define AUTH_CODE_S 60                  /* an authorization code, used once */
+#define AUTH_PENDING_S 600              /* a sign-in between /authorize and the provider's answer */
+#define AUTH_CLOCK_SKEW_S 60            /* tolerated difference to the provider's clock */
+#define AUTH_JWKS_REFRESH_MIN_S 60      /* an unknown key id refetches the JWKS at most this often */
+
+/* bounded tables (each full table drops its oldest entry, see auth.c for which) */
+#define AUTH_MAX_CLIENTS 256            /* registered clients (RFC 7591) */
+#define AUTH_MAX_REDIRECT_URIS 8        /* per client */
+#define AUTH_MAX_URI_BYTES 512          /* a redirect URI, a state, a client name */
+#define AUTH_MAX_PENDING 512            /* sign-ins waiting for the provider */
+#define AUTH_MAX_CODES 512              /* authorization codes not yet redeemed */
+#define AUTH_MAX_GRANTS 4096            /* refresh-token families (one per sign-in) */
+
+/* sizes of untrusted input */
+#define AUTH_MAX_FORM_BYTES (16 * 1024) /* a token request's form, a registration's JSON */
+#define AUTH_MAX_JWT_BYTES (16 * 1024)  /* a bearer token or an ID token */
+#define AUTH_FETCH_MAX_BYTES (256 * 1024) /* a document fetched from the provider */
+#define AUTH_FETCH_TIMEOUT_MS 10000
+#define AUTH_USER_MAX 256               /* an email address (254) and its NUL */
+#define AUTH_PKCE_VERIFIER_MIN 43       /* RFC 7636 */
+#define AUTH_PKCE_VERIFIER_MAX 128
+
+/* ---- master/jwt.c: JWS compact serialization (RFC 7515/7519), RS256, ES256, HS256 ---- */
+
+struct jwt {
+	json_t *header, *claims;
+	unsigned char *sig;
+	size_t siglen;
+	char *input;         /* the signing input: BASE64URL(header) '.' BASE64URL(payload) */
+	size_t input_len;
+};
+
+/* jwt_parse - split and decode a compact JWS (no check of its signature); 0 or -EINVAL */
+int jwt_parse(const char *tok, size_t len, struct jwt *out);
+void jwt_free(struct jwt *j);
+/* jwt_verify_jwks - the signature checks out with the JWKS key its header names (RS256 or
+ * ES256 only); 0, -ENOKEY when no key has that id, -EBADMSG otherwise */
+int jwt_verify_jwks(const struct jwt *j, const json_t *jwks);
+/* jwt_verify_hs256 / jwt_sign_hs256 - kode-gopher's own tokens */
+int jwt_verify_hs256(const struct jwt *j, const unsigned char *key, size_t keylen);
+char *jwt_sign_hs256(const json_t *claims, const char *typ, const unsigned char *key, size_t keylen);
+/* base64url without padding; decode returns 0 or -EINVAL (bad character or too long) */
+int b64url_decode(const char *in, size_t len, unsigned char *out, size_t cap, size_t *outlen);
+char *b64url_encode(const unsigned char *in, size_t len);
+
+/* ---- master/oidc.c: the upstream OpenID provider (Google) ---- */
+
+struct oidc_identity {
+	char email[AUTH_USER_MAX];
+	char hd[256];        /* the Workspace domain, "" for a consumer account */
+};
+
+/* oidc_init - read the OAuth client file, the provider's discovery document and its keys */
+int oidc_init(const struct serve_config *cfg, char *err, size_t cap);
+void oidc_shutdown(void);
+/* oidc_authorize_url - where the browser goes to sign in (malloc'd) */
+char *oidc_authorize_url(const char *redirect_uri, const char *state, const char *nonce,
+			 const char *code_challenge);
+/* oidc_sign_in - redeem the provider's code, verify the ID token, and check who may sign in;
+ * 0, or -EACCES with a sentence for the person in why (not allowed, not verified), or -EIO
+ * (the provider failed; why says so) */
+int oidc_sign_in(const char *code, const char *verifier, const char *redirect_uri, const char *nonce,
+		 struct oidc_identity *id, char *why, size_t cap);
+/* oidc_check_claims - the ID token's claims against the issuer, our client, the nonce and the
+ * allowed domains and users, at time now (master/oidc.c; also the unit tests') */
+int oidc_check_claims(const json_t *claims, const char *issuer, const char *client_id, const char *nonce,
+		      const char *allowed_domains, const char *allowed_users, time_t now,
+		      struct oidc_identity *id, char *why, size_t cap);
+/* oidc_fetch - one request with libcurl under the AUTH_FETCH_ limits: GET, or POST of a form
+ * with HTTP Basic client authentication; the body is NUL-terminated */
+int oidc_fetch(const char *url, const char *form, const char *user, const char *pass, long *status,
+	       char **body, size_t *len);
+
+/* ---- master/auth.c: what master/http.c calls ---- */
+
+/* auth_init - after the listening socket is bound (where = "http://ADDR:PORT/mcp") */
+int auth_init(const struct serve_config *cfg, const char *where);
+bool auth_enabled(void);
+/* auth_init_local - the issuer, resource and token key alone (key NULL: a random one); what
+ * auth_init does before it reaches the provider, and what the unit tests set up */
+int auth_init_local(const char *public_url, const unsigned char key[32]);
+/* auth_host_ok - the Host of --public-url is always ours */
+bool auth_host_ok(const char *host);
+/* auth_route - the OAuth endpoints and metadata; true if url is one (the answer is queued) */
+bool auth_route(struct MHD_Connection *c, const char *url, const char *method, const char *body,
+		size_t len, enum MHD_Result *q);
+/* auth_bearer - a /mcp request's token: true and the user's email, or false with the 401
+ * queued in *q */
+bool auth_bearer(struct MHD_Connection *c, char *user, size_t cap, enum MHD_Result *q);
+/* auth_check_access - kode-gopher's access token at time now: 0 and its user, or -EACCES */
+int auth_check_access(const char *tok, size_t len, time_t now, char *user, size_t cap);
+/* auth_option - serve's --public-url, --oauth-client-file, --allowed-domains, --allowed-users,
+ * --oidc-issuer; 1 handled, 0 not ours, -1 bad */
+int auth_option(struct serve_config *cfg, const char *name, const char *val);
+/* auth_check_config - what --auth google needs, said at start-up; 0 or -1 */
+int auth_check_config(const struct serve_config *cfg);
+#define AUTH_OPTIONS                                                                              \
+	{ "public-url", required_argument, 0, 0 }, { "oauth-client-file", required_argument, 0, 0 }, \
+	{ "allowed-domains", required_argument, 0, 0 }, { "allowed-users", required_argument, 0, 0 }, \
+	{ "oidc-issuer", required_argument, 0, 0 }
+
+#endif

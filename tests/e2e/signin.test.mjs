@@ -1,0 +1,387 @@
+/*
+ * signin.test.mjs - `serve --http --auth google` against a real OpenID provider (zitadel's,
+ * tests/oidc; Google's stand-in through --oidc-issuer), driven by the official TypeScript SDK
+ * client's own OAuth support (an OAuthClientProvider and its auth module): discovery from the
+ * 401, Dynamic Client Registration, PKCE, the login at the provider (its form filled over
+ * plain HTTP, as a browser would), the token, a tool call whose accounting line names the user,
+ * refresh with rotation; then what must be refused: tokens of another audience, forged ones,
+ * a replayed code or refresh token, a PKCE mismatch, redirect URIs that do not match, users
+ * outside the allowed domains, a session used by another user, 1000 registrations; and no
+ * token, code or secret in any log.
+ *
+ * One provider and one server for the file. Run by tests/run.sh (node --test).
+ */
+import assert from 'node:assert/strict';
+import { createHash, randomBytes } from 'node:crypto';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import test, { after, before } from 'node:test';
+
+import { auth, UnauthorizedError } from '@modelcontextprotocol/sdk/client/auth.js';
+
+import {
+	callTool, Client, httpRequest, httpServe, sc, StreamableHTTPClientTransport, waitFor,
+} from './lib.mjs';
+import { browse, startProvider } from './oidc.mjs';
+
+const T = { timeout: 180_000 };
+const USERS = [
+	{ email: 'alice@example.com', password: 'alice-pw-1' },
+	{ email: 'bob@example.com', password: 'bob-pw-2' },
+	{ email: 'eve@other.test', password: 'eve-pw-3' },          /* a Workspace domain not allowed */
+	{ email: 'carol@gmail.test', password: 'carol-pw-4' },      /* consumer account, listed user */
+	{ email: 'mallory@gmail.test', password: 'mallory-pw-5' },  /* consumer account, not listed */
+	{ email: 'dan@example.com', password: 'dan-pw-6', verified: false },
+];
+const login = (email) => ({ username: email, password: USERS.find((u) => u.email === email).password });
+const QUICK = 'package snippet\n\nimport "context"\n\nfunc run(ctx context.Context) (any, error) { return 42, nil }\n';
+
+let idp, srv, acctPath;
+const secrets = new Set(); /* every code, token and secret the tests saw: no log may show one */
+
+before(async () => {
+	idp = await startProvider(USERS, ['example.com', 'other.test']);
+	secrets.add(idp.clientSecret);
+	acctPath = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'kg-signin-')), 'accounting.jsonl');
+	srv = await httpServe(['--auth', 'google', '--oidc-issuer', idp.issuer, '--oauth-client-file', idp.clientFile,
+		'--allowed-domains', 'example.com', '--allowed-users', 'carol@gmail.test',
+		'--accounting-log', acctPath, '--workers-min-idle', '1', '--max-sandboxes-per-user', '4'], { keep: true });
+});
+
+after(async () => {
+	await srv?.close();
+	await idp?.close();
+	if (acctPath)
+		fs.rmSync(path.dirname(acctPath), { recursive: true, force: true });
+});
+
+/* TestClient - an OAuthClientProvider kept in memory, as an MCP client would implement one;
+ * redirectToAuthorization only records the URL, which the test then browses to */
+class TestClient {
+	constructor(redirect = 'http://127.0.0.1:53682/callback') {
+		this.redirect = redirect;
+		this.authUrl = null;
+		this.lastState = null;
+	}
+	get redirectUrl() { return this.redirect; }
+	get clientMetadata() {
+		return {
+			client_name: 'kode-gopher e2e', redirect_uris: [this.redirect], grant_types: ['authorization_code', 'refresh_token'],
+			response_types: ['code'], token_endpoint_auth_method: 'none',
+		};
+	}
+	state() { return (this.lastState = randomBytes(16).toString('hex')); }
+	clientInformation() { return this.client; }
+	saveClientInformation(c) { this.client = c; }
+	tokens() { return this.saved; }
+	saveTokens(t) {
+		this.saved = t;
+		secrets.add(t.access_token);
+		if (t.refresh_token)
+			secrets.add(t.refresh_token);
+	}
+	redirectToAuthorization(url) { this.authUrl = url; }
+	saveCodeVerifier(v) { this.verifier = v; secrets.add(v); }
+	codeVerifier() { return this.verifier; }
+}
+
+/* signIn - the whole flow with the SDK: 401, discovery, registration, authorization at the
+ * provider as email, token; returns {provider, client, transport} connected */
+async function signIn(email, provider = new TestClient()) {
+	const first = new StreamableHTTPClientTransport(new URL(srv.url), { authProvider: provider });
+	await assert.rejects(new Client({ name: 'e2e', version: '1' }).connect(first), UnauthorizedError);
+	assert.ok(provider.authUrl, 'the SDK was sent to authorize');
+	assert.equal(provider.authUrl.origin + provider.authUrl.pathname, `${srv.base}/authorize`);
+	const back = await browse(provider.authUrl, login(email), { server: srv.base, issuer: idp.issuer });
+	assert.ok(back.location, `signed in and sent back (${back.status} ${back.body?.slice(0, 300)})`);
+	assert.equal(back.location.origin + back.location.pathname, provider.redirect);
+	assert.equal(back.location.searchParams.get('state'), provider.lastState);
+	assert.equal(back.location.searchParams.get('iss'), srv.base, 'RFC 9207 iss');
+	const code = back.location.searchParams.get('code');
+	secrets.add(code);
+	await first.finishAuth(code);
+	const transport = new StreamableHTTPClientTransport(new URL(srv.url), { authProvider: provider });
+	const client = new Client({ name: 'e2e', version: '1' });
+	await client.connect(transport);
+	return { provider, client, transport, code };
+}
+
+/* pkce - a verifier and its S256 challenge */
+function pkce() {
+	const verifier = randomBytes(32).toString('base64url');
+	return { verifier, challenge: createHash('sha256').update(verifier).digest('base64url') };
+}
+
+/* register - a client by raw RFC 7591 */
+async function register(redirects) {
+	const r = await fetch(`${srv.base}/register`, {
+		method: 'POST', headers: { 'content-type': 'application/json' },
+		body: JSON.stringify({ client_name: 'raw', redirect_uris: redirects, token_endpoint_auth_method: 'none' }),
+	});
+	return { status: r.status, json: await r.json() };
+}
+
+/* authorizeUrl - /authorize with the usual parameters, any of them replaced or dropped (null) */
+function authorizeUrl(params) {
+	const u = new URL(`${srv.base}/authorize`);
+	const all = { response_type: 'code', code_challenge_method: 'S256', state: 'st', resource: srv.url, ...params };
+	for (const [k, v] of Object.entries(all))
+		if (v !== null)
+			u.searchParams.set(k, v);
+	return u;
+}
+
+/* rawCode - register, authorize and sign in without the SDK; {client_id, redirect, verifier, code} */
+async function rawCode(email, redirect = 'http://127.0.0.1:41111/cb') {
+	const reg = await register([redirect]);
+	assert.equal(reg.status, 201, JSON.stringify(reg.json));
+	const p = pkce();
+	const back = await browse(authorizeUrl({ client_id: reg.json.client_id, redirect_uri: redirect, code_challenge: p.challenge }),
+		login(email), { server: srv.base, issuer: idp.issuer });
+	assert.ok(back.location, `sent back (${back.status} ${back.body?.slice(0, 300)})`);
+	const code = back.location.searchParams.get('code');
+	secrets.add(code);
+	return { client_id: reg.json.client_id, redirect, verifier: p.verifier, code };
+}
+
+/* token - POST /token */
+async function token(form) {
+	const r = await fetch(`${srv.base}/token`, {
+		method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' },
+		body: new URLSearchParams(Object.entries(form).filter(([, v]) => v !== undefined)),
+	});
+	const json = await r.json();
+	if (json.access_token)
+		secrets.add(json.access_token);
+	if (json.refresh_token)
+		secrets.add(json.refresh_token);
+	return { status: r.status, json };
+}
+
+/* mcpWith - an initialize with this bearer token */
+function mcpWith(tok, headers = {}) {
+	return httpRequest(srv.port, {
+		method: 'POST', path: '/mcp',
+		headers: { accept: 'application/json, text/event-stream', ...(tok ? { authorization: `Bearer ${tok}` } : {}), ...headers },
+		body: { jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 'raw', version: '1' } } },
+	});
+}
+
+function acct() {
+	return fs.existsSync(acctPath) ? fs.readFileSync(acctPath, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l)) : [];
+}
+
+let alice; /* alice's signed-in SDK session, shared by the tests after the first */
+
+test('signin: without a token /mcp answers 401 pointing at the protected resource metadata', T, async () => {
+	const r = await mcpWith(null);
+	assert.equal(r.status, 401);
+	const prm = `${srv.base}/.well-known/oauth-protected-resource/mcp`;
+	assert.equal(r.headers['www-authenticate'], `Bearer resource_metadata="${prm}"`);
+	for (const p of ['/.well-known/oauth-protected-resource/mcp', '/.well-known/oauth-protected-resource']) {
+		const m = await (await fetch(srv.base + p)).json();
+		assert.equal(m.resource, srv.url, p);
+		assert.deepEqual(m.authorization_servers, [srv.base], p);
+	}
+	const as = await (await fetch(`${srv.base}/.well-known/oauth-authorization-server`)).json();
+	assert.equal(as.issuer, srv.base);
+	assert.deepEqual(as.code_challenge_methods_supported, ['S256']);
+	assert.ok(as.registration_endpoint);
+	assert.equal(as.authorization_response_iss_parameter_supported, true);
+});
+
+test('signin: the SDK signs alice in (DCR, PKCE, the provider\'s login) and her tool call is accounted to her', T, async () => {
+	alice = await signIn('alice@example.com');
+	const res = await callTool(alice.client, 'execute_go_code', { code: QUICK });
+	assert.equal(sc(res)?.result?.kind, 'ok', JSON.stringify(res));
+	const line = await waitFor(() => acct().find((l) => l.event === 'call' && l.session === alice.transport.sessionId),
+		{ what: 'the accounting line of the call' });
+	assert.equal(line.user, 'alice@example.com');
+	assert.match(srv.stderr, /signed in: alice@example\.com/);
+});
+
+test('signin: refresh gives new tokens and rotates the refresh token; the old one then revokes the sign-in', T, async () => {
+	const p = alice.provider;
+	const before1 = { ...p.tokens() };
+	assert.equal(await auth(p, { serverUrl: new URL(srv.url) }), 'AUTHORIZED');
+	const after1 = p.tokens();
+	assert.notEqual(after1.access_token, before1.access_token);
+	assert.notEqual(after1.refresh_token, before1.refresh_token, 'rotated');
+	assert.equal((await mcpWith(after1.access_token)).status, 200, 'the new access token works');
+	/* the replaced refresh token comes back: someone copied it; the whole family ends */
+	const replay = await token({ grant_type: 'refresh_token', refresh_token: before1.refresh_token, client_id: p.client.client_id });
+	assert.equal(replay.status, 400);
+	assert.equal(replay.json.error, 'invalid_grant');
+	const next = await token({ grant_type: 'refresh_token', refresh_token: after1.refresh_token, client_id: p.client.client_id });
+	assert.equal(next.json.error, 'invalid_grant', 'the current refresh token was revoked with it');
+});
+
+test('signin: tokens of another audience, forged or malformed ones are refused with invalid_token', T, async () => {
+	/* a real, valid token of the provider for kode-gopher's own OAuth client: not for /mcp */
+	const p = pkce();
+	const u = new URL('/auth', idp.issuer);
+	const cb = 'http://127.0.0.1:1/oauth/callback';
+	Object.entries({ client_id: idp.clientId, response_type: 'code', scope: 'openid email', redirect_uri: cb, state: 's',
+		nonce: 'n', code_challenge: p.challenge, code_challenge_method: 'S256' }).forEach(([k, v]) => u.searchParams.set(k, v));
+	const back = await browse(u, login('alice@example.com'), { server: srv.base, issuer: idp.issuer });
+	const r = await fetch(new URL('/oauth/token', idp.issuer), {
+		method: 'POST', body: new URLSearchParams({ grant_type: 'authorization_code', code: back.location.searchParams.get('code'),
+			redirect_uri: cb, code_verifier: p.verifier }),
+		headers: { authorization: `Basic ${Buffer.from(`${idp.clientId}:${idp.clientSecret}`).toString('base64')}` },
+	});
+	const upstream = await r.json();
+	assert.ok(upstream.id_token && upstream.access_token, JSON.stringify(upstream));
+	secrets.add(upstream.id_token);
+	secrets.add(upstream.access_token);
+	const good = alice.provider.tokens().access_token;
+	const [h, payload] = good.split('.');
+	const claims = JSON.parse(Buffer.from(payload, 'base64url'));
+	const forged = `${h}.${Buffer.from(JSON.stringify({ ...claims, sub: 'bob@example.com' })).toString('base64url')}.${good.split('.')[2]}`;
+	const none = `${Buffer.from('{"alg":"none","typ":"at+jwt"}').toString('base64url')}.${payload}.`;
+	for (const [what, tok] of [['the provider\'s ID token', upstream.id_token], ['the provider\'s access token', upstream.access_token],
+		['a forged subject', forged], ['alg none', none], ['no signature', `${h}.${payload}`], ['garbage', 'x'.repeat(5000)]]) {
+		const res = await mcpWith(tok);
+		assert.equal(res.status, 401, what);
+		assert.match(res.headers['www-authenticate'], /error="invalid_token"/, what);
+	}
+	assert.equal((await mcpWith(good)).status, 200, 'the real token still works');
+});
+
+test('signin: a code works once; its replay is refused and revokes what it gave', T, async () => {
+	const c = await rawCode('bob@example.com');
+	const form = { grant_type: 'authorization_code', code: c.code, redirect_uri: c.redirect, client_id: c.client_id, code_verifier: c.verifier, resource: srv.url };
+	const first = await token(form);
+	assert.equal(first.status, 200, JSON.stringify(first.json));
+	assert.equal(first.json.token_type, 'Bearer');
+	assert.ok(first.json.expires_in > 0 && first.json.expires_in <= 3600, 'short-lived');
+	const again = await token(form);
+	assert.equal(again.status, 400);
+	assert.equal(again.json.error, 'invalid_grant');
+	const refresh = await token({ grant_type: 'refresh_token', refresh_token: first.json.refresh_token, client_id: c.client_id });
+	assert.equal(refresh.json.error, 'invalid_grant', 'the refresh token from the replayed code is revoked');
+});
+
+test('signin: PKCE is required and checked; a token for another resource is refused', T, async () => {
+	const c = await rawCode('bob@example.com');
+	const base = { grant_type: 'authorization_code', code: c.code, redirect_uri: c.redirect, client_id: c.client_id };
+	const wrong = await token({ ...base, code_verifier: pkce().verifier });
+	assert.equal(wrong.json.error, 'invalid_grant');
+	assert.match(wrong.json.error_description, /PKCE/);
+	const burnt = await token({ ...base, code_verifier: c.verifier });
+	assert.equal(burnt.json.error, 'invalid_grant', 'a failed verifier burns the code');
+	const none = await token({ ...base, code_verifier: undefined });
+	assert.equal(none.json.error, 'invalid_request');
+	const other = await rawCode('bob@example.com');
+	const target = await token({ grant_type: 'authorization_code', code: other.code, redirect_uri: other.redirect,
+		client_id: other.client_id, code_verifier: other.verifier, resource: 'https://other.example/mcp' });
+	assert.equal(target.json.error, 'invalid_target');
+	/* at /authorize: no challenge, or the plain method, is sent back as invalid_request */
+	const reg = await register(['http://127.0.0.1:41112/cb']);
+	for (const params of [{ code_challenge: null }, { code_challenge: pkce().verifier, code_challenge_method: 'plain' }]) {
+		const r = await fetch(authorizeUrl({ client_id: reg.json.client_id, redirect_uri: 'http://127.0.0.1:41112/cb', code_challenge: pkce().challenge, ...params }), { redirect: 'manual' });
+		assert.equal(r.status, 302);
+		const loc = new URL(r.headers.get('location'));
+		assert.equal(loc.origin + loc.pathname, 'http://127.0.0.1:41112/cb');
+		assert.equal(loc.searchParams.get('error'), 'invalid_request');
+		assert.equal(loc.searchParams.get('iss'), srv.base);
+	}
+	const r = await fetch(authorizeUrl({ client_id: reg.json.client_id, redirect_uri: 'http://127.0.0.1:41112/cb', code_challenge: pkce().challenge, resource: 'https://other.example/mcp' }), { redirect: 'manual' });
+	assert.equal(new URL(r.headers.get('location')).searchParams.get('error'), 'invalid_target');
+});
+
+test('signin: redirect URIs match exactly (loopback on any port); others get a page, not a redirect', T, async () => {
+	for (const bad of ['http://evil.example/cb', 'javascript:alert(1)', 'https://ok.example/cb#frag', 'x'.repeat(600)]) {
+		const r = await register([bad]);
+		assert.equal(r.status, 400, bad);
+		assert.equal(r.json.error, 'invalid_redirect_uri', bad);
+	}
+	const reg = await register(['http://127.0.0.1/cb', 'https://app.example/cb']);
+	assert.equal(reg.status, 201);
+	const go = (redirect_uri) => fetch(authorizeUrl({ client_id: reg.json.client_id, redirect_uri, code_challenge: pkce().challenge }), { redirect: 'manual' });
+	for (const ok of ['http://127.0.0.1:5555/cb', 'http://127.0.0.1/cb', 'https://app.example/cb']) {
+		const r = await go(ok);
+		assert.equal(r.status, 302, ok);
+		assert.ok(r.headers.get('location').startsWith(idp.issuer), `${ok} goes on to the provider`);
+	}
+	for (const bad of ['http://127.0.0.1:5555/cb2', 'http://localhost:5555/cb', 'https://app.example/cb/', 'https://app.example:444/cb',
+		'https://app.example/cb?x=1', 'http://127.0.0.1.evil.example/cb']) {
+		const r = await go(bad);
+		assert.equal(r.status, 400, bad);
+		assert.equal(r.headers.get('location'), null, `${bad}: no redirect to it`);
+		assert.match(await r.text(), /Wrong return address/);
+	}
+	const unknown = await fetch(authorizeUrl({ client_id: 'f'.repeat(32), redirect_uri: 'http://127.0.0.1/cb', code_challenge: pkce().challenge }), { redirect: 'manual' });
+	assert.equal(unknown.status, 400);
+	assert.match(await unknown.text(), /not registered/);
+});
+
+test('signin: people outside the allowed domains and users get a page that says why', T, async () => {
+	const reg = await register(['http://127.0.0.1:41113/cb']);
+	const go = (email) => browse(authorizeUrl({ client_id: reg.json.client_id, redirect_uri: 'http://127.0.0.1:41113/cb', code_challenge: pkce().challenge }),
+		login(email), { server: srv.base, issuer: idp.issuer });
+	const eve = await go('eve@other.test');
+	assert.equal(eve.status, 403);
+	assert.match(eve.body, /eve@other\.test may not use this server/);
+	assert.match(eve.body, /example\.com/);
+	const mallory = await go('mallory@gmail.test');
+	assert.equal(mallory.status, 403);
+	assert.match(mallory.body, /not a Workspace account/);
+	const dan = await go('dan@example.com');
+	assert.equal(dan.status, 403);
+	assert.match(dan.body, /not verified/);
+	const carol = await go('carol@gmail.test');
+	assert.ok(carol.location?.searchParams.get('code'), 'a listed consumer account may sign in');
+	secrets.add(carol.location.searchParams.get('code'));
+	assert.match(srv.stderr, /sign-in refused for eve@other\.test/);
+});
+
+test('signin: a session answers only the user who opened it', T, async () => {
+	const sid = alice.transport.sessionId;
+	const c = await rawCode('bob@example.com');
+	const bob = await token({ grant_type: 'authorization_code', code: c.code, redirect_uri: c.redirect, client_id: c.client_id, code_verifier: c.verifier });
+	const ping = (tok) => httpRequest(srv.port, {
+		method: 'POST', path: '/mcp', body: { jsonrpc: '2.0', id: 9, method: 'ping' },
+		headers: { accept: 'application/json, text/event-stream', authorization: `Bearer ${tok}`, 'mcp-session-id': sid, 'mcp-protocol-version': '2025-11-25' },
+	});
+	assert.equal((await ping(bob.json.access_token)).status, 404, 'bob cannot use alice\'s session');
+	const del = await httpRequest(srv.port, { method: 'DELETE', path: '/mcp', headers: { authorization: `Bearer ${bob.json.access_token}`, 'mcp-session-id': sid } });
+	assert.equal(del.status, 404, 'nor end it');
+	await alice.client.ping();
+	const own = await mcpWith(bob.json.access_token);
+	assert.equal(own.status, 200);
+	assert.ok(own.headers['mcp-session-id']);
+});
+
+test('signin: 1000 registrations stay bounded, and clients already used keep working', T, async () => {
+	const c = await rawCode('bob@example.com');
+	const first = await token({ grant_type: 'authorization_code', code: c.code, redirect_uri: c.redirect, client_id: c.client_id, code_verifier: c.verifier });
+	assert.equal(first.status, 200);
+	let ok = 0;
+	const early = [];
+	for (let i = 0; i < 1000; i++) {
+		const r = await register([`http://127.0.0.1/cb${i}`]);
+		if (r.status === 201) {
+			ok++;
+			if (i < 5)
+				early.push(r.json.client_id);
+		} else {
+			assert.equal(r.json.error, 'temporarily_unavailable');
+		}
+	}
+	assert.ok(ok >= 256, `${ok} registrations answered`);
+	/* the oldest unused registrations made room: the first of the flood is gone */
+	const gone = await token({ grant_type: 'refresh_token', refresh_token: 'x'.repeat(64), client_id: early[0] });
+	assert.equal(gone.json.error, 'invalid_client');
+	const refreshed = await token({ grant_type: 'refresh_token', refresh_token: first.json.refresh_token, client_id: c.client_id });
+	assert.equal(refreshed.status, 200, `a client someone signed in through survives the flood: ${JSON.stringify(refreshed.json)}`);
+	await alice.client.ping();
+});
+
+test('signin: no token, code or secret in any log or accounting line', T, async () => {
+	const all = [srv.stderr, fs.existsSync(acctPath) ? fs.readFileSync(acctPath, 'utf8') : ''].join('\n');
+	assert.ok(all.length > 1000, 'there is something to search');
+	assert.ok(secrets.size > 20, `${secrets.size} secrets seen`);
+	for (const s of secrets)
+		assert.ok(!all.includes(s), `a secret (${String(s).slice(0, 12)}…) is in the log`);
+});

@@ -1,0 +1,281 @@
+/*
+ * test_auth.c - unit tests for sign-in's token code: the JWS codec and signature checks of
+ * master/jwt.c (RS256 and ES256 with keys made here by OpenSSL, HS256), kode-gopher's access
+ * tokens (auth_check_access: audience, issuer, expiry, type, key) and the ID token's claims
+ * (oidc_check_claims: issuer, audience, azp, expiry, nonce, email_verified, hd, allowed users),
+ * each at a fixed clock, so expiry is tested without waiting.
+ */
+#include <errno.h>
+#include <openssl/core_names.h>
+#include <openssl/ec.h>
+#include <openssl/evp.h>
+#include <openssl/rsa.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "master/auth.h"
+
+#define NOW ((time_t)1800000000)
+
+/* sign_with - a compact JWS over header and claims with an asymmetric key (RS256 or ES256) */
+static char *sign_with(EVP_PKEY *key, const char *header, const json_t *claims, bool ec)
+{
+	char *cj = json_dumps(claims, JSON_COMPACT);
+	char *h = b64url_encode((const unsigned char *)header, strlen(header));
+	char *c = b64url_encode((const unsigned char *)cj, strlen(cj));
+	char *input = NULL;
+	assert_true(asprintf(&input, "%s.%s", h, c) > 0);
+	EVP_MD_CTX *md = EVP_MD_CTX_new();
+	size_t siglen = 0;
+	assert_int_equal(EVP_DigestSignInit(md, NULL, EVP_sha256(), NULL, key), 1);
+	assert_int_equal(EVP_DigestSign(md, NULL, &siglen, (unsigned char *)input, strlen(input)), 1);
+	unsigned char *sig = malloc(siglen);
+	assert_int_equal(EVP_DigestSign(md, sig, &siglen, (unsigned char *)input, strlen(input)), 1);
+	unsigned char raw[64];
+	if (ec) { /* DER ECDSA-Sig-Value to JWS's r||s */
+		const unsigned char *p = sig;
+		ECDSA_SIG *s = d2i_ECDSA_SIG(NULL, &p, (long)siglen);
+		assert_non_null(s);
+		BN_bn2binpad(ECDSA_SIG_get0_r(s), raw, 32);
+		BN_bn2binpad(ECDSA_SIG_get0_s(s), raw + 32, 32);
+		ECDSA_SIG_free(s);
+	}
+	char *se = ec ? b64url_encode(raw, 64) : b64url_encode(sig, siglen);
+	char *out = NULL;
+	assert_true(asprintf(&out, "%s.%s", input, se) > 0);
+	EVP_MD_CTX_free(md);
+	free(cj), free(h), free(c), free(input), free(sig), free(se);
+	return out;
+}
+
+/* bn_b64 - a key parameter as base64url */
+static char *bn_b64(EVP_PKEY *key, const char *name, int pad)
+{
+	BIGNUM *bn = NULL;
+	assert_int_equal(EVP_PKEY_get_bn_param(key, name, &bn), 1);
+	unsigned char buf[1024];
+	int n = pad ? BN_bn2binpad(bn, buf, pad) : BN_bn2bin(bn, buf);
+	BN_free(bn);
+	return b64url_encode(buf, (size_t)n);
+}
+
+static json_t *claims_base(void)
+{
+	return json_pack("{s:s, s:s, s:I, s:I, s:s, s:s, s:b}", "iss", "https://idp.test", "aud", "client-1",
+			 "exp", (json_int_t)NOW + 300, "iat", (json_int_t)NOW - 5, "nonce", "n-1", "email",
+			 "Alice@Example.com", "email_verified", 1);
+}
+
+static void test_b64url(void **state)
+{
+	(void)state;
+	unsigned char out[16];
+	size_t n;
+	char *e = b64url_encode((const unsigned char *)"hi?", 3);
+	assert_string_equal(e, "aGk_");
+	free(e);
+	assert_int_equal(b64url_decode("aGk_", 4, out, sizeof(out), &n), 0);
+	assert_int_equal(n, 3);
+	assert_memory_equal(out, "hi?", 3);
+	assert_int_equal(b64url_decode("aGk=", 4, out, sizeof(out), &n), -EINVAL); /* padding */
+	assert_int_equal(b64url_decode("aGk+", 4, out, sizeof(out), &n), -EINVAL); /* base64, not url */
+	assert_int_equal(b64url_decode("aGl", 3, out, sizeof(out), &n), -EINVAL);  /* stray low bits */
+	assert_int_equal(b64url_decode("a", 1, out, sizeof(out), &n), -EINVAL);
+	assert_int_equal(b64url_decode("AAAAAAAAAAAAAAAAAAAAAAAA", 24, out, sizeof(out), &n), -EINVAL); /* cap */
+}
+
+static void test_jwt_parse_shapes(void **state)
+{
+	(void)state;
+	struct jwt j;
+	const char *bad[] = { "", "a.b", "a.b.c.d", "a.b.c.d.e", "e30.e30.", "e30.e30", "W10.e30.AAAA",
+			      "e30.W10.AAAA", "e30.eyJhIjoxLCJhIjoyfQ.AAAA" /* duplicate key */, "e30.e30.AA=A" };
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		assert_int_equal(jwt_parse(bad[i], strlen(bad[i]), &j), -EINVAL);
+	assert_int_equal(jwt_parse("e30.e30.AAAA", 12, &j), 0);
+	jwt_free(&j);
+	char *big = malloc(AUTH_MAX_JWT_BYTES + 2);
+	memset(big, 'A', AUTH_MAX_JWT_BYTES + 1);
+	memcpy(big, "e30.e30.", 8);
+	big[AUTH_MAX_JWT_BYTES + 1] = '\0';
+	assert_int_equal(jwt_parse(big, strlen(big), &j), -EINVAL);
+	free(big);
+}
+
+static void test_rs256_and_es256(void **state)
+{
+	(void)state;
+	EVP_PKEY *rsa = EVP_RSA_gen(2048), *ec = EVP_EC_gen("P-256");
+	assert_non_null(rsa);
+	assert_non_null(ec);
+	char *n = bn_b64(rsa, OSSL_PKEY_PARAM_RSA_N, 0), *e = bn_b64(rsa, OSSL_PKEY_PARAM_RSA_E, 0);
+	char *x = bn_b64(ec, OSSL_PKEY_PARAM_EC_PUB_X, 32), *y = bn_b64(ec, OSSL_PKEY_PARAM_EC_PUB_Y, 32);
+	json_t *jwks = json_pack("{s:[{s:s,s:s,s:s,s:s,s:s},{s:s,s:s,s:s,s:s,s:s}]}", "keys", "kty", "RSA", "kid", "r1",
+				 "use", "sig", "n", n, "e", e, "kty", "EC", "kid", "e1", "crv", "P-256", "x", x, "y", y);
+	json_t *c = claims_base();
+	struct jwt j;
+	char *t = sign_with(rsa, "{\"alg\":\"RS256\",\"kid\":\"r1\"}", c, false);
+	assert_int_equal(jwt_parse(t, strlen(t), &j), 0);
+	assert_int_equal(jwt_verify_jwks(&j, jwks), 0);
+	jwt_free(&j);
+	/* the same bytes with another claim: the signature no longer holds */
+	char *dot = strchr(t, '.');
+	char *payload2 = b64url_encode((const unsigned char *)"{\"email\":\"eve@x\"}", 17);
+	char *forged = NULL;
+	assert_true(asprintf(&forged, "%.*s.%s%s", (int)(dot - t), t, payload2, strrchr(t, '.')) > 0);
+	assert_int_equal(jwt_parse(forged, strlen(forged), &j), 0);
+	assert_int_equal(jwt_verify_jwks(&j, jwks), -EBADMSG);
+	jwt_free(&j);
+	/* a key id nobody has: ENOKEY (the caller refetches the key set) */
+	char *t2 = sign_with(rsa, "{\"alg\":\"RS256\",\"kid\":\"r9\"}", c, false);
+	assert_int_equal(jwt_parse(t2, strlen(t2), &j), 0);
+	assert_int_equal(jwt_verify_jwks(&j, jwks), -ENOKEY);
+	jwt_free(&j);
+	/* algorithm confusion: the header says none, or HS256 */
+	const char *algs[] = { "{\"alg\":\"none\",\"kid\":\"r1\"}", "{\"alg\":\"HS256\",\"kid\":\"r1\"}",
+			       "{\"alg\":\"ES256\",\"kid\":\"r1\"}" };
+	for (int i = 0; i < 3; i++) {
+		char *t3 = sign_with(rsa, algs[i], c, false);
+		assert_int_equal(jwt_parse(t3, strlen(t3), &j), 0);
+		assert_int_not_equal(jwt_verify_jwks(&j, jwks), 0);
+		jwt_free(&j);
+		free(t3);
+	}
+	char *t4 = sign_with(ec, "{\"alg\":\"ES256\",\"kid\":\"e1\"}", c, true);
+	assert_int_equal(jwt_parse(t4, strlen(t4), &j), 0);
+	assert_int_equal(jwt_verify_jwks(&j, jwks), 0);
+	j.sig[5] ^= 1;
+	assert_int_equal(jwt_verify_jwks(&j, jwks), -EBADMSG);
+	jwt_free(&j);
+	free(t), free(t2), free(t4), free(forged), free(payload2), free(n), free(e), free(x), free(y);
+	json_decref(c);
+	json_decref(jwks);
+	EVP_PKEY_free(rsa);
+	EVP_PKEY_free(ec);
+}
+
+/* access - an access token with these claims changed, signed with key */
+static char *access_token(const unsigned char *key, const char *typ, const char *k, json_t *v)
+{
+	json_t *c = json_pack("{s:s, s:s, s:s, s:I, s:I}", "iss", "http://127.0.0.1:8080", "aud",
+			      "http://127.0.0.1:8080/mcp", "sub", "alice@example.com", "iat", (json_int_t)NOW,
+			      "exp", (json_int_t)NOW + AUTH_ACCESS_TOKEN_S);
+	if (k)
+		json_object_set_new(c, k, v);
+	char *t = jwt_sign_hs256(c, typ, key, 32);
+	json_decref(c);
+	return t;
+}
+
+static void test_access_tokens(void **state)
+{
+	(void)state;
+	unsigned char key[32], other[32];
+	memset(key, 7, sizeof(key));
+	memset(other, 8, sizeof(other));
+	assert_int_equal(auth_init_local("http://127.0.0.1:8080/", key), 0);
+	char user[AUTH_USER_MAX];
+	char *t = access_token(key, "at+jwt", NULL, NULL);
+	assert_int_equal(auth_check_access(t, strlen(t), NOW, user, sizeof(user)), 0);
+	assert_string_equal(user, "alice@example.com");
+	assert_int_equal(auth_check_access(t, strlen(t), NOW + AUTH_ACCESS_TOKEN_S, user, sizeof(user)), -EACCES);
+	free(t);
+	struct { const char *typ, *k; json_t *v; const unsigned char *key; } bad[] = {
+		{ "at+jwt", "aud", json_string("http://127.0.0.1:9090/mcp"), key },    /* another resource */
+		{ "at+jwt", "aud", json_string("http://127.0.0.1:8080"), key },        /* not /mcp */
+		{ "at+jwt", "aud", json_pack("[s]", "http://127.0.0.1:8080/mcp"), key }, /* one string only */
+		{ "at+jwt", "iss", json_string("http://127.0.0.1:9090"), key },        /* another issuer */
+		{ "at+jwt", "exp", json_integer(NOW - 1), key },                       /* expired */
+		{ "at+jwt", "exp", json_string("9999999999"), key },
+		{ "at+jwt", "sub", json_integer(5), key },
+		{ "JWT", NULL, NULL, key },                                            /* an ID token's type */
+		{ "at+jwt", NULL, NULL, other },                                       /* another key */
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		t = access_token(bad[i].key, bad[i].typ, bad[i].k, bad[i].v);
+		assert_int_equal(auth_check_access(t, strlen(t), NOW, user, sizeof(user)), -EACCES);
+		free(t);
+	}
+}
+
+static int check(json_t *c, const char *domains, const char *users, struct oidc_identity *id, char *why)
+{
+	int r = oidc_check_claims(c, "https://idp.test", "client-1", "n-1", domains, users, NOW, id, why, 600);
+	json_decref(c);
+	return r;
+}
+
+/* with - claims_base with one claim replaced (v NULL: removed) */
+static json_t *with(const char *k, json_t *v)
+{
+	json_t *c = claims_base();
+	if (v)
+		json_object_set_new(c, k, v);
+	else
+		json_object_del(c, k);
+	return c;
+}
+
+static void test_id_token_claims(void **state)
+{
+	(void)state;
+	struct oidc_identity id;
+	char why[600];
+	assert_int_equal(check(with("hd", json_string("example.com")), "example.com", NULL, &id, why), 0);
+	assert_string_equal(id.email, "alice@example.com"); /* one user, however the address is cased */
+	assert_string_equal(id.hd, "example.com");
+	assert_int_equal(check(claims_base(), NULL, "alice@EXAMPLE.com", &id, why), 0);
+	json_t *multi = with("aud", json_pack("[s,s]", "client-1", "other"));
+	json_object_set_new(multi, "azp", json_string("client-1"));
+	assert_int_equal(check(multi, NULL, "alice@example.com", &id, why), 0);
+	struct { const char *k; json_t *v; const char *domains, *users, *why; } bad[] = {
+		{ "iss", json_string("https://evil.test"), NULL, "alice@example.com", "someone else" },
+		{ "aud", json_string("client-2"), NULL, "alice@example.com", "another application" },
+		{ "aud", json_pack("[s,s]", "client-1", "other"), NULL, "alice@example.com", "another application" },
+		{ "azp", json_string("other"), NULL, "alice@example.com", "another application" },
+		{ "exp", json_integer(NOW - AUTH_CLOCK_SKEW_S - 1), NULL, "alice@example.com", "expired" },
+		{ "exp", NULL, NULL, "alice@example.com", "expired" },
+		{ "iat", json_integer(NOW + AUTH_CLOCK_SKEW_S + 60), NULL, "alice@example.com", "expired" },
+		{ "nonce", json_string("n-2"), NULL, "alice@example.com", "another sign-in" },
+		{ "nonce", NULL, NULL, "alice@example.com", "another sign-in" },
+		{ "email_verified", json_false(), NULL, "alice@example.com", "not verified" },
+		{ "email_verified", NULL, NULL, "alice@example.com", "not verified" },
+		{ "email", json_string("alice\"@example.com"), NULL, "alice@example.com", "which email" },
+		{ "email", json_string("alice@ex@ample.com"), NULL, "alice@example.com", "which email" },
+		{ "hd", json_string("other.com"), "example.com", NULL, "Workspace accounts of example.com" },
+		{ "hd", NULL, "example.com", NULL, "not a Workspace account" },
+		{ "hd", json_string("example.com"), NULL, "bob@example.com", "--allowed-users" },
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		why[0] = '\0';
+		assert_int_equal(check(with(bad[i].k, bad[i].v), bad[i].domains, bad[i].users, &id, why), -EACCES);
+		if (!strstr(why, bad[i].why))
+			fail_msg("case %zu (%s): \"%s\" does not say \"%s\"", i, bad[i].k, why, bad[i].why);
+	}
+	/* an email domain is not a Workspace domain: only hd counts */
+	assert_int_equal(check(claims_base(), "example.com", NULL, &id, why), -EACCES);
+	/* Google names its issuer either way */
+	json_t *g = with("iss", json_string("accounts.google.com"));
+	assert_int_equal(oidc_check_claims(g, "https://accounts.google.com", "client-1", "n-1", NULL, "alice@example.com",
+					   NOW, &id, why, sizeof(why)), 0);
+	json_decref(g);
+}
+
+int main(void)
+{
+	log_init("test", LOG_LVL_OFF);
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_b64url),
+		cmocka_unit_test(test_jwt_parse_shapes),
+		cmocka_unit_test(test_rs256_and_es256),
+		cmocka_unit_test(test_access_tokens),
+		cmocka_unit_test(test_id_token_claims),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
