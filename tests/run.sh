@@ -2,8 +2,9 @@
 # run.sh - run every test suite and end with one line "N passed, N failed".
 #
 # Called by `make test` (and so by make check and make asan) with BUILD set to the build dir.
-# Suites: the cmocka unit tests (build/tests/test_*), then the end-to-end and security tests
-# (node's test runner driving the real server with the official MCP SDK client), then the official
+# Suites: the cmocka unit tests (build/tests/test_*), then the end-to-end, security and docs tests
+# (node's test runner driving the real server with the official MCP SDK client; tests/docs runs
+# the shell examples of README.md and docs/), then the official
 # MCP conformance suite against serve --http (tests/conformance/run.sh), then the Kubernetes tests
 # against a real API server, agent-sandbox and kwok (tests/k8s/run.sh; skipped with a reason if
 # the test cluster cannot be built on this machine).
@@ -44,7 +45,8 @@ done
 
 # node's TAP reporter indents subtests; top-level tests are the unindented ok lines
 shopt -s nullglob
-e2e=(tests/e2e/*.test.mjs tests/security/*.test.mjs)
+# tests/docs: the README's and the guides' shell examples, run as shown (about 15 s)
+e2e=(tests/e2e/*.test.mjs tests/security/*.test.mjs tests/docs/*.test.mjs)
 if ((${#e2e[@]})); then
 	echo "== e2e: ${e2e[*]}"
 	NODE_PATH=$PWD/tests/e2e/node_modules node --test --test-concurrency=1 --test-reporter=tap \
