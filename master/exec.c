@@ -110,12 +110,14 @@ static int exec_send(FILE *to, json_t *msg)
 	return r == 0 && fflush(to) == 0 ? 0 : -EPIPE;
 }
 
-/* exec_read - the next message with the given id; progress goes to stderr on the way */
+/* exec_read - the next message with the given id; progress goes to stderr on the way, on one
+ * terminal line that is rewritten and cleared at the end, so only the result stays */
 static json_t *exec_read(FILE *from, int id, bool show_progress)
 {
 	char *line = NULL;
 	size_t cap = 0;
 	json_t *found = NULL;
+	bool shown = false;
 	while (!found && getline(&line, &cap, from) > 0) {
 		json_t *m = json_loads(line, JSON_ALLOW_NUL, NULL);
 		if (!m)
@@ -125,12 +127,17 @@ static json_t *exec_read(FILE *from, int id, bool show_progress)
 		if (jid && json_integer_value(jid) == id)
 			found = m;
 		else {
-			if (show_progress && method && strcmp(method, "notifications/progress") == 0)
-				fprintf(stderr, "… %s\n",
-					json_string_value(json_object_get(json_object_get(m, "params"), "message")));
+			const char *pm = json_string_value(json_object_get(json_object_get(m, "params"), "message"));
+			if (show_progress && method && strcmp(method, "notifications/progress") == 0 && pm) {
+				fprintf(stderr, "\r\033[K… %.*s", (int)strcspn(pm, "\r\n"), pm);
+				fflush(stderr);
+				shown = true;
+			}
 			json_decref(m);
 		}
 	}
+	if (shown)
+		fputs("\r\033[K", stderr);
 	free(line);
 	return found;
 }
@@ -234,13 +241,14 @@ static void exec_print_summary(json_t *sc)
 
 struct exec_files {
 	char *abs[NORM_MAX_FILES + 1]; /* absolute, resolved paths */
+	bool walked[NORM_MAX_FILES + 1]; /* found under a directory operand, not named */
 	size_t n;
 	char root[PATH_MAX];          /* the directory that holds them all */
 	bool have_root;
 };
 
 /* exec_add - one file to send; false (with a sentence) when there are too many */
-static bool exec_add(struct exec_files *fs, const char *abs)
+static bool exec_add(struct exec_files *fs, const char *abs, bool walked)
 {
 	for (size_t i = 0; i < fs->n; i++)
 		if (strcmp(fs->abs[i], abs) == 0)
@@ -250,6 +258,7 @@ static bool exec_add(struct exec_files *fs, const char *abs)
 			"the files to send instead of their directory\n", NORM_MAX_FILES, NORM_MAX_FILES);
 		return false;
 	}
+	fs->walked[fs->n] = walked;
 	fs->abs[fs->n] = strdup(abs);
 	return fs->abs[fs->n++] != NULL;
 }
@@ -291,7 +300,7 @@ static bool exec_walk(struct exec_files *fs, const char *dir, int depth)
 		if (good && nm[0] != '.' && strcmp(nm, "go.mod") && strcmp(nm, "go.sum") &&
 		    snprintf(p, sizeof(p), "%s/%s", dir, nm) < (int)sizeof(p) && lstat(p, &st) == 0) {
 			if (S_ISREG(st.st_mode))
-				good = exec_add(fs, p);
+				good = exec_add(fs, p, true);
 			else if (S_ISDIR(st.st_mode) && depth < 16)
 				good = exec_walk(fs, p, depth + 1);
 		}
@@ -326,7 +335,7 @@ static bool exec_collect(struct exec_files *fs, int n, char **operands)
 			char *slash = strrchr(dir, '/');
 			slash[slash == dir ? 1 : 0] = '\0';
 			exec_common_root(fs, dir);
-			if (!exec_add(fs, abs))
+			if (!exec_add(fs, abs, false))
 				return false;
 		} else {
 			fprintf(stderr, "kode-gopher exec: %s is neither a file nor a directory\n", operands[i]);
@@ -352,8 +361,14 @@ static json_t *exec_args(int n, char **operands, int timeout_s)
 			json_decref(args);
 			return NULL;
 		}
-		json_object_set_new(args, "code", json_stringn(content, len));
+		json_t *code = json_stringn(content, len);
 		free(content);
+		if (!code) {
+			fprintf(stderr, "kode-gopher exec: stdin is not UTF-8 text: send Go source\n");
+			json_decref(args);
+			return NULL;
+		}
+		json_object_set_new(args, "code", code);
 		return args;
 	}
 	for (int i = 0; i < n; i++)
@@ -375,8 +390,20 @@ static json_t *exec_args(int n, char **operands, int timeout_s)
 			break;
 		}
 		const char *rel = fs.abs[i] + rl + (rl > 1);
-		json_array_append_new(files, json_pack("{s:s, s:s%}", "path", rel, "content", content, len));
+		json_t *f = json_pack("{s:s, s:s%}", "path", rel, "content", content, len);
 		free(content);
+		if (!f && fs.walked[i]) {
+			fprintf(stderr, "kode-gopher exec: leaving out %s: it is not UTF-8 text, and the "
+				"tool takes text files only\n", rel);
+			continue;
+		}
+		if (!f) {
+			fprintf(stderr, "kode-gopher exec: %s is not UTF-8 text: the tool takes text files "
+				"only\n", fs.abs[i]);
+			good = false;
+			break;
+		}
+		json_array_append_new(files, f);
 	}
 	for (size_t i = 0; i < fs.n; i++)
 		free(fs.abs[i]);

@@ -86,6 +86,15 @@ test('exec from another directory: absolute paths, a directory, a subdirectory p
 	const rel = await kg(['exec', '../module/util/util.go', '../module/main.go'], { cwd: elsewhere });
 	assert.equal(rel.code, 0, rel.stderr);
 	assert.equal(rel.stdout, '42\n');
+	// a binary file under the directory is left out, and says so; named, it is refused
+	fs.writeFileSync(path.join(root, 'blob.bin'), Buffer.from([0xff, 0xfe, 0x00, 0x80]));
+	const bin = await kg(['exec', root], { cwd: elsewhere });
+	assert.equal(bin.code, 0, bin.stderr);
+	assert.match(bin.stderr, /^kode-gopher exec: leaving out blob\.bin: it is not UTF-8 text/m);
+	const named = await kg(['exec', path.join(root, 'main.go'), path.join(root, 'blob.bin')], { cwd: elsewhere });
+	assert.equal(named.code, 2, named.stderr);
+	assert.match(named.stderr, /blob\.bin is not UTF-8 text/);
+	fs.rmSync(path.join(root, 'blob.bin'));
 	// the same with --json: the files went as files, with their paths under the module
 	const j = await kg(['exec', '--json', root], { cwd: '/' });
 	assert.equal(j.code, 0, j.stderr);
@@ -165,6 +174,38 @@ test('exec prints like go run: output, one summary line, no colour on a pipe, no
 	assert.equal(c.code, 1, c.stderr);
 	assert.match(c.stderr, /^normalize_error: cgo\.go:4: import "C" needs cgo, and cgo is off in the sandbox/);
 });
+
+test('exec on a terminal: the summary in colour, progress on one line that is cleared', T, async () => {
+	const root = write('tty', MODULE);
+	// script(1) (util-linux, in every Debian) gives exec a terminal; -e passes its exit status on
+	const r = await spawnOut('script', ['-qec', `${BIN} exec ${root}`, '/dev/null']);
+	assert.equal(r.code, 0, r.stdout);
+	assert.match(r.stdout, /(^|\x1b\[K)42\r\n/);
+	assert.match(r.stdout, /\x1b\[1;32mok\x1b\[0m \(wrapped\) · build/);
+	assert.doesNotMatch(r.stdout, /…[^\r\n]*\r\n/, 'a progress line left behind');
+	const bad = await spawnOut('script', ['-qec', `${BIN} exec ${root}/util/util.go`, '/dev/null']);
+	assert.equal(bad.code, 1, bad.stdout);
+	assert.match(bad.stdout, /\x1b\[1;31mnormalize_error\x1b\[0m: /);
+	// NO_COLOR (no-color.org) turns it off on a terminal too
+	const plain = await spawnOut('script', ['-qec', `${BIN} exec ${root}`, '/dev/null'], { NO_COLOR: '1' });
+	assert.doesNotMatch(plain.stdout, /\x1b\[1;3/);
+});
+
+/* spawnOut - a command with the test's environment; resolves {code, stdout} */
+function spawnOut(cmd, args, extra = {}) {
+	return new Promise((resolve, reject) => {
+		const env = { ...process.env, HOME: home, KODE_GOPHER_SANDBOX_ROOT: sandboxRoot, TERM: 'xterm', ...extra };
+		for (const k of ['NODE_TEST_CONTEXT', 'NODE_OPTIONS', 'NODE_CHANNEL_FD', 'GOOGLE_APPLICATION_CREDENTIALS'])
+			delete env[k];
+		if (!extra.NO_COLOR)
+			delete env.NO_COLOR;
+		const child = spawn(cmd, args, { env, cwd: scratch, stdio: ['ignore', 'pipe', 'inherit'] });
+		let stdout = '';
+		child.stdout.on('data', (d) => (stdout += d));
+		child.on('error', reject);
+		child.on('close', (code) => resolve({ code, stdout }));
+	});
+}
 
 test('exec: exit 2 for usage and server errors, each said in one line', T, async () => {
 	const dir = write('usage', { 'ok.go': snippet('\treturn 1, nil') });
