@@ -76,7 +76,8 @@ static const char serve_usage[] =
 	"  --allowed-domains LIST  Google Workspace domains whose users may sign in (the hd claim)\n"
 	"  --allowed-users LIST    email addresses that may sign in (comma-separated)\n"
 	"  --oidc-issuer URL       the OpenID provider (default https://accounts.google.com)\n"
-	"  --accounting-log PATH   JSON lines, one per call and per session end (- for stderr)\n"
+	"  --accounting-log PATH   JSON lines, one per call and per session end (- for stderr);\n"
+	"                          its directory must exist\n"
 	"  --allowed-hosts LIST    extra Host header values to accept (comma-separated)\n"
 	"  --allowed-origins LIST  extra Origin values to accept (comma-separated)\n"
 	"\n"
@@ -454,6 +455,11 @@ int serve_main(int argc, char **argv)
 		kubecfg_shutdown();
 		return r;
 	}
+	/* someone typed `kode-gopher serve` to try it: say what it waits for */
+	if (isatty(STDIN_FILENO))
+		fprintf(stderr, "kode-gopher serve: waiting for MCP messages (JSON-RPC lines) on stdin; an "
+			"MCP client starts this command. To run Go code from a shell, use `kode-gopher "
+			"exec FILE`. Ctrl-D ends.\n");
 	int r = stdio_serve(&cfg);
 	kubecfg_shutdown();
 	return r;

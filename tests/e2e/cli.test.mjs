@@ -175,7 +175,7 @@ test('exec prints like go run: output, one summary line, no colour on a pipe, no
 	assert.match(c.stderr, /^normalize_error: cgo\.go:4: import "C" needs cgo, and cgo is off in the sandbox/);
 });
 
-test('exec on a terminal: the summary in colour, progress on one line that is cleared', T, async () => {
+test('on a terminal: exec in colour, progress on one line that is cleared; serve says what it waits for', T, async () => {
 	const root = write('tty', MODULE);
 	// script(1) (util-linux, in every Debian) gives exec a terminal; -e passes its exit status on
 	const r = await spawnOut('script', ['-qec', `${BIN} exec ${root}`, '/dev/null']);
@@ -186,6 +186,10 @@ test('exec on a terminal: the summary in colour, progress on one line that is cl
 	const bad = await spawnOut('script', ['-qec', `${BIN} exec ${root}/util/util.go`, '/dev/null']);
 	assert.equal(bad.code, 1, bad.stdout);
 	assert.match(bad.stdout, /\x1b\[1;31mnormalize_error\x1b\[0m: /);
+	// serve typed at a terminal says what it waits for (script's stdin ends, so serve ends)
+	const serve = await spawnOut('script', ['-qec', `${BIN} serve --credentials none --log-level warn`, '/dev/null']);
+	assert.equal(serve.code, 0, serve.stdout);
+	assert.match(serve.stdout, /^kode-gopher serve: waiting for MCP messages .*use `kode-gopher exec FILE`/);
 	// NO_COLOR (no-color.org) turns it off on a terminal too
 	const plain = await spawnOut('script', ['-qec', `${BIN} exec ${root}`, '/dev/null'], { NO_COLOR: '1' });
 	assert.doesNotMatch(plain.stdout, /\x1b\[1;3/);
