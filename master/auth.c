@@ -32,22 +32,26 @@
 
 #define ID_HEX 32 /* 128-bit identifiers: client ids, sign-in states */
 #define SECRET_HEX 64 /* 256-bit codes and refresh tokens */
+#define CLIENT_ID_MAX AUTH_MAX_URI_BYTES /* a registered client's hex id, or a metadata URL */
 
-struct client {
+struct client {              /* (declared in auth.h) */
 	bool live, used;         /* used: someone signed in through it (kept over unused ones) */
-	char id[ID_HEX + 1];
+	char id[CLIENT_ID_MAX];  /* 32 hex digits (registered), or its metadata document's URL */
+	time_t expires;          /* a metadata document's: refetched after */
 	char name[129];
 	char redirect[AUTH_MAX_REDIRECT_URIS][AUTH_MAX_URI_BYTES];
 	int nredirect;
 	time_t created;
 };
 
+_Static_assert(sizeof(struct client) <= AUTH_CLIENT_BYTES, "AUTH_CLIENT_BYTES holds a client");
+
 struct pending_signin {       /* between /authorize and the provider's callback */
 	bool live;
 	char state[ID_HEX + 1];   /* what the provider echoes */
 	char nonce[ID_HEX + 1];
 	char verifier[SECRET_HEX + 1]; /* our PKCE towards the provider */
-	char client_id[ID_HEX + 1];
+	char client_id[CLIENT_ID_MAX];
 	char redirect_uri[AUTH_MAX_URI_BYTES];
 	char client_state[AUTH_MAX_URI_BYTES];
 	char challenge[64];
@@ -58,7 +62,7 @@ struct pending_signin {       /* between /authorize and the provider's callback 
 struct code {
 	bool live, redeemed;
 	unsigned char hash[32];
-	char client_id[ID_HEX + 1];
+	char client_id[CLIENT_ID_MAX];
 	char redirect_uri[AUTH_MAX_URI_BYTES];
 	char challenge[64];
 	char scope[AUTH_MAX_URI_BYTES];
@@ -72,7 +76,7 @@ struct grant {                /* one sign-in's refresh-token family */
 	unsigned long family;
 	unsigned char hash[32], prev[32]; /* the current token and the one it replaced */
 	bool has_prev;
-	char client_id[ID_HEX + 1];
+	char client_id[CLIENT_ID_MAX];
 	char scope[AUTH_MAX_URI_BYTES];
 	char user[AUTH_USER_MAX];
 	time_t created, last;
@@ -87,6 +91,7 @@ static struct {
 	unsigned char key[32];
 	pthread_mutex_t mu;
 	struct client clients[AUTH_MAX_CLIENTS];
+	struct client cimd[AUTH_MAX_CIMD];    /* client metadata documents, cached */
 	struct pending_signin pending[AUTH_MAX_PENDING];
 	struct code codes[AUTH_MAX_CODES];
 	struct grant grants[AUTH_MAX_GRANTS];
@@ -238,6 +243,10 @@ int auth_option(struct serve_config *cfg, const char *name, const char *val)
 		cfg->allowed_domains = val;
 	} else if (strcmp(name, "allowed-users") == 0) {
 		cfg->allowed_users = val;
+	} else if (strcmp(name, "oauth-ca-file") == 0) {
+		cfg->oauth_ca_file = val;
+	} else if (strcmp(name, "client-metadata-loopback") == 0) {
+		cfg->client_metadata_loopback = true;
 	} else if (strcmp(name, "oidc-issuer") == 0) {
 		if (!printable(val, AUTH_MAX_URI_BYTES - 64, false) ||
 		    !(strncmp(val, "https://", 8) == 0 || loopback_prefix(val))) {
@@ -257,7 +266,7 @@ int auth_check_config(const struct serve_config *cfg)
 	bool google = strcmp(cfg->auth, "google") == 0;
 	if (!google) {
 		if (cfg->public_url || cfg->oauth_client_file || cfg->allowed_domains || cfg->allowed_users ||
-		    cfg->oidc_issuer)
+		    cfg->oidc_issuer || cfg->oauth_ca_file || cfg->client_metadata_loopback)
 			log_warn("--public-url, --oauth-client-file, --allowed-domains, --allowed-users and "
 				 "--oidc-issuer apply to --auth google only; ignored");
 		return 0;
@@ -389,9 +398,22 @@ static bool redirect_match(const char *registered, const char *asked)
 	       strncasecmp(registered, asked, h1) == 0 && strcmp(r1, r2) == 0;
 }
 
-/* client_find - a registered client (under mu) */
+/* is_url_id - a Client ID Metadata Document's client_id */
+static bool is_url_id(const char *id)
+{
+	return id && strncmp(id, "https://", 8) == 0;
+}
+
+/* client_find - a registered client, or a cached metadata document (under mu) */
 static struct client *client_find(const char *id)
 {
+	if (is_url_id(id)) {
+		time_t now = time(NULL);
+		for (int i = 0; i < AUTH_MAX_CIMD; i++)
+			if (A.cimd[i].live && A.cimd[i].expires > now && strcmp(A.cimd[i].id, id) == 0)
+				return &A.cimd[i];
+		return NULL;
+	}
 	if (!id || strlen(id) != ID_HEX)
 		return NULL;
 	for (int i = 0; i < AUTH_MAX_CLIENTS; i++)
@@ -406,6 +428,125 @@ static bool client_redirect_ok(const struct client *cl, const char *uri)
 		if (redirect_match(cl->redirect[k], uri))
 			return true;
 	return false;
+}
+
+/* ---- Client ID Metadata Documents ---- */
+
+/* cimd_url_ok - https, a host, a path other than "/", no fragment, credentials, dot segments */
+static bool cimd_url_ok(const char *u)
+{
+	if (!is_url_id(u) || !printable(u, AUTH_MAX_URI_BYTES, false) || strpbrk(u, "#\"<>\\`{}|^"))
+		return false;
+	const char *host = u + 8, *path = strchr(host, '/');
+	const char *at = strchr(host, '@');
+	return path && path != host && path[1] != '\0' && (!at || at > path) && !strstr(path, "/./") &&
+	       !strstr(path, "/../") && strcmp(path + strlen(path) - 2, "/.") != 0 &&
+	       strcmp(path + strlen(path) - 3, "/..") != 0;
+}
+
+/* cimd_fetch - fetch and check a client's metadata document into cl (no lock held) */
+static int cimd_fetch(const char *url, struct client *cl, char *why, size_t cap)
+{
+	struct oidc_fetch_opts o = { AUTH_CIMD_MAX_BYTES, AUTH_CIMD_TIMEOUT_MS, true,
+				     !A.cfg || !A.cfg->client_metadata_loopback };
+	char *body;
+	size_t len;
+	long status;
+	int r = oidc_fetch_opts(url, &o, NULL, NULL, NULL, &status, &body, &len);
+	if (r != 0 || status != 200) {
+		snprintf(why, cap, r == -EFBIG ? "The application's client metadata document is larger than "
+			 "5 KiB." : "The application's client metadata document could not be read (%s).",
+			 r == 0 ? "its server did not answer 200" : "no answer from its server");
+		if (r == 0)
+			free(body);
+		return -ENOENT;
+	}
+	r = auth_client_metadata_parse(url, body, len, cl, why, cap);
+	free(body);
+	return r;
+}
+
+int auth_client_metadata_parse(const char *url, const char *body, size_t len, struct client *cl, char *why,
+			       size_t cap)
+{
+	int r;
+	json_t *m = len <= AUTH_CIMD_MAX_BYTES ? json_loadb(body, len, JSON_REJECT_DUPLICATES, NULL) : NULL;
+	const char *id = json_string_value(json_object_get(m, "client_id"));
+	const char *name = json_string_value(json_object_get(m, "client_name"));
+	const char *method = json_string_value(json_object_get(m, "token_endpoint_auth_method"));
+	json_t *uris = json_object_get(m, "redirect_uris"), *u;
+	size_t i;
+	r = -EINVAL;
+	if (!json_is_object(m) || !id || strcmp(id, url) != 0)
+		snprintf(why, cap, "The application's client metadata document names another client_id.");
+	else if (json_object_get(m, "client_secret") || (method && strcmp(method, "none") != 0))
+		snprintf(why, cap, "The application's client metadata document asks for a client secret, "
+			 "which this server does not use with metadata documents.");
+	else if (!json_is_array(uris) || json_array_size(uris) == 0 || json_array_size(uris) > AUTH_MAX_REDIRECT_URIS)
+		snprintf(why, cap, "The application's client metadata document lists no redirect_uris "
+			 "(or more than 8).");
+	else
+		r = 0;
+	memset(cl, 0, sizeof(*cl));
+	json_array_foreach(r == 0 ? uris : NULL, i, u) {
+		if (!json_is_string(u) || !redirect_valid(json_string_value(u))) {
+			snprintf(why, cap, "The application's client metadata document lists a redirect URI "
+				 "this server does not accept.");
+			r = -EINVAL;
+			break;
+		}
+		snprintf(cl->redirect[cl->nredirect++], AUTH_MAX_URI_BYTES, "%s", json_string_value(u));
+	}
+	if (r == 0) {
+		cl->live = true;
+		cl->created = time(NULL);
+		cl->expires = cl->created + AUTH_CIMD_CACHE_S;
+		snprintf(cl->id, sizeof(cl->id), "%s", url);
+		snprintf(cl->name, sizeof(cl->name), "%s", name && printable(name, sizeof(cl->name), true) ? name : "");
+	}
+	json_decref(m);
+	return r;
+}
+
+/* client_get - a copy of a client: registered, cached, or its metadata document fetched now;
+ * 0, or -ENOENT/-EINVAL with a sentence for the person in why */
+static int client_get(const char *id, struct client *out, char *why, size_t cap)
+{
+	pthread_mutex_lock(&A.mu);
+	struct client *cl = client_find(id);
+	if (cl)
+		*out = *cl;
+	pthread_mutex_unlock(&A.mu);
+	if (cl)
+		return 0;
+	if (!is_url_id(id)) {
+		snprintf(why, cap, "The application that sent you here is not registered with this "
+			 "kode-gopher server (or its registration has expired). Go back to it and connect again.");
+		return -ENOENT;
+	}
+	if (!cimd_url_ok(id)) {
+		snprintf(why, cap, "The application's client_id is not a usable https:// URL.");
+		return -EINVAL;
+	}
+	int r = cimd_fetch(id, out, why, cap);
+	if (r != 0) {
+		log_info("client metadata document refused: %s", why);
+		return r;
+	}
+	pthread_mutex_lock(&A.mu);
+	struct client *slot = &A.cimd[0];
+	for (int i = 0; i < AUTH_MAX_CIMD; i++) {
+		if (!A.cimd[i].live || strcmp(A.cimd[i].id, id) == 0) {
+			slot = &A.cimd[i];
+			break;
+		}
+		if (A.cimd[i].expires < slot->expires)
+			slot = &A.cimd[i];
+	}
+	*slot = *out;
+	pthread_mutex_unlock(&A.mu);
+	log_info("client metadata document read: %s \"%s\"", id, out->name);
+	return 0;
 }
 
 /* ---- metadata ---- */
@@ -428,7 +569,7 @@ static enum MHD_Result metadata_server(struct MHD_Connection *c)
 		"authorization_endpoint", a, "token_endpoint", t, "registration_endpoint", r,
 		"response_types_supported", "code", "grant_types_supported", "authorization_code", "refresh_token",
 		"code_challenge_methods_supported", "S256", "token_endpoint_auth_methods_supported", "none",
-		"authorization_response_iss_parameter_supported", 1, "client_id_metadata_document_supported", 0));
+		"authorization_response_iss_parameter_supported", 1, "client_id_metadata_document_supported", 1));
 }
 
 /* ---- /register (RFC 7591) ---- */
@@ -596,16 +737,12 @@ static enum MHD_Result do_authorize(struct MHD_Connection *c)
 	const char *response_type = query(c, "response_type", &dup), *state = query(c, "state", &dup);
 	const char *challenge = query(c, "code_challenge", &dup), *method = query(c, "code_challenge_method", &dup);
 	const char *resource = query(c, "resource", &dup), *scope = query(c, "scope", &dup);
-	pthread_mutex_lock(&A.mu);
-	struct client *cl = client_find(client_id);
-	bool redirect_ok = cl && redirect_uri && client_redirect_ok(cl, redirect_uri);
-	pthread_mutex_unlock(&A.mu);
+	struct client cl;
+	char why[300];
 	/* RFC 6749 4.1.2.1: without a known client and its redirect URI, tell the person, not the URI */
-	if (!cl)
-		return page(c, 400, "Unknown application",
-			    "The application that sent you here is not registered with this kode-gopher "
-			    "server (or its registration has expired). Go back to it and connect again.");
-	if (!redirect_ok)
+	if (!client_id || client_get(client_id, &cl, why, sizeof(why)) != 0)
+		return page(c, 400, "Unknown application", client_id ? why : "The request names no application.");
+	if (!redirect_uri || !client_redirect_ok(&cl, redirect_uri))
 		return page(c, 400, "Wrong return address",
 			    "The application that sent you here asked to be answered at an address it did "
 			    "not register. Go back to it and connect again; if that keeps happening, "
@@ -709,13 +846,14 @@ static enum MHD_Result do_callback(struct MHD_Connection *c)
 	char secret[SECRET_HEX + 1];
 	pthread_mutex_lock(&A.mu);
 	struct client *cl = client_find(p.client_id);
-	if (!cl) {
+	if (!cl && !is_url_id(p.client_id)) {
 		pthread_mutex_unlock(&A.mu);
 		return page(c, 400, "Unknown application",
 			    "The application you are signing in to was removed while you signed in. Go "
 			    "back to it and connect again.");
 	}
-	cl->used = true;
+	if (cl)
+		cl->used = true;
 	struct code *k = code_slot(now);
 	memset(k, 0, sizeof(*k));
 	k->live = true;
@@ -727,7 +865,8 @@ static enum MHD_Result do_callback(struct MHD_Connection *c)
 	snprintf(k->challenge, sizeof(k->challenge), "%s", p.challenge);
 	snprintf(k->scope, sizeof(k->scope), "%s", p.scope);
 	snprintf(k->user, sizeof(k->user), "%s", id.email);
-	log_info("signed in: %s (client %.8s… \"%s\")", id.email, cl->id, cl->name);
+	log_info("signed in: %s (client %.*s… \"%s\")", id.email, is_url_id(p.client_id) ? 120 : 8, p.client_id,
+		 cl ? cl->name : "");
 	pthread_mutex_unlock(&A.mu);
 	enum MHD_Result q = redirect_to(c, p.redirect_uri, "code", secret, cstate);
 	explicit_bzero(secret, sizeof(secret));
@@ -936,7 +1075,8 @@ static enum MHD_Result token_refresh(struct MHD_Connection *c, const struct form
 	const char *why = !g ? "the refresh token is unknown or has expired; sign in again"
 		: now - g->created > AUTH_REFRESH_TOKEN_S ? "the sign-in has expired; sign in again"
 		: strcmp(g->client_id, client_id) != 0 ? "the refresh token was issued to another client"
-		: !client_find(client_id) ? "the client is no longer registered; connect again" : NULL;
+		: !is_url_id(client_id) && !client_find(client_id) ? "the client is no longer registered; connect again"
+		: NULL;
 	if (why) {
 		pthread_mutex_unlock(&A.mu);
 		return oauth_error(c, 400, "invalid_grant", why);
@@ -969,10 +1109,9 @@ static enum MHD_Result do_token(struct MHD_Connection *c, const char *body, size
 	else if (resource && strcmp(resource, A.resource) != 0)
 		q = oauth_error(c, 400, "invalid_target", "this server issues tokens for its own /mcp only");
 	else if (strcmp(grant, "authorization_code") == 0 || strcmp(grant, "refresh_token") == 0) {
-		pthread_mutex_lock(&A.mu);
-		bool known = client_find(client_id) != NULL;
-		pthread_mutex_unlock(&A.mu);
-		if (!known)
+		struct client cl;
+		char why[300];
+		if (client_get(client_id, &cl, why, sizeof(why)) != 0)
 			q = oauth_error(c, 401, "invalid_client", "the client is not registered (or its "
 					"registration expired); register again");
 		else if (grant[0] == 'a')

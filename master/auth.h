@@ -35,6 +35,12 @@
 #define AUTH_MAX_PENDING 512            /* sign-ins waiting for the provider */
 #define AUTH_MAX_CODES 512              /* authorization codes not yet redeemed */
 #define AUTH_MAX_GRANTS 4096            /* refresh-token families (one per sign-in) */
+#define AUTH_MAX_CIMD 128               /* client metadata documents cached */
+
+/* Client ID Metadata Documents: a client_id that is an https:// URL is fetched from there */
+#define AUTH_CIMD_MAX_BYTES (5 * 1024)  /* a document (the draft's suggested cap) */
+#define AUTH_CIMD_TIMEOUT_MS 5000
+#define AUTH_CIMD_CACHE_S 3600          /* a document is refetched after this long */
 
 /* sizes of untrusted input */
 #define AUTH_MAX_FORM_BYTES (16 * 1024) /* a token request's form, a registration's JSON */
@@ -95,6 +101,17 @@ int oidc_check_claims(const json_t *claims, const char *issuer, const char *clie
  * with HTTP Basic client authentication; the body is NUL-terminated */
 int oidc_fetch(const char *url, const char *form, const char *user, const char *pass, long *status,
 	       char **body, size_t *len);
+struct oidc_fetch_opts {
+	size_t max_bytes;
+	long timeout_ms;
+	bool https_only;   /* not even http:// to loopback */
+	bool public_only;  /* connect to public addresses only (a URL a client chose) */
+};
+int oidc_fetch_opts(const char *url, const struct oidc_fetch_opts *o, const char *form, const char *user,
+		    const char *pass, long *status, char **body, size_t *len);
+/* oidc_addr_public - not loopback, private, link-local, CGNAT, multicast or reserved */
+struct sockaddr;
+bool oidc_addr_public(const struct sockaddr *sa);
 
 /* ---- master/auth.c: what master/http.c calls ---- */
 
@@ -114,14 +131,23 @@ bool auth_route(struct MHD_Connection *c, const char *url, const char *method, c
 bool auth_bearer(struct MHD_Connection *c, char *user, size_t cap, enum MHD_Result *q);
 /* auth_check_access - kode-gopher's access token at time now: 0 and its user, or -EACCES */
 int auth_check_access(const char *tok, size_t len, time_t now, char *user, size_t cap);
+/* auth_client_metadata_parse - a Client ID Metadata Document fetched from url, checked into
+ * *cl (master/auth.c's registry entry); 0, or -EINVAL with a sentence in why */
+struct client;
+int auth_client_metadata_parse(const char *url, const char *body, size_t len, struct client *cl, char *why,
+			       size_t cap);
+/* AUTH_CLIENT_BYTES - room for a struct client (tests/fuzz) */
+#define AUTH_CLIENT_BYTES 8192
+
 /* auth_option - serve's --public-url, --oauth-client-file, --allowed-domains, --allowed-users,
- * --oidc-issuer; 1 handled, 0 not ours, -1 bad */
+ * --oidc-issuer, --oauth-ca-file, --client-metadata-loopback; 1 handled, 0 not ours, -1 bad */
 int auth_option(struct serve_config *cfg, const char *name, const char *val);
 /* auth_check_config - what --auth google needs, said at start-up; 0 or -1 */
 int auth_check_config(const struct serve_config *cfg);
 #define AUTH_OPTIONS                                                                              \
 	{ "public-url", required_argument, 0, 0 }, { "oauth-client-file", required_argument, 0, 0 }, \
 	{ "allowed-domains", required_argument, 0, 0 }, { "allowed-users", required_argument, 0, 0 }, \
-	{ "oidc-issuer", required_argument, 0, 0 }
+	{ "oidc-issuer", required_argument, 0, 0 }, { "oauth-ca-file", required_argument, 0, 0 },    \
+	{ "client-metadata-loopback", no_argument, 0, 0 }
 
 #endif

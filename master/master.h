@@ -36,6 +36,8 @@ struct serve_config {
 	int max_workers;
 	const char *auth;         /* "none" (loopback only) or "google" (master/auth.h) */
 	const char *public_url, *oauth_client_file, *allowed_domains, *allowed_users, *oidc_issuer;
+	const char *oauth_ca_file;  /* CAs for sign-in's outgoing requests, instead of the system's */
+	bool client_metadata_loopback; /* tests: client metadata documents on this machine */
 	const char *accounting_log;
 	const char *allowed_hosts; /* comma-separated extra Host values */
 	const char *allowed_origins; /* comma-separated extra Origin values */

@@ -17,6 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 
 #include "master/auth.h"
@@ -29,6 +32,7 @@ static struct {
 	char *client_id, *client_secret;
 	char *authorization_endpoint, *token_endpoint, *jwks_uri;
 	const char *allowed_domains, *allowed_users;
+	const char *ca_file;  /* --oauth-ca-file: instead of the system's CAs */
 	pthread_mutex_t mu;  /* jwks, jwks_at */
 	json_t *jwks;
 	time_t jwks_at;
@@ -55,15 +59,62 @@ static bool oidc_url_ok(const char *u)
 
 struct fetch_buf {
 	char *data;
-	size_t len;
+	size_t len, max;
 	bool too_big;
 };
+
+bool oidc_addr_public(const struct sockaddr *sa)
+{
+	if (sa->sa_family == AF_INET) {
+		uint32_t a = ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr);
+		static const struct { uint32_t net, mask; } no[] = {
+			{ 0x00000000, 0xff000000 }, { 0x0a000000, 0xff000000 }, { 0x64400000, 0xffc00000 },
+			{ 0x7f000000, 0xff000000 }, { 0xa9fe0000, 0xffff0000 }, { 0xac100000, 0xfff00000 },
+			{ 0xc0000000, 0xffffff00 }, { 0xc0000200, 0xffffff00 }, { 0xc0a80000, 0xffff0000 },
+			{ 0xc6120000, 0xfffe0000 }, { 0xc6336400, 0xffffff00 }, { 0xcb007100, 0xffffff00 },
+			{ 0xe0000000, 0xe0000000 }, /* multicast, reserved, broadcast */
+		};
+		for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++)
+			if ((a & no[i].mask) == no[i].net)
+				return false;
+		return true;
+	}
+	if (sa->sa_family != AF_INET6)
+		return false;
+	const uint8_t *b = ((const struct sockaddr_in6 *)sa)->sin6_addr.s6_addr;
+	static const uint8_t mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+	static const uint8_t nat64[12] = { 0, 0x64, 0xff, 0x9b };
+	if (memcmp(b, mapped, 12) == 0 || memcmp(b, nat64, 12) == 0) {
+		struct sockaddr_in v4 = { .sin_family = AF_INET };
+		memcpy(&v4.sin_addr, b + 12, 4);
+		return oidc_addr_public((const struct sockaddr *)&v4);
+	}
+	static const uint8_t zero[15] = { 0 };
+	if (memcmp(b, zero, 15) == 0) /* :: and ::1 */
+		return false;
+	if ((b[0] & 0xfe) == 0xfc || (b[0] == 0xfe && (b[1] & 0xc0) == 0x80) || b[0] == 0xff ||
+	    (b[0] == 0x20 && b[1] == 0x01 && b[2] == 0x0d && b[3] == 0xb8))
+		return false; /* unique local, link-local, multicast, documentation */
+	return true;
+}
+
+/* fetch_socket - libcurl is about to connect: only to public addresses */
+static curl_socket_t fetch_socket(void *cls, curlsocktype purpose, struct curl_sockaddr *a)
+{
+	(void)cls;
+	(void)purpose;
+	if (!oidc_addr_public(&a->addr)) {
+		log_warn("refused to fetch from a non-public address");
+		return CURL_SOCKET_BAD;
+	}
+	return socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
+}
 
 static size_t fetch_write(char *p, size_t sz, size_t n, void *cls)
 {
 	struct fetch_buf *b = cls;
 	size_t add = sz * n;
-	if (b->len + add > AUTH_FETCH_MAX_BYTES) {
+	if (b->len + add > b->max) {
 		b->too_big = true;
 		return 0;
 	}
@@ -80,23 +131,37 @@ static size_t fetch_write(char *p, size_t sz, size_t n, void *cls)
 int oidc_fetch(const char *url, const char *form, const char *user, const char *pass, long *status,
 	       char **body, size_t *len)
 {
+	struct oidc_fetch_opts o = { AUTH_FETCH_MAX_BYTES, AUTH_FETCH_TIMEOUT_MS, false, false };
+	return oidc_fetch_opts(url, &o, form, user, pass, status, body, len);
+}
+
+int oidc_fetch_opts(const char *url, const struct oidc_fetch_opts *o, const char *form, const char *user,
+		    const char *pass, long *status, char **body, size_t *len)
+{
 	*body = NULL;
 	*len = 0;
 	*status = 0;
-	if (!oidc_url_ok(url))
+	if (o->https_only ? strncmp(url, "https://", 8) != 0 : !oidc_url_ok(url))
 		return -EINVAL;
 	CURL *h = curl_easy_init();
 	if (!h)
 		return -ENOMEM;
-	struct fetch_buf b = { 0 };
+	struct fetch_buf b = { .max = o->max_bytes };
 	struct curl_slist *hdr = curl_slist_append(NULL, "Accept: application/json");
 	char *eu = NULL, *ep = NULL;
 	curl_easy_setopt(h, CURLOPT_URL, url);
 	curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
 	curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
 	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)AUTH_FETCH_TIMEOUT_MS);
-	curl_easy_setopt(h, CURLOPT_MAXFILESIZE, (long)AUTH_FETCH_MAX_BYTES);
+	curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)o->timeout_ms);
+	curl_easy_setopt(h, CURLOPT_MAXFILESIZE, (long)o->max_bytes);
+	if (oidc.ca_file)
+		curl_easy_setopt(h, CURLOPT_CAINFO, oidc.ca_file);
+	if (o->public_only) {
+		/* the client chose this URL: no proxy (the address check must see the real peer) */
+		curl_easy_setopt(h, CURLOPT_PROXY, "");
+		curl_easy_setopt(h, CURLOPT_OPENSOCKETFUNCTION, fetch_socket);
+	}
 	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, fetch_write);
 	curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
 	curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
@@ -119,7 +184,7 @@ int oidc_fetch(const char *url, const char *form, const char *user, const char *
 	curl_easy_cleanup(h);
 	if (rc != CURLE_OK || b.too_big) {
 		free(b.data);
-		return b.too_big ? -EFBIG : -EIO;
+		return b.too_big || rc == CURLE_FILESIZE_EXCEEDED ? -EFBIG : -EIO;
 	}
 	*body = b.data ? b.data : strdup("");
 	*len = b.len;
@@ -211,6 +276,7 @@ int oidc_init(const struct serve_config *cfg, char *err, size_t cap)
 	curl_global_init(CURL_GLOBAL_DEFAULT);
 	oidc.allowed_domains = cfg->allowed_domains;
 	oidc.allowed_users = cfg->allowed_users;
+	oidc.ca_file = cfg->oauth_ca_file;
 	snprintf(oidc.issuer, sizeof(oidc.issuer), "%s", cfg->oidc_issuer ? cfg->oidc_issuer : OIDC_GOOGLE);
 	size_t n = strlen(oidc.issuer);
 	if (n && oidc.issuer[n - 1] == '/')

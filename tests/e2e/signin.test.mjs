@@ -2,9 +2,11 @@
  * signin.test.mjs - `serve --http --auth google` against a real OpenID provider (zitadel's,
  * tests/oidc; Google's stand-in through --oidc-issuer), driven by the official TypeScript SDK
  * client's own OAuth support (an OAuthClientProvider and its auth module): discovery from the
- * 401, Dynamic Client Registration, PKCE, the login at the provider (its form filled over
- * plain HTTP, as a browser would), the token, a tool call whose accounting line names the user,
- * refresh with rotation; then what must be refused: tokens of another audience, forged ones,
+ * 401, Dynamic Client Registration and, separately, a Client ID Metadata Document (served over
+ * HTTPS by the test), PKCE, the login at the provider (its form filled over plain HTTP, as a
+ * browser would), the token, a tool call whose accounting line names the user, refresh with
+ * rotation; then what must be refused: bad or unreachable metadata documents (and any on a
+ * loopback address without the tests' flag), tokens of another audience, forged ones,
  * a replayed code or refresh token, a PKCE mismatch, redirect URIs that do not match, users
  * outside the allowed domains, a session used by another user, 1000 registrations; and no
  * token, code or secret in any log.
@@ -12,8 +14,10 @@
  * One provider and one server for the file. Run by tests/run.sh (node --test).
  */
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import fs from 'node:fs';
+import https from 'node:https';
 import os from 'node:os';
 import path from 'node:path';
 import test, { after, before } from 'node:test';
@@ -35,22 +39,49 @@ const USERS = [
 	{ email: 'dan@example.com', password: 'dan-pw-6', verified: false },
 ];
 const login = (email) => ({ username: email, password: USERS.find((u) => u.email === email).password });
+const CIMD_REDIRECT = 'http://127.0.0.1:53683/callback';
+const DOCS = {}; /* path -> the client metadata document served there */
 const QUICK = 'package snippet\n\nimport "context"\n\nfunc run(ctx context.Context) (any, error) { return 42, nil }\n';
 
-let idp, srv, acctPath;
+let idp, srv, acctPath, docs, docsBase;
 const secrets = new Set(); /* every code, token and secret the tests saw: no log may show one */
 
 before(async () => {
 	idp = await startProvider(USERS, ['example.com', 'other.test']);
 	secrets.add(idp.clientSecret);
-	acctPath = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'kg-signin-')), 'accounting.jsonl');
+	const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kg-signin-'));
+	acctPath = path.join(dir, 'accounting.jsonl');
+	/* the clients' metadata documents, over HTTPS with a certificate made here for 127.0.0.1 */
+	execFileSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes',
+		'-keyout', path.join(dir, 'key.pem'), '-out', path.join(dir, 'cert.pem'), '-days', '1', '-subj', '/CN=127.0.0.1',
+		'-addext', 'subjectAltName=IP:127.0.0.1'], { stdio: 'ignore' });
+	docs = https.createServer({ key: fs.readFileSync(path.join(dir, 'key.pem')), cert: fs.readFileSync(path.join(dir, 'cert.pem')) },
+		(req, res) => {
+			const doc = DOCS[req.url];
+			res.writeHead(doc ? 200 : 404, { 'content-type': 'application/json' });
+			res.end(doc ? (typeof doc === 'string' ? doc : JSON.stringify(doc)) : '{}');
+		});
+	await new Promise((r) => docs.listen(0, '127.0.0.1', r));
+	docsBase = `https://127.0.0.1:${docs.address().port}`;
+	const cimd = (name, extra = {}) => ({ client_id: `${docsBase}/${name}`, client_name: `cimd ${name}`,
+		redirect_uris: [CIMD_REDIRECT], token_endpoint_auth_method: 'none', ...extra });
+	Object.assign(DOCS, {
+		'/good.json': cimd('good.json'),
+		'/other-id.json': cimd('other-id.json', { client_id: `${docsBase}/good.json` }),
+		'/secret.json': cimd('secret.json', { token_endpoint_auth_method: 'client_secret_basic', client_secret: 'x' }),
+		'/bad-redirect.json': cimd('bad-redirect.json', { redirect_uris: ['http://evil.example/cb'] }),
+		'/big.json': JSON.stringify({ ...cimd('big.json'), padding: 'x'.repeat(6000) }),
+		'/not-json.json': 'hello',
+	});
 	srv = await httpServe(['--auth', 'google', '--oidc-issuer', idp.issuer, '--oauth-client-file', idp.clientFile,
 		'--allowed-domains', 'example.com', '--allowed-users', 'carol@gmail.test',
+		'--oauth-ca-file', path.join(dir, 'cert.pem'), '--client-metadata-loopback',
 		'--accounting-log', acctPath, '--workers-min-idle', '1', '--max-sandboxes-per-user', '4'], { keep: true });
 });
 
 after(async () => {
 	await srv?.close();
+	docs?.close();
 	await idp?.close();
 	if (acctPath)
 		fs.rmSync(path.dirname(acctPath), { recursive: true, force: true });
@@ -59,8 +90,9 @@ after(async () => {
 /* TestClient - an OAuthClientProvider kept in memory, as an MCP client would implement one;
  * redirectToAuthorization only records the URL, which the test then browses to */
 class TestClient {
-	constructor(redirect = 'http://127.0.0.1:53682/callback') {
+	constructor(redirect = 'http://127.0.0.1:53682/callback', metadataUrl = undefined) {
 		this.redirect = redirect;
+		this.clientMetadataUrl = metadataUrl;
 		this.authUrl = null;
 		this.lastState = null;
 	}
@@ -376,6 +408,56 @@ test('signin: 1000 registrations stay bounded, and clients already used keep wor
 	const refreshed = await token({ grant_type: 'refresh_token', refresh_token: first.json.refresh_token, client_id: c.client_id });
 	assert.equal(refreshed.status, 200, `a client someone signed in through survives the flood: ${JSON.stringify(refreshed.json)}`);
 	await alice.client.ping();
+});
+
+test('signin: a client known by its metadata document (CIMD) signs in without registering', T, async () => {
+	const url = `${docsBase}/good.json`;
+	const carol = await signIn('carol@gmail.test', new TestClient(CIMD_REDIRECT, url));
+	assert.equal(carol.provider.client.client_id, url, 'the URL is the client_id');
+	await carol.client.ping();
+	assert.match(srv.stderr, /client metadata document read: https:\/\/127\.0\.0\.1:\d+\/good\.json "cimd good\.json"/);
+	assert.equal(await auth(carol.provider, { serverUrl: new URL(srv.url) }), 'AUTHORIZED', 'and refreshes');
+	await carol.transport.close();
+});
+
+test('signin: unknown, oversized or inconsistent client metadata documents are refused', T, async () => {
+	const go = (doc, redirect = CIMD_REDIRECT) => fetch(authorizeUrl({ client_id: `${docsBase}/${doc}`, redirect_uri: redirect,
+		code_challenge: pkce().challenge }), { redirect: 'manual' });
+	for (const [doc, why] of [['missing.json', /could not be read/], ['big.json', /larger than 5 KiB/],
+		['other-id.json', /another client_id/], ['secret.json', /client secret/], ['bad-redirect.json', /redirect URI/],
+		['not-json.json', /another client_id/]]) {
+		const r = await go(doc);
+		assert.equal(r.status, 400, doc);
+		assert.equal(r.headers.get('location'), null, doc);
+		assert.match(await r.text(), why, doc);
+	}
+	const wrong = await go('good.json', 'http://127.0.0.1:53683/elsewhere');
+	assert.equal(wrong.status, 400);
+	assert.match(await wrong.text(), /Wrong return address/);
+	for (const id of ['http://127.0.0.1/x.json', 'https://127.0.0.1/', 'https://user@127.0.0.1/x.json', `${docsBase}/../good.json`]) {
+		const r = await fetch(authorizeUrl({ client_id: id, redirect_uri: CIMD_REDIRECT, code_challenge: pkce().challenge }), { redirect: 'manual' });
+		assert.equal(r.status, 400, id);
+	}
+});
+
+test('signin: without --client-metadata-loopback a metadata document on this machine is never fetched (SSRF)', T, async () => {
+	const other = await httpServe(['--auth', 'google', '--oidc-issuer', idp.issuer, '--oauth-client-file', idp.clientFile,
+		'--allowed-domains', 'example.com', '--oauth-ca-file', path.join(path.dirname(acctPath), 'cert.pem'),
+		'--workers-min-idle', '0']);
+	try {
+		let hits = 0;
+		const count = () => { hits++; };
+		docs.on('request', count);
+		const r = await fetch(new URL(authorizeUrl({ client_id: `${docsBase}/good.json`, redirect_uri: CIMD_REDIRECT,
+			code_challenge: pkce().challenge }).search, `${other.base}/authorize`), { redirect: 'manual' });
+		docs.off('request', count);
+		assert.equal(r.status, 400);
+		assert.match(await r.text(), /could not be read/);
+		assert.equal(hits, 0, 'no request reached the loopback server');
+		assert.match(other.stderr, /refused to fetch from a non-public address/);
+	} finally {
+		await other.close();
+	}
 });
 
 test('signin: no token, code or secret in any log or accounting line', T, async () => {
