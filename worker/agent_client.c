@@ -177,6 +177,17 @@ static int ac_feed(struct ac_xfer *x, const char *p, size_t n)
 	return 0;
 }
 
+/* ac_stream_end - the /execute stream ended cleanly: it must have carried the result */
+static int ac_stream_end(struct ac_xfer *x, char *err, size_t errlen)
+{
+	if (!x->result) {
+		/* a clean end of the stream without the result is still a dead call */
+		snprintf(err, errlen, "%s (the stream ended before the result)", ac_died);
+		return -EPIPE;
+	}
+	return 0;
+}
+
 /* ac_write - curl write callback: stream for a 200 /execute, collect otherwise */
 static size_t ac_write(char *p, size_t size, size_t nmemb, void *ud)
 {
@@ -457,10 +468,8 @@ static int ac_call(const struct agent_endpoint *ep, const char *path, const char
 			rc = ac_proxy_error(x, err, errlen);
 		} else if (x->status != 200) {
 			rc = ac_status_error(x, err, errlen);
-		} else if (x->kind == AC_EXECUTE && !x->result) {
-			/* a clean end of the stream without the result is still a dead call */
-			snprintf(err, errlen, "%s (the stream ended before the result)", ac_died);
-			rc = -EPIPE;
+		} else if (x->kind == AC_EXECUTE) {
+			rc = ac_stream_end(x, err, errlen);
 		}
 	}
 	if (rc < 0 && rc != -EBUSY && rc != -EALREADY)
@@ -478,6 +487,27 @@ static void ac_xfer_free(struct ac_xfer *x)
 	free(x->buf);
 	free(x->line);
 	json_decref(x->result);
+}
+
+/* agent_client_read_stream - the /execute stream's parsing without the transfer (see .h) */
+int agent_client_read_stream(const char *const *piece, const size_t *len, size_t npieces,
+			     agent_progress_fn progress, void *ctx, agent_event_fn on_event,
+			     void *ectx, json_t **result, char *err, size_t errlen)
+{
+	struct ac_xfer x = { .kind = AC_EXECUTE, .status = 200, .err = err, .errlen = errlen,
+			     .progress = progress, .ctx = ctx, .on_event = on_event, .ectx = ectx };
+	int rc = 0;
+	for (size_t i = 0; i < npieces && !rc; i++)
+		if (ac_feed(&x, piece[i], len[i]) < 0)
+			rc = x.rc ? x.rc : -EPROTO;
+	if (!rc)
+		rc = ac_stream_end(&x, err, errlen);
+	if (rc == 0) {
+		*result = x.result;
+		x.result = NULL;
+	}
+	ac_xfer_free(&x);
+	return rc;
 }
 
 /* ac_answer - the collected 200 answer as a JSON object, or -EPROTO */

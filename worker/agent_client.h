@@ -92,6 +92,17 @@ int agent_client_execute_ev(const struct agent_endpoint *ep, json_t *req,
 			    void *ectx, volatile int *cancel, json_t **result, char *err,
 			    size_t errlen);
 
+/*
+ * agent_client_read_stream - what agent_client_execute_ev makes of the body of a 200 /execute
+ * answer, without the transfer: the bytes as they arrived (npieces pieces of len[i] bytes),
+ * every line checked and acted on as in a call (progress, on_event), one result at the end.
+ * Returns 0 and *result, or -EPROTO, -ENOMEM, or -EPIPE (no result) with a sentence in err.
+ * The transfer calls the same code piece by piece; this entry is for tests/fuzz/ and tests/unit/.
+ */
+int agent_client_read_stream(const char *const *piece, const size_t *len, size_t npieces,
+			     agent_progress_fn progress, void *ctx, agent_event_fn on_event,
+			     void *ectx, json_t **result, char *err, size_t errlen);
+
 /* agent_client_token - POST /token {"id",...}: the worker's answer to a token_request; 0, or
  * -ESRCH (404: nobody waits for it any more) and the usual errors */
 int agent_client_token(const struct agent_endpoint *ep, json_t *answer, char *err,

@@ -197,7 +197,9 @@ struct kube_xfer {
 	CURL *h;
 };
 
-static int kube_line(struct kube_xfer *x, const char *p, size_t n)
+/* kube_watch_line - one watch event: hand it to fn, or its verdict */
+static int kube_watch_line(const char *p, size_t n, kube_watch_fn fn, void *ctx, char *rv_out,
+			   size_t rv_cap)
 {
 	json_error_t je;
 	json_t *ev = json_loadb(p, n, 0, &je);
@@ -212,13 +214,29 @@ static int kube_line(struct kube_xfer *x, const char *p, size_t n)
 	} else {
 		const char *rv = json_string_value(
 			json_object_get(json_object_get(obj, "metadata"), "resourceVersion"));
-		if (rv && x->rv_out)
-			snprintf(x->rv_out, x->rv_cap, "%s", rv);
+		if (rv && rv_out)
+			snprintf(rv_out, rv_cap, "%s", rv);
 		if (strcmp(type, "BOOKMARK") != 0)
-			r = x->fn(x->ctx, type, obj);
+			r = fn(ctx, type, obj);
 	}
 	json_decref(ev);
 	return r;
+}
+
+/* kube_watch_lines - the watch's line splitting, apart from the transfer (see kube.h) */
+int kube_watch_lines(char *buf, size_t *len, kube_watch_fn fn, void *ctx, char *rv_out,
+		     size_t rv_cap)
+{
+	char *nl;
+	while ((nl = memchr(buf, '\n', *len))) {
+		size_t line = (size_t)(nl - buf);
+		int r = line ? kube_watch_line(buf, line, fn, ctx, rv_out, rv_cap) : 0;
+		memmove(buf, nl + 1, *len - line - 1);
+		*len -= line + 1;
+		if (r)
+			return r;
+	}
+	return 0;
 }
 
 static size_t kube_write(char *p, size_t size, size_t nmemb, void *ud)
@@ -249,16 +267,10 @@ static size_t kube_write(char *p, size_t size, size_t nmemb, void *ud)
 	if (x->status != 200)
 		return n;
 	/* a watch: hand out whole lines */
-	char *nl;
-	while ((nl = memchr(x->buf, '\n', x->len))) {
-		size_t line = (size_t)(nl - x->buf);
-		int r = line ? kube_line(x, x->buf, line) : 0;
-		memmove(x->buf, nl + 1, x->len - line - 1);
-		x->len -= line + 1;
-		if (r) {
-			x->stop = r;
-			return 0;
-		}
+	int r = kube_watch_lines(x->buf, &x->len, x->fn, x->ctx, x->rv_out, x->rv_cap);
+	if (r) {
+		x->stop = r;
+		return 0;
 	}
 	return n;
 }

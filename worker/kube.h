@@ -73,6 +73,16 @@ int kube_api_watch(struct kube_api *k, const char *path, const char *rv, int tim
 		   kube_watch_fn fn, void *ctx, char *rv_out, size_t cap, char *err,
 		   size_t errlen);
 
+/*
+ * kube_watch_lines - what kube_api_watch does with the bytes of a 200 watch answer, apart from
+ * the transfer: each complete line at the front of buf (*len bytes) is one event (parsed, its
+ * resourceVersion copied to rv_out, handed to fn unless a BOOKMARK) and is removed; the
+ * unfinished rest moves to the front. Returns 0, fn's nonzero value, -ESTALE for an ERROR
+ * event with code 410, or -EIO for a line that is not a watch event. For tests/fuzz/.
+ */
+int kube_watch_lines(char *buf, size_t *len, kube_watch_fn fn, void *ctx, char *rv_out,
+		     size_t rv_cap);
+
 /* kube_now_rfc3339 - now + offset_s as "2026-11-30T15:55:09Z" */
 void kube_time_rfc3339(long offset_s, char *out, size_t cap);
 

@@ -153,8 +153,8 @@ static int kb_patch_lifecycle(struct kube_api *k, const char *name, char *err, s
 	return r;
 }
 
-/* kb_condition - the claim's Ready condition: 1 True, 0 not (yet), and why in why */
-static int kb_ready(json_t *claim, char *why, size_t cap)
+/* sandbox_kube_claim_ready - the claim's Ready condition: 1 True, 0 not (yet), and why in why */
+int sandbox_kube_claim_ready(json_t *claim, char *why, size_t cap)
 {
 	json_t *st = json_object_get(claim, "status"), *c;
 	size_t i;
@@ -195,7 +195,7 @@ static int kb_on_event(void *ctx, const char *type, json_t *obj)
 		return 2;
 	}
 	char why[8];
-	return kb_ready(obj, why, sizeof(why)) ? 1 : 0;
+	return sandbox_kube_claim_ready(obj, why, sizeof(why)) ? 1 : 0;
 }
 
 /* kb_wait_ready - watch the claim until it is Ready; *claim = its Ready state (owned) */
@@ -222,7 +222,7 @@ static int kb_wait_ready(struct kube_api *k, const char *name, json_t **claim, c
 			}
 			if (r != 0)
 				break;
-			if (kb_ready(w.last, why, sizeof(why))) {
+			if (sandbox_kube_claim_ready(w.last, why, sizeof(why))) {
 				r = 1;
 				break;
 			}
@@ -253,7 +253,7 @@ static int kb_wait_ready(struct kube_api *k, const char *name, json_t **claim, c
 			 name);
 		r = -ENOENT;
 	} else if (r == -ETIMEDOUT) {
-		kb_ready(w.last, why, sizeof(why));
+		sandbox_kube_claim_ready(w.last, why, sizeof(why));
 		snprintf(err, errlen, "SandboxClaim %s/%s was not Ready after %d s: %s. Check that "
 			 "the warm pool %s exists and has ready sandboxes (kubectl get "
 			 "sandboxwarmpool,sandbox -n %s)", kube_api_namespace(k), name,
