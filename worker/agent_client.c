@@ -177,13 +177,21 @@ static int ac_feed(struct ac_xfer *x, const char *p, size_t n)
 	return 0;
 }
 
-/* ac_stream_end - the /execute stream ended cleanly: it must have carried the result */
+/*
+ * ac_stream_end - the /execute stream ended cleanly: it must have carried the result, and
+ * nothing after it, not even an unfinished line (the agent ends every line with a newline;
+ * bytes after the result's line that never got one are still data after the result)
+ */
 static int ac_stream_end(struct ac_xfer *x, char *err, size_t errlen)
 {
 	if (!x->result) {
 		/* a clean end of the stream without the result is still a dead call */
 		snprintf(err, errlen, "%s (the stream ended before the result)", ac_died);
 		return -EPIPE;
+	}
+	if (x->llen) {
+		snprintf(err, errlen, "the sandbox sent more data after the result of the call");
+		return -EPROTO;
 	}
 	return 0;
 }

@@ -963,6 +963,12 @@ static void test_bad_streams(void **state)
 				      "0\r\n\r\n";
 	assert_int_equal(canned_execute(x->dir, two, err, sizeof(err)), -EPROTO);
 	assert_non_null(strstr(err, "after the result"));
+	/* an unfinished line after the result is data after the result too (found by
+	 * fuzz_agent_stream: tests/fuzz/corpus/fuzz_agent_stream/regress-unterminated-after-result) */
+	const char *tail = NDJSON_HEAD "39\r\n{\"event\":\"result\",\"result\":{\"a\":1}}\n"
+				       "{\"event\":\"heartbeat\"}\r\n0\r\n\r\n";
+	assert_int_equal(canned_execute(x->dir, tail, err, sizeof(err)), -EPROTO);
+	assert_non_null(strstr(err, "after the result"));
 	const char *noresult = NDJSON_HEAD "16\r\n{\"event\":\"heartbeat\"}\n\r\n0\r\n\r\n";
 	assert_int_equal(canned_execute(x->dir, noresult, err, sizeof(err)), -EPIPE);
 	assert_non_null(strstr(err, "ended before the result"));
