@@ -70,6 +70,12 @@ static void ac_fail(struct ac_xfer *x, int rc, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(x->err, x->errlen, fmt, ap);
 	va_end(ap);
+	/* the sentence may quote the sandbox's bytes (jansson's context of a bad line, an event
+	 * name cut at 32 bytes, a content type): keep it printable ASCII, so that it survives the
+	 * JSON encoding on its way to the model instead of emptying the answer */
+	for (char *p = x->errlen ? x->err : ""; *p; p++)
+		if ((unsigned char)*p < 0x20 || (unsigned char)*p > 0x7e)
+			*p = '?';
 }
 
 /* ac_grow - make room for n more bytes in *buf, never past max */

@@ -984,6 +984,48 @@ static void test_bad_streams(void **state)
 	assert_int_equal(canned_execute(x->dir, noprog, err, sizeof(err)), -EPROTO);
 }
 
+/* stream_read - agent_client_read_stream on one piece */
+static int stream_read(const char *text, size_t len, char *err, size_t errlen)
+{
+	const char *piece[1] = { text };
+	size_t plen[1] = { len };
+	json_t *res = NULL;
+	int rc = agent_client_read_stream(piece, plen, 1, NULL, NULL, NULL, NULL, &res, err, errlen);
+	json_decref(res);
+	return rc;
+}
+
+/*
+ * test_stream_sentences_are_utf8 - an error sentence that quotes the sandbox's bytes must
+ * still be a JSON string, or the model gets an empty answer instead of it (found by
+ * fuzz_agent_stream: tests/fuzz/corpus/fuzz_agent_stream/regress-error-not-utf8)
+ */
+static void test_stream_sentences_are_utf8(void **state)
+{
+	(void)state;
+	char err[ERRLEN];
+	/* jansson quotes the bytes near a syntax error, here half a UTF-8 character */
+	const char bad[] = "{\"event\":\"result\",\"result\":{\"stdout\":\"\\u0\xc6\x9a\"}}\n";
+	assert_int_equal(stream_read(bad, sizeof(bad) - 1, err, sizeof(err)), -EPROTO);
+	assert_non_null(strstr(err, "not a JSON event"));
+	json_t *j = json_string(err);
+	assert_non_null(j);
+	json_decref(j);
+	/* an oversized event's name is quoted cut at 32 bytes: here in the middle of an e-acute */
+	size_t pad = AGENT_CLIENT_MAX_LINE + 16;
+	char *big = malloc(pad + 200);
+	assert_non_null(big);
+	int n = sprintf(big, "{\"event\":\"%s\xc3\xa9\",\"pad\":\"", "0123456789012345678901234567890");
+	memset(big + n, 'x', pad);
+	strcpy(big + n + pad, "\"}\n");
+	assert_int_equal(stream_read(big, strlen(big), err, sizeof(err)), -EPROTO);
+	assert_non_null(strstr(err, "oversized"));
+	j = json_string(err);
+	assert_non_null(j);
+	json_decref(j);
+	free(big);
+}
+
 /* ---- the real pipeline ---- */
 
 /* write_file - create path with content */
@@ -1099,6 +1141,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_cancel, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_heartbeat, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_tcp, fx_setup, fx_teardown),
+		cmocka_unit_test(test_stream_sentences_are_utf8),
 		cmocka_unit_test_setup_teardown(test_bad_streams, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_real_pipeline, fx_setup, fx_teardown),
 	};
