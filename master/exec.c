@@ -354,17 +354,23 @@ static json_t *exec_args(int n, char **operands, int timeout_s)
 	if (timeout_s > 0)
 		json_object_set_new(args, "timeout_seconds", json_integer(timeout_s));
 	size_t len = 0;
-	if (n == 1 && strcmp(operands[0], "-") == 0) {
-		char *content = read_all("-", &len);
+	struct stat st;
+	/* stdin, or a pipe such as `exec <(generate)`, is one file without a name */
+	bool piped = n == 1 && (strcmp(operands[0], "-") == 0 ||
+				(stat(operands[0], &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode))));
+	if (piped) {
+		char *content = read_all(operands[0], &len);
 		if (!content) {
-			fprintf(stderr, "kode-gopher exec: cannot read stdin: %s\n", strerror(errno));
+			fprintf(stderr, "kode-gopher exec: cannot read %s: %s\n",
+				strcmp(operands[0], "-") == 0 ? "stdin" : operands[0], strerror(errno));
 			json_decref(args);
 			return NULL;
 		}
 		json_t *code = json_stringn(content, len);
 		free(content);
 		if (!code) {
-			fprintf(stderr, "kode-gopher exec: stdin is not UTF-8 text: send Go source\n");
+			fprintf(stderr, "kode-gopher exec: %s is not UTF-8 text: send Go source\n",
+				strcmp(operands[0], "-") == 0 ? "stdin" : operands[0]);
 			json_decref(args);
 			return NULL;
 		}

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "master/auth.h"
@@ -363,6 +364,26 @@ int serve_config_option(struct serve_config *cfg, const char *name, const char *
 	return 1;
 }
 
+/* serve_runtime_check - local sandboxes mount the precompiled Go caches: without them every
+ * sandbox would die at its first mount, far from the cause, so say it at start */
+static int serve_runtime_check(const char *dir)
+{
+	static const char *const subdirs[] = { "gomodcache", "gocache" };
+	for (size_t i = 0; i < sizeof(subdirs) / sizeof(subdirs[0]); i++) {
+		char p[PATH_MAX];
+		struct stat st;
+		snprintf(p, sizeof(p), "%s/%s", dir, subdirs[i]);
+		if (stat(p, &st) != 0 || !S_ISDIR(st.st_mode)) {
+			fprintf(stderr, "kode-gopher: no Go runtime caches in %s (%s: %s): run `make runtime` "
+				"in the kode-gopher checkout to prepare them (a few minutes, once), or point "
+				"--runtime-dir at them\n", dir, p, stat(p, &st) != 0 ? strerror(errno) :
+				"not a directory");
+			return -1;
+		}
+	}
+	return 0;
+}
+
 /* serve_accounting_check - an accounting log that cannot be written is a start-up error: a
  * server that ran without the accounting its operator asked for would be found out too late */
 static int serve_accounting_check(const char *path)
@@ -447,6 +468,8 @@ int serve_main(int argc, char **argv)
 		return 2;
 	log_init("master", cfg.log_level);
 	if (serve_backend_init(&cfg) != 0)
+		return 2;
+	if (!cfg.kubernetes && serve_runtime_check(cfg.runtime_dir) != 0)
 		return 2;
 	if (cfg.http) {
 		if (!cfg.accounting_log)

@@ -95,6 +95,11 @@ test('exec from another directory: absolute paths, a directory, a subdirectory p
 	assert.equal(named.code, 2, named.stderr);
 	assert.match(named.stderr, /blob\.bin is not UTF-8 text/);
 	fs.rmSync(path.join(root, 'blob.bin'));
+	// a pipe (bash's `exec <(generate)`) is read as one unnamed file
+	const piped = await spawnOut('bash', ['-c', `"${BIN}" exec <(printf '%s' "$SRC")`],
+		{ SRC: 'package main\n\nimport "fmt"\n\nfunc main() { fmt.Println("piped") }\n' });
+	assert.equal(piped.code, 0, piped.stdout);
+	assert.equal(piped.stdout, 'piped\n');
 	// the same with --json: the files went as files, with their paths under the module
 	const j = await kg(['exec', '--json', root], { cwd: '/' });
 	assert.equal(j.code, 0, j.stderr);
@@ -228,6 +233,8 @@ test('exec: exit 2 for usage and server errors, each said in one line', T, async
 		[['serve', '--claim-lease', '10'], /--claim-lease wants a duration with its unit/],
 		[['serve', '--http', '127.0.0.1:1', '--accounting-log', path.join(scratch, 'no-dir', 'a.jsonl')],
 			/--accounting-log .*no-dir\/a\.jsonl: cannot open it for appending: No such file or directory \(create its directory first/],
+		[['serve', '--runtime-dir', path.join(scratch, 'no-runtime')],
+			/^kode-gopher: no Go runtime caches in .*no-runtime .*No such file or directory\): run `make runtime`/],
 		[['exce'], /^kode-gopher: unknown command "exce"; did you mean exec\?$/],
 		[['sandboxes', 'list', '--sandbox-root'], /^kode-gopher sandboxes: --sandbox-root needs a value/],
 	];
