@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 
 debs=(build-essential pkg-config libnng-dev libmsgpack-dev libcurl4-openssl-dev libjansson-dev
       libseccomp-dev libmicrohttpd-dev libssl-dev libyaml-dev libcmocka-dev clang libclang-rt-14-dev
-      curl ca-certificates openssl iproute2 hyperfine)
+      curl ca-certificates openssl iproute2 hyperfine
+      chromium)   # the sign-in test's browser (tests/e2e/signin-browser.test.mjs, with playwright-core)
 missing=()
 for p in "${debs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
