@@ -200,6 +200,11 @@ function mcpWith(tok, headers = {}) {
 	});
 }
 
+/* logged - the server's stderr shows re, soon (its pipe may lag behind its HTTP answers) */
+function logged(server, re) {
+	return waitFor(() => re.test(server.stderr), { what: `the log line ${re}` });
+}
+
 function acct() {
 	return fs.existsSync(acctPath) ? fs.readFileSync(acctPath, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l)) : [];
 }
@@ -230,7 +235,7 @@ test('signin: the SDK signs alice in (DCR, PKCE, the provider\'s login) and her 
 	const line = await waitFor(() => acct().find((l) => l.event === 'call' && l.session === alice.transport.sessionId),
 		{ what: 'the accounting line of the call' });
 	assert.equal(line.user, 'alice@example.com');
-	assert.match(srv.stderr, /signed in: alice@example\.com/);
+	await logged(srv, /signed in: alice@example\.com/);
 });
 
 test('signin: refresh gives new tokens and rotates the refresh token; the old one then revokes the sign-in', T, async () => {
@@ -365,7 +370,7 @@ test('signin: people outside the allowed domains and users get a page that says 
 	const carol = await go('carol@gmail.test');
 	assert.ok(carol.location?.searchParams.get('code'), 'a listed consumer account may sign in');
 	secrets.add(carol.location.searchParams.get('code'));
-	assert.match(srv.stderr, /sign-in refused for eve@other\.test/);
+	await logged(srv, /sign-in refused for eve@other\.test/);
 });
 
 test('signin: a session answers only the user who opened it', T, async () => {
@@ -415,7 +420,7 @@ test('signin: a client known by its metadata document (CIMD) signs in without re
 	const carol = await signIn('carol@gmail.test', new TestClient(CIMD_REDIRECT, url));
 	assert.equal(carol.provider.client.client_id, url, 'the URL is the client_id');
 	await carol.client.ping();
-	assert.match(srv.stderr, /client metadata document read: https:\/\/127\.0\.0\.1:\d+\/good\.json "cimd good\.json"/);
+	await logged(srv, /client metadata document read: https:\/\/127\.0\.0\.1:\d+\/good\.json "cimd good\.json"/);
 	assert.equal(await auth(carol.provider, { serverUrl: new URL(srv.url) }), 'AUTHORIZED', 'and refreshes');
 	await carol.transport.close();
 });
@@ -454,7 +459,7 @@ test('signin: without --client-metadata-loopback a metadata document on this mac
 		assert.equal(r.status, 400);
 		assert.match(await r.text(), /could not be read/);
 		assert.equal(hits, 0, 'no request reached the loopback server');
-		assert.match(other.stderr, /refused to fetch from a non-public address/);
+		await logged(other, /refused to fetch from a non-public address/);
 	} finally {
 		await other.close();
 	}
