@@ -1,53 +1,28 @@
 /*
- * ipc.h - the master <-> worker contract (Dovecot's master-interface.h in spirit).
+ * ipc.h - the master <-> worker contract (Dovecot's master-interface.h, OpenSSH's monitor
+ * tables): every message type once, in IPC_MESSAGES below. The enum, the names, the body
+ * structs, the encoders (ipc_pack_<name>) and the strict decoders (ipc_decode) are all generated
+ * from that table; the master's dispatch (master/monitor.c) and the worker's (worker/main.c)
+ * take the direction, the phases and the flags from it. docs/architecture.md explains it.
  *
  * Transport: one nng pair1 socket per worker on an ipc:// path inside the master's 0700 runtime
  * directory; the master listens, the worker dials, and the master admits only the pid it forked.
  *
  * Every message is a msgpack array [version, type, seq, body] where body is a map with string
  * keys. Types come in request/answer pairs (IPC_REQ_x answered by IPC_ANS_x with the same seq)
- * plus notifications (IPC_NOTE_x). Each type has its own decoder: it rejects a missing or
- * mistyped key, an unknown key, trailing bytes and anything over IPC_MAX_MSG.
+ * plus notifications (IPC_NOTE_x). A decoder rejects a missing, duplicate, unknown or mistyped
+ * key, a value outside the field's range (for str and bin: its length), trailing bytes and
+ * anything over IPC_MAX_MSG.
  *
- *   type              dir   body
- *   HELLO             w->m  pid:uint  version:str                 first message of a worker
- *   REQ_MCP           m->w  msg:bin  replay:bool                  one client JSON-RPC message
- *   ANS_MCP           w->m  msg:bin                               its answer; empty = none
- *   REQ_MCP_TOOBIG    m->w  head:bin tail:bin size:uint           a client line over the limit
- *   NOTE_MCP          w->m  msg:bin  rel:uint                     server->client message; rel =
- *                                                                 seq of the request it belongs to
- *   NOTE_ACCEPTED     w->m  id:bin                                a slow request (seq) started;
- *                                                                 id = its JSON-RPC id as JSON
- *   NOTE_SESSION      w->m  init:bin protocol:str                 initialize succeeded: the
- *                                                                 message to replay after a crash
- *   NOTE_STATE        w->m  state:str                             "idle" | "busy"
- *   REQ_SANDBOX       w->m  op:str name:str                       "spawn" | "release" a sandbox
- *   ANS_SANDBOX       m->w  ok:bool error:str socket:str name:str dir:str
- *   REQ_SHUTDOWN      m->w  reason:str                            end the session and exit
- *   NOTE_SANDBOX      m->w  name:str status:str                   the worker's sandbox ended
- *                                                                 by itself ("exited with 1")
- *   NOTE_ASSIGN       m->w  session:str user:str                  a pre-started worker is
- *                                                                 handed its session
- *   REQ_QUOTA         w->m  (empty)                               may this session claim a
- *   ANS_QUOTA         m->w  ok:bool error:str                     sandbox (per-user limit)?
- *   NOTE_CALL         w->m  tool:str kind:str build_ms:uint run_ms:uint cpu_user_ms:uint
- *                           cpu_sys_ms:uint max_rss_kb:uint bytes_in:uint bytes_out:uint
- *                                                                 one finished tool call, for
- *                                                                 metrics and accounting
- *   REQ_KUBE          w->m  refresh:bool                          the Kubernetes API server and
- *                                                                 current credentials, please;
- *                                                                 refresh: the last were refused
- *   ANS_KUBE          m->w  ok:bool error:str server:str ca:bin cert:bin key:bin token:str
- *                           insecure:bool sni:str namespace:str in_cluster:bool expires:uint
- *                                                                 from the kubeconfig (or the
- *                                                                 pod's service account), an
- *                                                                 exec plugin's output included;
- *                                                                 expires = unix seconds, 0 never
- *   NOTE_CLAIM        w->m  name:str keep:bool                    the worker holds this
- *                                                                 SandboxClaim ("" = none any
- *                                                                 more): the master deletes it
- *                                                                 if the worker dies holding it
- *                                                                 and keep is false
+ * Phases (the same on both sides; each side keeps its own view of the pair's phase):
+ *   STARTING  the worker was started and has not said HELLO
+ *   IDLE      HELLO said, no session yet (a pre-started worker of serve --http)
+ *   SESSION   serving its one session (stdio workers enter it with HELLO; pool workers with
+ *             NOTE_ASSIGN, which the master counts from the moment it picks the worker)
+ *   ENDING    REQ_SHUTDOWN sent: the worker winds down (deletes its claim) and exits
+ * A message whose phases column does not include the receiver's current phase ends the sender
+ * (the master kills such a worker; a worker exits). Flags: ONCE - at most once per worker;
+ * ANSWER - only with the seq of a request of the other side that is still waiting for it.
  */
 #ifndef KG_IPC_H
 #define KG_IPC_H
@@ -64,26 +39,114 @@
 #define IPC_MAX_MSG (MCP_MAX_MESSAGE + 64u * 1024)
 #define IPC_TOOBIG_KEEP (16u * 1024) /* head and tail kept of an oversized line */
 
+/*
+ * The contract. One row per message:
+ *   X(TYPE, fn, member, direction, phases, flags)
+ * TYPE names IPC_TYPE; fn names the encoder ipc_pack_<fn>; member names the body, both the
+ * union member ipc_msg.u.<member> and its type struct ipc_<member>, whose fields are listed in
+ * IPC_BODY_<TYPE> as F(S, kind, name, min, max): kind UINT (uint64_t, value in [min,max]),
+ * BOOL, STR or BIN (struct ipc_bytes, length in [min,max]). The encoder takes the fields in
+ * that order (a BIN field as pointer and length). Adding a message: a row here, its body below,
+ * its answer in master/monitor.c or its handler in worker/main.c, and its caller.
+ *
+ * What each message means:
+ *   HELLO            the worker's first message: its pid and version
+ *   REQ_MCP          one client JSON-RPC message (replay: the initialize replayed after a crash)
+ *   ANS_MCP          its answer; empty = none (a notification)
+ *   REQ_MCP_TOOBIG   the ends of a client line over the limit: the worker answers with an error
+ *   NOTE_MCP         a server->client message; rel = seq of the REQ_MCP it belongs to
+ *   NOTE_ACCEPTED    a slow request (seq) started; id = its JSON-RPC id as JSON
+ *   NOTE_SESSION     initialize succeeded: the message to replay after a crash
+ *   NOTE_STATE       "idle" | "busy"
+ *   REQ_SANDBOX      op "spawn" | "release" the worker's local sandbox; name must be "" (the
+ *                    master names sandboxes)
+ *   ANS_SANDBOX      where its agent listens (socket), or why there is none
+ *   REQ_SHUTDOWN     end the session and exit
+ *   NOTE_SANDBOX     the worker's sandbox ended by itself ("exited with status 1")
+ *   NOTE_ASSIGN      a pre-started worker is handed its session and user
+ *   REQ_QUOTA        may this session claim a sandbox (the per-user limit)?
+ *   ANS_QUOTA        yes, or why not
+ *   NOTE_CALL        one finished tool call, for metrics and accounting
+ *   REQ_KUBE         the Kubernetes API server and current credentials (refresh: the last were
+ *                    refused)
+ *   ANS_KUBE         from the kubeconfig or the pod's service account; expires = unix seconds
+ *   NOTE_CLAIM       the worker holds this SandboxClaim ("" = none any more); the master deletes
+ *                    it if the worker dies holding it and keep is false. The name must be one
+ *                    the master can attribute to the worker's session (master/monitor.c).
+ */
+#define IPC_W2M 1 /* worker -> master */
+#define IPC_M2W 2 /* master -> worker */
+
+#define IPC_PH_STARTING 0x1u
+#define IPC_PH_IDLE 0x2u
+#define IPC_PH_SESSION 0x4u
+#define IPC_PH_ENDING 0x8u
+#define IPC_PH_LIVE (IPC_PH_IDLE | IPC_PH_SESSION)
+#define IPC_PH_SERVING (IPC_PH_SESSION | IPC_PH_ENDING)
+
+#define IPC_ONCE 0x1u
+#define IPC_ANSWER 0x2u
+
+/* TYPE            fn               member        dir      phases                        flags */
+#define IPC_MESSAGES(X)                                                                          \
+	X(HELLO,          hello,           hello,        IPC_W2M, IPC_PH_STARTING,              IPC_ONCE)   \
+	X(REQ_MCP,        req_mcp,         mcp,          IPC_M2W, IPC_PH_SESSION,               0)          \
+	X(ANS_MCP,        ans_mcp,         mcp_ans,      IPC_W2M, IPC_PH_SERVING,               IPC_ANSWER) \
+	X(REQ_MCP_TOOBIG, req_mcp_toobig,  toobig,       IPC_M2W, IPC_PH_SESSION,               0)          \
+	X(NOTE_MCP,       note_mcp,        note_mcp,     IPC_W2M, IPC_PH_SERVING,               0)          \
+	X(NOTE_ACCEPTED,  note_accepted,   accepted,     IPC_W2M, IPC_PH_SERVING,               IPC_ANSWER) \
+	X(NOTE_SESSION,   note_session,    session,      IPC_W2M, IPC_PH_SESSION,               IPC_ONCE)   \
+	X(NOTE_STATE,     note_state,      state,        IPC_W2M, IPC_PH_SERVING,               0)          \
+	X(REQ_SANDBOX,    req_sandbox,     sandbox_req,  IPC_W2M, IPC_PH_LIVE | IPC_PH_ENDING,  0)          \
+	X(ANS_SANDBOX,    ans_sandbox,     sandbox_ans,  IPC_M2W, IPC_PH_LIVE,                  IPC_ANSWER) \
+	X(REQ_SHUTDOWN,   req_shutdown,    shutdown,     IPC_M2W, IPC_PH_LIVE,                  IPC_ONCE)   \
+	X(NOTE_SANDBOX,   note_sandbox,    sandbox_note, IPC_M2W, IPC_PH_LIVE,                  0)          \
+	X(NOTE_ASSIGN,    note_assign,     assign,       IPC_M2W, IPC_PH_IDLE,                  IPC_ONCE)   \
+	X(REQ_QUOTA,      req_quota,       quota_req,    IPC_W2M, IPC_PH_SERVING,               0)          \
+	X(ANS_QUOTA,      ans_quota,       quota_ans,    IPC_M2W, IPC_PH_SESSION,               IPC_ANSWER) \
+	X(NOTE_CALL,      note_call,       call,         IPC_W2M, IPC_PH_SERVING,               0)          \
+	X(REQ_KUBE,       req_kube,        kube_req,     IPC_W2M, IPC_PH_SERVING,               0)          \
+	X(ANS_KUBE,       ans_kube,        kube_ans,     IPC_M2W, IPC_PH_SESSION | IPC_PH_ENDING, IPC_ANSWER) \
+	X(NOTE_CLAIM,     note_claim,      claim_note,   IPC_W2M, IPC_PH_SERVING,               0)
+
+/* The bodies: F(S, kind, name, min, max). */
+#define IPC_BODY_HELLO(F, S) F(S, UINT, pid, 1, INT32_MAX) F(S, STR, version, 0, 64)
+#define IPC_BODY_REQ_MCP(F, S) F(S, BIN, msg, 0, MCP_MAX_MESSAGE) F(S, BOOL, replay, 0, 1)
+#define IPC_BODY_ANS_MCP(F, S) F(S, BIN, msg, 0, MCP_MAX_MESSAGE)
+#define IPC_BODY_REQ_MCP_TOOBIG(F, S)                                                             \
+	F(S, BIN, head, 0, IPC_TOOBIG_KEEP) F(S, BIN, tail, 0, IPC_TOOBIG_KEEP)                   \
+	F(S, UINT, size, 0, UINT64_MAX)
+#define IPC_BODY_NOTE_MCP(F, S) F(S, UINT, rel, 0, UINT32_MAX) F(S, BIN, msg, 0, MCP_MAX_MESSAGE)
+#define IPC_BODY_NOTE_ACCEPTED(F, S) F(S, BIN, id, 1, 1024)
+#define IPC_BODY_NOTE_SESSION(F, S) F(S, BIN, init, 0, MCP_MAX_MESSAGE) F(S, STR, protocol, 0, 32)
+#define IPC_BODY_NOTE_STATE(F, S) F(S, STR, state, 0, 16)
+#define IPC_BODY_REQ_SANDBOX(F, S) F(S, STR, op, 0, 16) F(S, STR, name, 0, 63)
+#define IPC_BODY_ANS_SANDBOX(F, S)                                                                \
+	F(S, BOOL, ok, 0, 1) F(S, STR, error, 0, 1024) F(S, STR, socket, 0, 599)                  \
+	F(S, STR, name, 0, 63) F(S, STR, dir, 0, 511)
+#define IPC_BODY_REQ_SHUTDOWN(F, S) F(S, STR, reason, 0, 256)
+#define IPC_BODY_NOTE_SANDBOX(F, S) F(S, STR, name, 0, 63) F(S, STR, status, 0, 256)
+#define IPC_BODY_NOTE_ASSIGN(F, S) F(S, STR, session, 1, 64) F(S, STR, user, 0, 256)
+#define IPC_BODY_REQ_QUOTA(F, S)
+#define IPC_BODY_ANS_QUOTA(F, S) F(S, BOOL, ok, 0, 1) F(S, STR, error, 0, 1024)
+#define IPC_BODY_NOTE_CALL(F, S)                                                                  \
+	F(S, STR, tool, 0, 64) F(S, STR, kind, 0, 64) F(S, UINT, build_ms, 0, UINT64_MAX)         \
+	F(S, UINT, run_ms, 0, UINT64_MAX) F(S, UINT, cpu_user_ms, 0, UINT64_MAX)                  \
+	F(S, UINT, cpu_sys_ms, 0, UINT64_MAX) F(S, UINT, max_rss_kb, 0, UINT64_MAX)               \
+	F(S, UINT, bytes_in, 0, UINT64_MAX) F(S, UINT, bytes_out, 0, UINT64_MAX)
+#define IPC_BODY_REQ_KUBE(F, S) F(S, BOOL, refresh, 0, 1)
+#define IPC_BODY_ANS_KUBE(F, S)                                                                   \
+	F(S, BOOL, ok, 0, 1) F(S, STR, error, 0, 1024) F(S, STR, server, 0, 2048)                 \
+	F(S, BIN, ca, 0, 1u << 20) F(S, BIN, cert, 0, 1u << 20) F(S, BIN, key, 0, 1u << 20)       \
+	F(S, STR, token, 0, 64 * 1024) F(S, BOOL, insecure, 0, 1) F(S, STR, sni, 0, 255)          \
+	F(S, STR, namespace, 0, 253) F(S, BOOL, in_cluster, 0, 1) F(S, UINT, expires, 0, UINT64_MAX)
+#define IPC_BODY_NOTE_CLAIM(F, S) F(S, STR, name, 0, 253) F(S, BOOL, keep, 0, 1)
+
 enum ipc_type {
-	IPC_HELLO = 1,
-	IPC_REQ_MCP,
-	IPC_ANS_MCP,
-	IPC_REQ_MCP_TOOBIG,
-	IPC_NOTE_MCP,
-	IPC_NOTE_ACCEPTED,
-	IPC_NOTE_SESSION,
-	IPC_NOTE_STATE,
-	IPC_REQ_SANDBOX,
-	IPC_ANS_SANDBOX,
-	IPC_REQ_SHUTDOWN,
-	IPC_NOTE_SANDBOX,
-	IPC_NOTE_ASSIGN,
-	IPC_REQ_QUOTA,
-	IPC_ANS_QUOTA,
-	IPC_NOTE_CALL,
-	IPC_REQ_KUBE,
-	IPC_ANS_KUBE,
-	IPC_NOTE_CLAIM,
+	IPC_TYPE_NONE = 0,
+#define IPC_X_ENUM(T, fn, member, dir, ph, fl) IPC_##T,
+	IPC_MESSAGES(IPC_X_ENUM)
+#undef IPC_X_ENUM
 	IPC_TYPE_MAX
 };
 
@@ -93,58 +156,47 @@ struct ipc_bytes {
 	size_t len;
 };
 
-struct ipc_hello { uint32_t pid; struct ipc_bytes version; };
-struct ipc_mcp { struct ipc_bytes msg; bool replay; };
-struct ipc_mcp_ans { struct ipc_bytes msg; };
-struct ipc_mcp_toobig { struct ipc_bytes head, tail; uint64_t size; };
-struct ipc_note_mcp { struct ipc_bytes msg; uint32_t rel; };
-struct ipc_accepted { struct ipc_bytes id; };
-struct ipc_session { struct ipc_bytes init, protocol; };
-struct ipc_state { struct ipc_bytes state; };
-struct ipc_sandbox_req { struct ipc_bytes op, name; };
-struct ipc_sandbox_ans { bool ok; struct ipc_bytes error, socket, name, dir; };
-struct ipc_shutdown { struct ipc_bytes reason; };
-struct ipc_sandbox_note { struct ipc_bytes name, status; };
-struct ipc_assign { struct ipc_bytes session, user; };
-struct ipc_quota_ans { bool ok; struct ipc_bytes error; };
-struct ipc_kube_req { bool refresh; };
-struct ipc_claim_note { struct ipc_bytes name; bool keep; };
-struct ipc_kube_ans {
-	bool ok, insecure, in_cluster;
-	struct ipc_bytes error, server, ca, cert, key, token, sni, namespace;
-	uint64_t expires;
-};
-struct ipc_call {
-	struct ipc_bytes tool, kind;
-	uint64_t build_ms, run_ms, cpu_user_ms, cpu_sys_ms, max_rss_kb, bytes_in, bytes_out;
-};
+/* the body structs */
+#define IPC_CTYPE_UINT uint64_t
+#define IPC_CTYPE_BOOL bool
+#define IPC_CTYPE_STR struct ipc_bytes
+#define IPC_CTYPE_BIN struct ipc_bytes
+#define IPC_X_MEMBER(S, kind, name, lo, hi) IPC_CTYPE_##kind name;
+#define IPC_X_STRUCT(T, fn, member, dir, ph, fl) struct ipc_##member { IPC_BODY_##T(IPC_X_MEMBER, _) };
+IPC_MESSAGES(IPC_X_STRUCT)
+#undef IPC_X_STRUCT
 
 struct ipc_msg {
 	uint32_t type;
 	uint32_t seq;
 	union {
-		struct ipc_hello hello;
-		struct ipc_mcp mcp;
-		struct ipc_mcp_ans mcp_ans;
-		struct ipc_mcp_toobig toobig;
-		struct ipc_note_mcp note_mcp;
-		struct ipc_accepted accepted;
-		struct ipc_session session;
-		struct ipc_state state;
-		struct ipc_sandbox_req sandbox_req;
-		struct ipc_sandbox_ans sandbox_ans;
-		struct ipc_shutdown shutdown;
-		struct ipc_sandbox_note sandbox_note;
-		struct ipc_assign assign;
-		struct ipc_quota_ans quota_ans;
-		struct ipc_call call;
-		struct ipc_kube_req kube_req;
-		struct ipc_kube_ans kube_ans;
-		struct ipc_claim_note claim_note;
+#define IPC_X_UNION(T, fn, member, dir, ph, fl) struct ipc_##member member;
+		IPC_MESSAGES(IPC_X_UNION)
+#undef IPC_X_UNION
 	} u;
 	msgpack_unpacked unp; /* the decoded tree; its strings point into raw */
 	char *raw;            /* our copy of the message bytes */
 };
+
+/* The table as data, for the dispatchers and the decoder. */
+enum ipc_kind { IPC_K_UINT, IPC_K_BOOL, IPC_K_STR, IPC_K_BIN };
+struct ipc_field {
+	const char *key;
+	enum ipc_kind kind;
+	size_t off;            /* in the body struct */
+	uint64_t min, max;
+};
+struct ipc_contract {
+	const char *name;      /* "NOTE_CLAIM" */
+	unsigned dir, phases, flags;
+	const struct ipc_field *fields;
+	size_t nfields;
+};
+/* ipc_contract_of - the row of a type, or NULL for an unknown type */
+const struct ipc_contract *ipc_contract_of(uint32_t type);
+/* ipc_permitted - may `type`, sent in direction dir, arrive in phase (one IPC_PH_ bit)? */
+bool ipc_permitted(uint32_t type, unsigned dir, unsigned phase);
+const char *ipc_phase_name(unsigned phase);
 
 /* Growable output buffer for one encoded message. */
 struct ipc_buf {
@@ -160,31 +212,20 @@ void ipc_msg_free(struct ipc_msg *m);
 /* Copy a byte range into a NUL-terminated string (truncating to cap-1). */
 void ipc_bytes_str(struct ipc_bytes b, char *dst, size_t cap);
 
-/* Encoders: one per type. Each fills buf (initialised by the call; free with ipc_buf_free). */
+/* Encoders: one per type, generated from the table. Each fills b (initialised by the call; free
+ * with ipc_buf_free) and refuses (-EMSGSIZE, -EINVAL) what the other side's decoder would reject.
+ * A STR argument is a C string (NULL = ""); a BIN argument is a pointer and a length. */
 void ipc_buf_free(struct ipc_buf *b);
-int ipc_pack_hello(struct ipc_buf *b, uint32_t seq, uint32_t pid, const char *version);
-int ipc_pack_req_mcp(struct ipc_buf *b, uint32_t seq, const void *msg, size_t len, bool replay);
-int ipc_pack_ans_mcp(struct ipc_buf *b, uint32_t seq, const void *msg, size_t len);
-int ipc_pack_req_mcp_toobig(struct ipc_buf *b, uint32_t seq, const void *head, size_t hlen,
-			    const void *tail, size_t tlen, uint64_t size);
-int ipc_pack_note_mcp(struct ipc_buf *b, uint32_t seq, uint32_t rel, const void *msg, size_t len);
-int ipc_pack_note_accepted(struct ipc_buf *b, uint32_t seq, const void *id, size_t len);
-int ipc_pack_note_session(struct ipc_buf *b, uint32_t seq, const void *init, size_t len,
-			  const char *protocol);
-int ipc_pack_note_state(struct ipc_buf *b, uint32_t seq, const char *state);
-int ipc_pack_req_sandbox(struct ipc_buf *b, uint32_t seq, const char *op, const char *name);
-int ipc_pack_ans_sandbox(struct ipc_buf *b, uint32_t seq, bool ok, const char *error,
-			 const char *socket, const char *name, const char *dir);
-int ipc_pack_req_shutdown(struct ipc_buf *b, uint32_t seq, const char *reason);
-int ipc_pack_note_sandbox(struct ipc_buf *b, uint32_t seq, const char *name, const char *status);
-int ipc_pack_note_assign(struct ipc_buf *b, uint32_t seq, const char *session, const char *user);
-int ipc_pack_req_quota(struct ipc_buf *b, uint32_t seq);
-int ipc_pack_ans_quota(struct ipc_buf *b, uint32_t seq, bool ok, const char *error);
-int ipc_pack_req_kube(struct ipc_buf *b, uint32_t seq, bool refresh);
-/* ipc_pack_ans_kube - a's byte ranges point at the caller's strings and PEM data */
-int ipc_pack_ans_kube(struct ipc_buf *b, uint32_t seq, const struct ipc_kube_ans *a);
-int ipc_pack_note_claim(struct ipc_buf *b, uint32_t seq, const char *name, bool keep);
-int ipc_pack_note_call(struct ipc_buf *b, uint32_t seq, const struct ipc_call *c, const char *tool,
-		       const char *kind);
+/* ipc_pack - the same from a filled body struct (its byte ranges point at the caller's data) */
+int ipc_pack(struct ipc_buf *b, uint32_t type, uint32_t seq, const void *body);
+#define IPC_PARAM_UINT(n) , uint64_t n
+#define IPC_PARAM_BOOL(n) , bool n
+#define IPC_PARAM_STR(n) , const char *n
+#define IPC_PARAM_BIN(n) , const void *n, size_t n##_len
+#define IPC_X_PARAM(S, kind, name, lo, hi) IPC_PARAM_##kind(name)
+#define IPC_X_PROTO(T, fn, member, dir, ph, fl) \
+	int ipc_pack_##fn(struct ipc_buf *b, uint32_t seq IPC_BODY_##T(IPC_X_PARAM, _));
+IPC_MESSAGES(IPC_X_PROTO)
+#undef IPC_X_PROTO
 
 #endif

@@ -899,7 +899,7 @@ void kubecfg_answer(struct worker *w, uint32_t seq, bool refresh)
 		a.expires = kc.exec && kc.x_expires > 0 ? (uint64_t)kc.x_expires : 0;
 	}
 	struct ipc_buf b;
-	int r = ipc_pack_ans_kube(&b, seq, &a);
+	int r = ipc_pack(&b, IPC_ANS_KUBE, seq, &a);
 	pthread_mutex_unlock(&kc.mu);
 	if (ftoken) {
 		OPENSSL_cleanse(ftoken, strlen(ftoken));

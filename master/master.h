@@ -56,7 +56,10 @@ struct serve_config {
 /* One worker process and its channel (Postfix's master_proc, nginx's ngx_process_t). */
 struct worker {
 	pid_t pid;
+	const struct serve_config *cfg;
 	bool hello;               /* HELLO received: it is ready for messages */
+	bool ended;               /* broke the contract and was killed (master/monitor.c) */
+	uint64_t seen;            /* message types received, a bit each (IPC_ONCE) */
 	int connected;            /* its channel has a live pipe (set from nng's threads; atomic) */
 	nng_socket sock;
 	int recv_fd;
@@ -93,8 +96,8 @@ void sandbox_local_release(struct worker *w);
 int sandbox_local_rm_tree(int parent, const char *name);
 /* sandbox_local_reaped - a child exited: is it some worker's sandbox? then forget it */
 bool sandbox_local_reaped(struct worker *w, pid_t pid, int status);
-void sandbox_local_answer(struct worker *w, uint32_t seq, const struct ipc_sandbox_req *req,
-			  const struct serve_config *cfg);
+/* sandbox_local_answer - REQ_SANDBOX, checked by master/monitor.c: spawn (else release) */
+void sandbox_local_answer(struct worker *w, uint32_t seq, bool spawn, const struct serve_config *cfg);
 
 /* master/sig.c: handlers only set flags and poke a pipe */
 int sig_init(void);

@@ -7,7 +7,7 @@
  * idle sessions, reaps, and throttles workers that die at start-up. HTTP connection threads
  * (master/http.c) take an idle worker for a new session and wait on `struct pending` for answers.
  */
-#include "master/kubecfg.h"
+#include "master/monitor.h"
 #include "master/pool.h"
 
 #include <errno.h>
@@ -260,6 +260,9 @@ struct pending *pool_send(int i, const char *msg, size_t len)
 	}
 	p->next = pool.pending;
 	pool.pending = p;
+	if (!s->seq_first)
+		s->seq_first = p->seq;
+	s->seq_last = p->seq;
 	s->inflight++;
 	s->last_active = spawn_now();
 	return p;
@@ -296,8 +299,8 @@ static struct pending *pending_find(int slot, uint32_t seq)
 	return NULL;
 }
 
-/* quota_answer - may slot i's session claim a sandbox? */
-static void quota_answer(int i, uint32_t seq)
+/* pool_quota - may slot i's session claim a sandbox (the per-user limit)? */
+static bool pool_quota(int i, char *err, size_t errlen)
 {
 	struct slot *s = &pool.slots[i];
 	int held = 0;
@@ -305,22 +308,19 @@ static void quota_answer(int i, uint32_t seq)
 		if (k != i && pool.slots[k].quota_held && strcmp(pool.slots[k].user, s->user) == 0)
 			held++;
 	bool ok = s->quota_held || held < pool.cfg->max_sandboxes_per_user;
-	if (ok)
+	if (ok) {
 		s->quota_held = true;
-	else
+	} else {
 		log_info("user %s: sandbox refused (%d open, limit %d)", s->user, held,
 			 pool.cfg->max_sandboxes_per_user);
-	/* the limit and the way out, within the worker's quota_error[200] */
-	char why[200] = "";
-	int to = pool.cfg->session_timeout_s;
-	if (!ok)
-		snprintf(why, sizeof(why), "too many open sandboxes for this user: the limit is %d; end "
+		/* the limit and the way out, within the worker's quota_error[200] */
+		int to = pool.cfg->session_timeout_s;
+		snprintf(err, errlen, "too many open sandboxes for this user: the limit is %d; end "
 			 "one of your sessions (close its client, or DELETE /mcp) or wait for an idle one "
 			 "to end after %d%s", pool.cfg->max_sandboxes_per_user,
 			 to % 60 ? to : to / 60, to % 60 ? "s" : "m");
-	struct ipc_buf b;
-	if (ipc_pack_ans_quota(&b, seq, ok, why) == 0)
-		spawn_send(&s->w, &b);
+	}
+	return ok;
 }
 
 /* hist_add - one observation into the latency histogram (seconds) */
@@ -372,92 +372,124 @@ static void note_call(int i, const struct ipc_call *c)
 	     (unsigned long long)c->bytes_out);
 }
 
-/* slot_kill - the worker broke the protocol */
-static void slot_kill(int i, const char *why)
+/* ---- what the monitor (master/monitor.c) asks of this transport; ctx is the slot ---- */
+
+static int pool_slot_of(void *ctx)
 {
-	struct slot *s = &pool.slots[i];
-	log_error("worker pid %d %s; killing it", (int)s->w.pid, why);
-	if (s->w.pid > 0)
-		kill(s->w.pid, SIGKILL);
+	return (int)((struct slot *)ctx - pool.slots);
 }
 
-/* from_worker - one message from slot i's worker (under mu) */
-static void from_worker(int i, struct ipc_msg *m)
+/* pool_sent - was seq a client message this slot's worker was sent? */
+static bool pool_sent(const struct slot *s, uint32_t seq)
+{
+	return s->seq_first && seq >= s->seq_first && seq <= s->seq_last;
+}
+
+static void pool_on_hello(void *ctx)
+{
+	struct slot *s = ctx;
+	if (s->state == SLOT_STARTING) {
+		s->state = SLOT_IDLE;
+		pthread_cond_broadcast(&pool.idle_cv);
+	}
+}
+
+static enum mon_pending pool_on_answer(void *ctx, uint32_t seq, struct ipc_bytes msg)
+{
+	struct slot *s = ctx;
+	struct pending *p = pending_find(pool_slot_of(ctx), seq);
+	if (!p)
+		return pool_sent(s, seq) ? MON_GAVE_UP : MON_NEVER; /* its HTTP request gave up */
+	if (p->done)
+		return MON_NEVER;
+	s->served = true;
+	pool.backoff = 0;
+	if (msg.len && (p->answer = malloc(msg.len))) {
+		memcpy(p->answer, msg.ptr, msg.len);
+		p->alen = msg.len;
+	}
+	p->done = true;
+	pthread_cond_broadcast(&p->cv);
+	return MON_PENDING;
+}
+
+static void pool_on_note(void *ctx, uint32_t rel, struct ipc_bytes msg)
+{
+	struct pending *p = pending_find(pool_slot_of(ctx), rel);
+	if (!p)
+		return; /* nobody to stream it to: MCP lets notifications go */
+	struct event *e = malloc(sizeof(*e) + msg.len);
+	if (!e)
+		return;
+	e->next = NULL;
+	e->len = msg.len;
+	memcpy(e->data, msg.ptr, e->len);
+	if (p->qtail)
+		p->qtail->next = e;
+	else
+		p->q = e;
+	p->qtail = e;
+	pthread_cond_broadcast(&p->cv);
+}
+
+static enum mon_pending pool_on_accepted(void *ctx, uint32_t seq, struct ipc_bytes id)
+{
+	struct pending *p = pending_find(pool_slot_of(ctx), seq);
+	if (!p)
+		return pool_sent(ctx, seq) ? MON_GAVE_UP : MON_NEVER;
+	if (!p->id) {
+		p->id = strndup(id.ptr, id.len);
+		p->accepted = true;
+		pthread_cond_broadcast(&p->cv);
+	}
+	return MON_PENDING;
+}
+
+static void pool_on_session(void *ctx, const struct ipc_session *sess)
+{
+	(void)sess;
+	((struct slot *)ctx)->initialized = true;
+}
+
+static void pool_on_state(void *ctx, bool busy)
+{
+	((struct slot *)ctx)->busy = busy;
+}
+
+static bool pool_on_quota(void *ctx, char *err, size_t errlen)
+{
+	return pool_quota(pool_slot_of(ctx), err, errlen);
+}
+
+static void pool_on_call(void *ctx, const struct ipc_call *c)
+{
+	note_call(pool_slot_of(ctx), c);
+}
+
+static const struct mon_ops pool_mon_ops = {
+	.hello = pool_on_hello, .mcp_answer = pool_on_answer, .mcp_note = pool_on_note,
+	.accepted = pool_on_accepted, .session = pool_on_session, .state = pool_on_state,
+	.quota = pool_on_quota, .call = pool_on_call,
+};
+
+/* pool_phase - the contract's phase of a slot's worker. A slot being opened counts as in
+ * session: its NOTE_ASSIGN is on the way, and what the worker says next belongs to the session. */
+static unsigned pool_phase(const struct slot *s)
+{
+	switch (s->state) {
+	case SLOT_STARTING: return IPC_PH_STARTING;
+	case SLOT_IDLE: return IPC_PH_IDLE;
+	case SLOT_OPENING: case SLOT_SESSION: return IPC_PH_SESSION;
+	default: return IPC_PH_ENDING;
+	}
+}
+
+/* from_worker - one message from slot i's worker, through the monitor (under mu) */
+static int from_worker(int i, struct ipc_msg *m)
 {
 	struct slot *s = &pool.slots[i];
-	struct pending *p;
-	switch (m->type) {
-	case IPC_HELLO:
-		if (s->w.hello || m->u.hello.pid != (uint32_t)s->w.pid) {
-			slot_kill(i, "sent a bad HELLO");
-			return;
-		}
-		s->w.hello = true;
-		if (s->state == SLOT_STARTING) {
-			s->state = SLOT_IDLE;
-			pthread_cond_broadcast(&pool.idle_cv);
-		}
-		return;
-	case IPC_ANS_MCP:
-		if (!(p = pending_find(i, m->seq)))
-			return; /* its HTTP request gave up waiting */
-		s->served = true;
-		pool.backoff = 0;
-		if (m->u.mcp_ans.msg.len && (p->answer = malloc(m->u.mcp_ans.msg.len))) {
-			memcpy(p->answer, m->u.mcp_ans.msg.ptr, m->u.mcp_ans.msg.len);
-			p->alen = m->u.mcp_ans.msg.len;
-		}
-		p->done = true;
-		pthread_cond_broadcast(&p->cv);
-		return;
-	case IPC_NOTE_MCP: {
-		if (!(p = pending_find(i, m->u.note_mcp.rel)))
-			return; /* nobody to stream it to: MCP lets notifications go */
-		struct event *e = malloc(sizeof(*e) + m->u.note_mcp.msg.len);
-		if (!e)
-			return;
-		e->next = NULL;
-		e->len = m->u.note_mcp.msg.len;
-		memcpy(e->data, m->u.note_mcp.msg.ptr, e->len);
-		if (p->qtail)
-			p->qtail->next = e;
-		else
-			p->q = e;
-		p->qtail = e;
-		pthread_cond_broadcast(&p->cv);
-		return;
-	}
-	case IPC_NOTE_ACCEPTED:
-		if ((p = pending_find(i, m->seq)) && !p->id) {
-			p->id = strndup(m->u.accepted.id.ptr, m->u.accepted.id.len);
-			p->accepted = true;
-			pthread_cond_broadcast(&p->cv);
-		}
-		return;
-	case IPC_NOTE_SESSION:
-		s->initialized = true;
-		return;
-	case IPC_NOTE_STATE:
-		s->busy = m->u.state.state.len == 4 && memcmp(m->u.state.state.ptr, "busy", 4) == 0;
-		return;
-	case IPC_REQ_SANDBOX:
-		sandbox_local_answer(&s->w, m->seq, &m->u.sandbox_req, pool.cfg);
-		return;
-	case IPC_REQ_QUOTA:
-		quota_answer(i, m->seq);
-		return;
-	case IPC_REQ_KUBE:
-		kubecfg_answer(&s->w, m->seq, m->u.kube_req.refresh);
-		return;
-	case IPC_NOTE_CALL:
-		note_call(i, &m->u.call);
-		return;
-	case IPC_NOTE_CLAIM:
-		kubecfg_note_claim(&s->w, &m->u.claim_note);
-		return;
-	default:
-		slot_kill(i, "sent a message a worker may not send");
-	}
+	struct mon_peer peer = { &s->w, pool_phase(s), &pool_mon_ops, s };
+	return mon_dispatch(&peer, m);
 }
 
 /* slot_died - reap bookkeeping for slot i (under mu) */
@@ -576,12 +608,14 @@ void pool_loop(void)
 				if (rc == -EAGAIN || rc == -ESHUTDOWN)
 					break;
 				if (rc == -EPROTO) {
-					slot_kill(idx[k], "sent an undecodable message");
+					mon_end(&s->w, "sent an undecodable message");
 					break;
 				}
 				if (rc == 0) {
-					from_worker(idx[k], &m);
+					int dr = from_worker(idx[k], &m);
 					ipc_msg_free(&m);
+					if (dr != 0)
+						break;
 				}
 			}
 		}

@@ -26,6 +26,7 @@ struct slot {
 	bool busy;             /* NOTE_STATE */
 	bool quota_held;       /* counts against its user's sandboxes */
 	bool served;           /* answered something: not a start-up failure */
+	uint32_t seq_first, seq_last; /* the client messages it was sent (pool_send's seqs) */
 	char user[256];        /* "local", or the signed-in email (AUTH_USER_MAX) */
 	char end_reason[96];   /* why pool_end_session ended it */
 	double last_active, kill_at, opened;

@@ -182,13 +182,11 @@ int sandbox_local_spawn(struct worker *w, const struct serve_config *cfg, const 
 }
 
 /* sandbox_local_answer - serve one REQ_SANDBOX from worker w */
-void sandbox_local_answer(struct worker *w, uint32_t seq, const struct ipc_sandbox_req *req,
-			  const struct serve_config *cfg)
+void sandbox_local_answer(struct worker *w, uint32_t seq, bool spawn, const struct serve_config *cfg)
 {
-	char op[16], err[256] = "", sock[600] = "";
-	ipc_bytes_str(req->op, op, sizeof(op));
+	char err[256] = "", sock[600] = "";
 	bool ok = false;
-	if (strcmp(op, "spawn") == 0) {
+	if (spawn) {
 		/* a second spawn replaces a dead or stuck sandbox: the old one goes first */
 		sandbox_local_release(w);
 		/* --claim NAME: the first sandbox is that one, and if it dies it is tried once
@@ -201,11 +199,9 @@ void sandbox_local_answer(struct worker *w, uint32_t seq, const struct ipc_sandb
 		ok = sandbox_local_spawn(w, cfg, want, err, sizeof(err)) == 0;
 		if (ok)
 			snprintf(sock, sizeof(sock), "%s/sock/agent.sock", w->sandbox_dir);
-	} else if (strcmp(op, "release") == 0) {
+	} else {
 		sandbox_local_release(w);
 		ok = true;
-	} else {
-		snprintf(err, sizeof(err), "unknown sandbox operation \"%s\"", op);
 	}
 	struct ipc_buf b;
 	if (ipc_pack_ans_sandbox(&b, seq, ok, err, sock, w->sandbox_name, w->sandbox_dir) == 0)

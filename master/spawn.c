@@ -23,6 +23,7 @@
 
 #include "master/kubecfg.h"
 #include "master/master.h"
+#include "master/monitor.h"
 
 /* spawn_now - monotonic seconds */
 double spawn_now(void)
@@ -136,6 +137,7 @@ int spawn_worker(struct worker *w, const struct serve_config *cfg, const char *r
 {
 	char url[300], level[16];
 	memset(w, 0, sizeof(*w));
+	w->cfg = cfg;
 	w->recv_fd = -1;
 	snprintf(w->session, sizeof(w->session), "%s", session);
 	if ((size_t)snprintf(w->ipc_path, sizeof(w->ipc_path), "%s/w%u.ipc", runtime_dir, n) >=
@@ -268,8 +270,8 @@ void spawn_stop(struct worker *w, int grace_ms)
 	/* a claim note still queued (the worker deleted its claim on the way out) counts */
 	struct ipc_msg m;
 	while (w->claim[0] && w->recv_fd >= 0 && chan_recv(w->sock, &m, NNG_FLAG_NONBLOCK, NULL) == 0) {
-		if (m.type == IPC_NOTE_CLAIM)
-			kubecfg_note_claim(w, &m.u.claim_note);
+		if (m.type == IPC_NOTE_CLAIM && !w->ended)
+			mon_answer_claim(w, &m.u.claim_note);
 		ipc_msg_free(&m);
 	}
 	kubecfg_worker_gone(w);

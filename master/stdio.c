@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 #include "ipc/frame.h"
-#include "master/kubecfg.h"
+#include "master/monitor.h"
 #include "master/stdio.h"
 
 struct inflight {
@@ -214,97 +214,103 @@ static void relay_worker_died(struct relay *r, int status)
 	}
 }
 
-/* relay_kill_worker - the worker broke the protocol: treat it as compromised */
-static void relay_kill_worker(struct relay *r, const char *why)
+/* ---- what the monitor (master/monitor.c) asks of this transport; ctx is the relay ---- */
+
+/* relay_on_hello - a new worker: replay the session's initialize and what never got read */
+static void relay_on_hello(void *ctx)
 {
-	log_error("worker pid %d %s; killing it", (int)r->w.pid, why);
-	if (r->w.pid > 0)
-		kill(r->w.pid, SIGKILL);
+	struct relay *r = ctx;
+	if (r->init) {
+		struct ipc_buf b;
+		uint32_t seq = ++r->seq;
+		if (ipc_pack_req_mcp(&b, seq, r->init, r->init_len, true) == 0) {
+			fl_add(r, seq, true);
+			spawn_send(&r->w, &b);
+			log_info("replayed the session's initialize to the new worker");
+		}
+	}
+	for (size_t i = 0; i < r->nfl; i++) {
+		struct inflight *p = &r->fl[i];
+		struct ipc_buf b;
+		if (p->resent && p->msg && ipc_pack_req_mcp(&b, p->seq, p->msg, p->len, false) == 0)
+			spawn_send(&r->w, &b);
+	}
 }
 
-/* relay_from_worker - one message from the worker */
-static void relay_from_worker(struct relay *r, struct ipc_msg *m)
+static enum mon_pending relay_on_answer(void *ctx, uint32_t seq, struct ipc_bytes msg)
 {
-	struct inflight *f;
-	switch (m->type) {
-	case IPC_HELLO:
-		if (r->w.hello || m->u.hello.pid != (uint32_t)r->w.pid) {
-			relay_kill_worker(r, "sent a bad HELLO");
-			return;
-		}
-		r->w.hello = true;
-		if (r->init) {
-			struct ipc_buf b;
-			uint32_t seq = ++r->seq;
-			if (ipc_pack_req_mcp(&b, seq, r->init, r->init_len, true) == 0) {
-				fl_add(r, seq, true);
-				spawn_send(&r->w, &b);
-				log_info("replayed the session's initialize to the new worker");
-			}
-		}
-		for (size_t i = 0; i < r->nfl; i++) {
-			struct inflight *p = &r->fl[i];
-			struct ipc_buf b;
-			if (p->resent && p->msg && ipc_pack_req_mcp(&b, p->seq, p->msg, p->len, false) == 0)
-				spawn_send(&r->w, &b);
-		}
-		return;
-	case IPC_ANS_MCP:
-		if (!(f = fl_find(r, m->seq))) {
-			relay_kill_worker(r, "answered a message it was never sent");
-			return;
-		}
-		r->served = true;
-		r->backoff = 0;
-		if (!f->replay && m->u.mcp_ans.msg.len > 0)
-			out_line(r, m->u.mcp_ans.msg.ptr, m->u.mcp_ans.msg.len);
-		fl_remove(r, f);
-		return;
-	case IPC_NOTE_MCP:
-		out_line(r, m->u.note_mcp.msg.ptr, m->u.note_mcp.msg.len);
-		return;
-	case IPC_NOTE_ACCEPTED:
-		if ((f = fl_find(r, m->seq)) && !f->id) {
-			f->id = strndup(m->u.accepted.id.ptr, m->u.accepted.id.len);
-			free(f->msg); /* read and accepted: it will not be sent again */
-			f->msg = NULL;
-		}
-		return;
-	case IPC_NOTE_SESSION:
-		free(r->init);
-		r->init = malloc(m->u.session.init.len ? m->u.session.init.len : 1);
-		if (!r->init)
-			abort();
-		memcpy(r->init, m->u.session.init.ptr, m->u.session.init.len);
-		r->init_len = m->u.session.init.len;
-		return;
-	case IPC_NOTE_STATE: {
-		char st[16];
-		ipc_bytes_str(m->u.state.state, st, sizeof(st));
-		log_debug("worker %d is %s", (int)r->w.pid, st);
-		return;
+	struct relay *r = ctx;
+	struct inflight *f = fl_find(r, seq);
+	if (!f)
+		return MON_NEVER;
+	r->served = true;
+	r->backoff = 0;
+	if (!f->replay && msg.len > 0)
+		out_line(r, msg.ptr, msg.len);
+	fl_remove(r, f);
+	return MON_PENDING;
+}
+
+static void relay_on_note(void *ctx, uint32_t rel, struct ipc_bytes msg)
+{
+	(void)rel; /* one client: everything goes to stdout */
+	out_line(ctx, msg.ptr, msg.len);
+}
+
+static enum mon_pending relay_on_accepted(void *ctx, uint32_t seq, struct ipc_bytes id)
+{
+	struct inflight *f = fl_find(ctx, seq);
+	if (!f)
+		return MON_NEVER;
+	if (!f->id) {
+		f->id = strndup(id.ptr, id.len);
+		free(f->msg); /* read and accepted: it will not be sent again */
+		f->msg = NULL;
 	}
-	case IPC_REQ_SANDBOX:
-		sandbox_local_answer(&r->w, m->seq, &m->u.sandbox_req, r->cfg);
-		return;
-	case IPC_REQ_QUOTA: {
-		/* one stdio session is one user's only sandbox: always yes */
-		struct ipc_buf b;
-		if (ipc_pack_ans_quota(&b, m->seq, true, "") == 0)
-			spawn_send(&r->w, &b);
-		return;
-	}
-	case IPC_NOTE_CALL:
-		return;
-	case IPC_NOTE_CLAIM:
-		kubecfg_note_claim(&r->w, &m->u.claim_note);
-		return;
-	case IPC_REQ_KUBE:
-		kubecfg_answer(&r->w, m->seq, m->u.kube_req.refresh);
-		return;
-	default:
-		relay_kill_worker(r, "sent a message a worker may not send");
-	}
+	return MON_PENDING;
+}
+
+static void relay_on_session(void *ctx, const struct ipc_session *sess)
+{
+	struct relay *r = ctx;
+	free(r->init);
+	r->init = malloc(sess->init.len ? sess->init.len : 1);
+	if (!r->init)
+		abort();
+	memcpy(r->init, sess->init.ptr, sess->init.len);
+	r->init_len = sess->init.len;
+}
+
+static void relay_on_state(void *ctx, bool busy)
+{
+	log_debug("worker %d is %s", (int)((struct relay *)ctx)->w.pid, busy ? "busy" : "idle");
+}
+
+/* relay_on_quota - one stdio session is one user's only sandbox: always yes */
+static bool relay_on_quota(void *ctx, char *err, size_t errlen)
+{
+	(void)ctx, (void)err, (void)errlen;
+	return true;
+}
+
+static void relay_on_call(void *ctx, const struct ipc_call *c)
+{
+	(void)ctx, (void)c;
+}
+
+static const struct mon_ops relay_mon_ops = {
+	.hello = relay_on_hello, .mcp_answer = relay_on_answer, .mcp_note = relay_on_note,
+	.accepted = relay_on_accepted, .session = relay_on_session, .state = relay_on_state,
+	.quota = relay_on_quota, .call = relay_on_call,
+};
+
+/* relay_from_worker - one message from the worker, through the monitor. The stdio worker has
+ * its session from the start: after HELLO it is in session. */
+static int relay_from_worker(struct relay *r, struct ipc_msg *m)
+{
+	struct mon_peer peer = { &r->w, r->w.hello ? IPC_PH_SESSION : IPC_PH_STARTING,
+				 &relay_mon_ops, r };
+	return mon_dispatch(&peer, m);
 }
 
 /* relay_drain_worker - everything the worker has sent so far */
@@ -316,12 +322,14 @@ static void relay_drain_worker(struct relay *r)
 		if (rc == -EAGAIN || rc == -ESHUTDOWN)
 			return;
 		if (rc == -EPROTO) {
-			relay_kill_worker(r, "sent an undecodable message");
+			mon_end(&r->w, "sent an undecodable message");
 			return;
 		}
 		if (rc == 0) {
-			relay_from_worker(r, &m);
+			int dr = relay_from_worker(r, &m);
 			ipc_msg_free(&m);
+			if (dr != 0)
+				return;
 		}
 		if (r->w.pid <= 0)
 			return;

@@ -350,8 +350,10 @@ static void call_account(struct session *s, struct job *j, json_t *resp)
 	c.bytes_out = out ? strlen(out) : 0;
 	free(in);
 	free(out);
+	c.tool = (struct ipc_bytes){ j->tool, strlen(j->tool) };
+	c.kind = (struct ipc_bytes){ kind, strlen(kind) < 64 ? strlen(kind) : 64 };
 	struct ipc_buf b;
-	if (ipc_pack_note_call(&b, session_next_seq(s), &c, j->tool, kind) == 0)
+	if (ipc_pack(&b, IPC_NOTE_CALL, session_next_seq(s), &c) == 0)
 		session_send(s, &b);
 }
 

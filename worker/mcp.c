@@ -420,7 +420,7 @@ json_t *mcp_scan_id(const char *h, size_t hn, const char *t, size_t tn)
 }
 
 /* mcp_handle_toobig - answer a dropped message with an error that says what to do */
-void mcp_handle_toobig(struct session *s, uint32_t seq, const struct ipc_mcp_toobig *t)
+void mcp_handle_toobig(struct session *s, uint32_t seq, const struct ipc_toobig *t)
 {
 	json_t *id = mcp_scan_id(t->head.ptr, t->head.len, t->tail.ptr, t->tail.len);
 	char msg[300];

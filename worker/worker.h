@@ -71,7 +71,7 @@ void session_set_state(struct session *s, enum worker_state st);
 
 /* worker/mcp.c: the JSON-RPC / MCP layer */
 void mcp_handle(struct session *s, uint32_t seq, const char *msg, size_t len, bool replay);
-void mcp_handle_toobig(struct session *s, uint32_t seq, const struct ipc_mcp_toobig *t);
+void mcp_handle_toobig(struct session *s, uint32_t seq, const struct ipc_toobig *t);
 /* mcp_reply - answer REQ_MCP seq with a response (steals the reference; NULL = no response) */
 void mcp_reply(struct session *s, uint32_t seq, json_t *response);
 json_t *mcp_error(json_t *id, int code, const char *message);

@@ -227,7 +227,7 @@ static void test_oversized(void **st)
 	size_t big = IPC_MAX_MSG;
 	char *payload = calloc(1, big);
 	/* the encoder refuses what the decoder would reject */
-	assert_int_equal(ipc_pack_req_mcp(&b, 1, payload, big, false), -EMSGSIZE);
+	assert_int_equal(ipc_pack_req_mcp(&b, 1, payload, big, false), -EINVAL);
 	/* and the decoder refuses by size before looking */
 	assert_int_equal(ipc_decode(payload, big + 1, &m), -EMSGSIZE);
 	/* the largest client message fits */
@@ -239,6 +239,65 @@ static void test_oversized(void **st)
 	/* toobig ends are bounded */
 	assert_int_equal(ipc_pack_req_mcp_toobig(&b, 1, payload, IPC_TOOBIG_KEEP + 1, "", 0, 1), -EINVAL);
 	free(payload);
+}
+
+/* raw_body - an envelope of type t whose body is one key with a str of n bytes, or a uint */
+static void raw_body(struct ipc_buf *b, uint32_t t, const char *key, size_t n, bool as_uint, uint64_t v)
+{
+	msgpack_packer pk;
+	msgpack_sbuffer_init(&b->sb);
+	msgpack_packer_init(&pk, &b->sb, msgpack_sbuffer_write);
+	msgpack_pack_array(&pk, 4);
+	msgpack_pack_uint32(&pk, IPC_VERSION);
+	msgpack_pack_uint32(&pk, t);
+	msgpack_pack_uint32(&pk, 1);
+	msgpack_pack_map(&pk, 1);
+	msgpack_pack_str_with_body(&pk, key, strlen(key));
+	if (as_uint) {
+		msgpack_pack_uint64(&pk, v);
+		return;
+	}
+	char *s = malloc(n + 1);
+	memset(s, 'a', n);
+	msgpack_pack_str_with_body(&pk, s, n);
+	free(s);
+}
+
+/* every field's range comes from the contract table and the decoder holds a sender to it */
+static void test_field_ranges(void **st)
+{
+	(void)st;
+	struct ipc_buf b;
+	struct ipc_msg m;
+	/* NOTE_STATE state: at most 16 bytes */
+	raw_body(&b, IPC_NOTE_STATE, "state", 16, false, 0);
+	assert_int_equal(ipc_decode(b.sb.data, b.sb.size, &m), 0);
+	ipc_msg_free(&m);
+	ipc_buf_free(&b);
+	raw_body(&b, IPC_NOTE_STATE, "state", 17, false, 0);
+	assert_int_equal(ipc_decode(b.sb.data, b.sb.size, &m), -EPROTO);
+	ipc_buf_free(&b);
+	/* REQ_SHUTDOWN reason: at most 256 */
+	raw_body(&b, IPC_REQ_SHUTDOWN, "reason", 257, false, 0);
+	assert_int_equal(ipc_decode(b.sb.data, b.sb.size, &m), -EPROTO);
+	ipc_buf_free(&b);
+	/* NOTE_ACCEPTED id: not empty */
+	assert_int_equal(ipc_pack_note_accepted(&b, 1, "", 0), -EINVAL);
+	/* HELLO pid: 1..INT32_MAX, both ends */
+	assert_int_equal(ipc_pack_hello(&b, 1, 0, "v"), -EINVAL);
+	assert_int_equal(ipc_pack_hello(&b, 1, (uint64_t)INT32_MAX + 1, "v"), -EINVAL);
+	/* NOTE_MCP rel fits a seq */
+	raw_body(&b, IPC_NOTE_MCP, "rel", 0, true, (uint64_t)UINT32_MAX + 1);
+	assert_int_equal(ipc_decode(b.sb.data, b.sb.size, &m), -EPROTO); /* and msg is missing */
+	ipc_buf_free(&b);
+	/* every table row has a name and its fields distinct keys */
+	for (uint32_t t = 1; t < IPC_TYPE_MAX; t++) {
+		const struct ipc_contract *c = ipc_contract_of(t);
+		assert_non_null(c->name);
+		for (size_t i = 0; i < c->nfields; i++)
+			for (size_t j = i + 1; j < c->nfields; j++)
+				assert_string_not_equal(c->fields[i].key, c->fields[j].key);
+	}
 }
 
 /* the decoded message must not point into the caller's buffer (nng frees it at once) */
@@ -271,6 +330,7 @@ int main(void)
 		cmocka_unit_test(test_wrong_version_type_keys),
 		cmocka_unit_test(test_oversized),
 		cmocka_unit_test(test_outlives_buffer),
+		cmocka_unit_test(test_field_ranges),
 		cmocka_unit_test(test_declared_counts_bounded),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,239 @@
+/*
+ * monitor.c - the master answers its workers (OpenSSH's monitor.c): one dispatch table, used by
+ * both transports (master/stdio.c, master/pool.c).
+ *
+ * A worker serves one untrusted client and runs its JSON-RPC parser, so it may be compromised.
+ * Everything it sends is checked here against the contract in ipc/ipc.h before it is acted on:
+ * the direction (only worker -> master types), the phase the master has the worker in, the
+ * once-only flag; then each mon_answer_<x> re-checks its own inputs (a claim name it cannot
+ * attribute to the worker's session, an answer to a request never sent, an operation that does
+ * not exist) and ends the worker on any of them, with a log line naming the message and phase.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "master/kubecfg.h"
+#include "master/master.h"
+#include "master/monitor.h"
+
+/* mon_end - see monitor.h */
+void mon_end(struct worker *w, const char *fmt, ...)
+{
+	char why[300];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	if (w->ended)
+		return;
+	w->ended = true;
+	log_error("worker pid %d (session %.8s…) %s; ending it", (int)w->pid, w->session, why);
+	if (w->pid > 0)
+		kill(w->pid, SIGKILL);
+}
+
+static bool mon_is(struct ipc_bytes b, const char *s)
+{
+	return b.len == strlen(s) && memcmp(b.ptr, s, b.len) == 0;
+}
+
+typedef int (*mon_answer_fn)(struct mon_peer *p, const struct ipc_msg *m);
+
+/* mon_answer_hello - HELLO: the pid must be the one the master forked */
+static int mon_answer_hello(struct mon_peer *p, const struct ipc_msg *m)
+{
+	if (m->u.hello.pid != (uint64_t)p->w->pid) {
+		mon_end(p->w, "said HELLO with pid %llu", (unsigned long long)m->u.hello.pid);
+		return -EPERM;
+	}
+	p->w->hello = true;
+	p->ops->hello(p->ctx);
+	return 0;
+}
+
+/* mon_answer_mcp - ANS_MCP: only for a client message this worker was sent */
+static int mon_answer_mcp(struct mon_peer *p, const struct ipc_msg *m)
+{
+	if (p->ops->mcp_answer(p->ctx, m->seq, m->u.mcp_ans.msg) == MON_NEVER) {
+		mon_end(p->w, "sent ANS_MCP for seq %u, a request it was never sent or answered already",
+			m->seq);
+		return -EPERM;
+	}
+	return 0;
+}
+
+/* mon_answer_note_mcp - NOTE_MCP: a server->client message, passed on as opaque bytes */
+static int mon_answer_note_mcp(struct mon_peer *p, const struct ipc_msg *m)
+{
+	p->ops->mcp_note(p->ctx, (uint32_t)m->u.note_mcp.rel, m->u.note_mcp.msg);
+	return 0;
+}
+
+/* mon_answer_accepted - NOTE_ACCEPTED: only for a client message this worker holds */
+static int mon_answer_accepted(struct mon_peer *p, const struct ipc_msg *m)
+{
+	if (p->ops->accepted(p->ctx, m->seq, m->u.accepted.id) == MON_NEVER) {
+		mon_end(p->w, "sent NOTE_ACCEPTED for seq %u, a request it was never sent", m->seq);
+		return -EPERM;
+	}
+	return 0;
+}
+
+/* mon_answer_session - NOTE_SESSION: initialize succeeded */
+static int mon_answer_session(struct mon_peer *p, const struct ipc_msg *m)
+{
+	p->ops->session(p->ctx, &m->u.session);
+	return 0;
+}
+
+/* mon_answer_state - NOTE_STATE: "idle" or "busy", nothing else */
+static int mon_answer_state(struct mon_peer *p, const struct ipc_msg *m)
+{
+	bool busy = mon_is(m->u.state.state, "busy");
+	if (!busy && !mon_is(m->u.state.state, "idle")) {
+		mon_end(p->w, "sent NOTE_STATE with a state that does not exist");
+		return -EPERM;
+	}
+	p->ops->state(p->ctx, busy);
+	return 0;
+}
+
+/* mon_answer_sandbox - REQ_SANDBOX: spawn or release this worker's own local sandbox */
+static int mon_answer_sandbox(struct mon_peer *p, const struct ipc_msg *m)
+{
+	const struct ipc_sandbox_req *r = &m->u.sandbox_req;
+	struct worker *w = p->w;
+	bool spawn = mon_is(r->op, "spawn");
+	if (w->cfg->kubernetes) {
+		mon_end(w, "asked for a local sandbox on the Kubernetes backend");
+		return -EPERM;
+	}
+	if ((!spawn && !mon_is(r->op, "release")) || r->name.len != 0) {
+		/* the master names sandboxes; a worker that picks one reaches for another's */
+		mon_end(w, "sent REQ_SANDBOX with an operation or a name it may not ask for");
+		return -EPERM;
+	}
+	if (spawn && p->phase == IPC_PH_ENDING) {
+		struct ipc_buf b;
+		if (ipc_pack_ans_sandbox(&b, m->seq, false, "the session is ending", "", "", "") == 0)
+			spawn_send(w, &b);
+		return 0;
+	}
+	sandbox_local_answer(w, m->seq, spawn, w->cfg);
+	return 0;
+}
+
+/* mon_answer_quota - REQ_QUOTA: may this session claim a sandbox? */
+static int mon_answer_quota(struct mon_peer *p, const struct ipc_msg *m)
+{
+	char err[200] = "the session is ending";
+	bool ok = p->phase == IPC_PH_SESSION && p->ops->quota(p->ctx, err, sizeof(err));
+	struct ipc_buf b;
+	if (ipc_pack_ans_quota(&b, m->seq, ok, ok ? "" : err) == 0)
+		spawn_send(p->w, &b);
+	return 0;
+}
+
+/* mon_answer_call - NOTE_CALL: one finished tool call, for metrics and accounting */
+static int mon_answer_call(struct mon_peer *p, const struct ipc_msg *m)
+{
+	p->ops->call(p->ctx, &m->u.call);
+	return 0;
+}
+
+/* mon_answer_kube - REQ_KUBE: only a Kubernetes worker has anything to ask for */
+static int mon_answer_kube(struct mon_peer *p, const struct ipc_msg *m)
+{
+	if (!p->w->cfg->kubernetes) {
+		mon_end(p->w, "asked for Kubernetes access on the local backend");
+		return -EPERM;
+	}
+	kubecfg_answer(p->w, m->seq, m->u.kube_req.refresh);
+	return 0;
+}
+
+/* mon_claim_ok - see monitor.h. Claims are created with generateName "kg-<first 8 hex digits
+ * of the session id>-" (worker/sandbox_kube.c); the session id is the master's, 128 random
+ * bits that no other worker knows, so a name of that shape is this session's. */
+bool mon_claim_ok(const struct worker *w, const char *name)
+{
+	size_t n = strlen(name);
+	if (n == 0)
+		return true; /* "none any more" */
+	if (n > 253)
+		return false;
+	if (w->cfg->claim && strcmp(name, w->cfg->claim) == 0)
+		return true; /* the operator named it with --claim */
+	char prefix[16];
+	if (strlen(w->session) < 8 || strspn(w->session, "0123456789abcdef") < 8)
+		return false; /* no session yet (a pre-started worker): nothing is its own */
+	snprintf(prefix, sizeof(prefix), "kg-%.8s-", w->session);
+	size_t pl = strlen(prefix);
+	if (n <= pl || strncmp(name, prefix, pl) != 0)
+		return false;
+	return strspn(name + pl, "abcdefghijklmnopqrstuvwxyz0123456789") == n - pl;
+}
+
+/* mon_answer_claim - NOTE_CLAIM: remember the claim to delete if the worker dies holding it.
+ * Whether to keep it is the master's setting (--persistent), not the worker's word. */
+int mon_answer_claim(struct worker *w, const struct ipc_claim_note *n)
+{
+	char name[254];
+	ipc_bytes_str(n->name, name, sizeof(name));
+	if (!w->cfg->kubernetes || n->name.len != strlen(name) || !mon_claim_ok(w, name)) {
+		mon_end(w, "sent NOTE_CLAIM for a SandboxClaim that is not its session's");
+		return -EPERM;
+	}
+	struct ipc_claim_note mine = { .name = { name, strlen(name) }, .keep = w->cfg->persistent };
+	kubecfg_note_claim(w, &mine);
+	return 0;
+}
+
+static int mon_answer_claim_msg(struct mon_peer *p, const struct ipc_msg *m)
+{
+	return mon_answer_claim(p->w, &m->u.claim_note);
+}
+
+/* The dispatch table: every message a worker may send, and who answers it. Which phases permit
+ * it and its flags are the contract's (ipc/ipc.h), checked before the answer runs. */
+static const mon_answer_fn mon_table[IPC_TYPE_MAX] = {
+	[IPC_HELLO] = mon_answer_hello,
+	[IPC_ANS_MCP] = mon_answer_mcp,
+	[IPC_NOTE_MCP] = mon_answer_note_mcp,
+	[IPC_NOTE_ACCEPTED] = mon_answer_accepted,
+	[IPC_NOTE_SESSION] = mon_answer_session,
+	[IPC_NOTE_STATE] = mon_answer_state,
+	[IPC_REQ_SANDBOX] = mon_answer_sandbox,
+	[IPC_REQ_QUOTA] = mon_answer_quota,
+	[IPC_NOTE_CALL] = mon_answer_call,
+	[IPC_REQ_KUBE] = mon_answer_kube,
+	[IPC_NOTE_CLAIM] = mon_answer_claim_msg,
+};
+
+/* mon_dispatch - see monitor.h */
+int mon_dispatch(struct mon_peer *p, const struct ipc_msg *m)
+{
+	struct worker *w = p->w;
+	if (w->ended)
+		return -EPERM; /* killed already: what it still had queued does not count */
+	const struct ipc_contract *c = ipc_contract_of(m->type);
+	if (!c || c->dir != IPC_W2M || !mon_table[m->type]) {
+		mon_end(w, "sent %s, which only the master sends", ipc_type_name(m->type));
+		return -EPERM;
+	}
+	if (!(c->phases & p->phase)) {
+		mon_end(w, "sent %s, which the contract does not permit in phase %s", c->name,
+			ipc_phase_name(p->phase));
+		return -EPERM;
+	}
+	uint64_t bit = 1ull << m->type;
+	if ((c->flags & IPC_ONCE) && (w->seen & bit)) {
+		mon_end(w, "sent %s a second time; it is allowed once", c->name);
+		return -EPERM;
+	}
+	w->seen |= bit;
+	return mon_table[m->type](p, m);
+}

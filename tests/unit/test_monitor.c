@@ -1,0 +1,447 @@
+/*
+ * test_monitor.c - the master's dispatch (master/monitor.c) against a worker that breaks the
+ * contract: a message its phase does not permit, a once-only message twice, an answer to a
+ * request never sent, a master-only message, inputs no honest worker sends (a claim of another
+ * session, a sandbox it names itself, a state that does not exist). Each must end the worker.
+ *
+ * The "worker" is a real child process (it only sleeps) so that ending it is observable as a
+ * SIGKILL; the messages are encoded and decoded with the real codec, and the monitor's answers
+ * travel over a real nng pair (inproc://) to the test, which reads them.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "ipc/chan.h"
+#include "ipc/ipc.h"
+#include "master/master.h"
+#include "master/monitor.h"
+
+#define SID "0123456789abcdef0123456789abcdef"
+
+struct fake {
+	struct serve_config cfg;
+	struct worker w;
+	nng_socket peer; /* the worker's end of the channel */
+	int hellos, answers, notes, sessions, calls, quotas;
+	bool busy;
+};
+
+static int url_n;
+
+/* fake ops: seq 5 is a client message waiting for its answer, seq 6 one whose client gave up */
+static void f_hello(void *ctx) { ((struct fake *)ctx)->hellos++; }
+static enum mon_pending f_answer(void *ctx, uint32_t seq, struct ipc_bytes msg)
+{
+	(void)msg;
+	struct fake *f = ctx;
+	if (seq == 5) {
+		f->answers++;
+		return MON_PENDING;
+	}
+	return seq == 6 ? MON_GAVE_UP : MON_NEVER;
+}
+static void f_note(void *ctx, uint32_t rel, struct ipc_bytes msg)
+{
+	(void)rel, (void)msg;
+	((struct fake *)ctx)->notes++;
+}
+static enum mon_pending f_accepted(void *ctx, uint32_t seq, struct ipc_bytes id)
+{
+	(void)ctx, (void)id;
+	return seq == 5 ? MON_PENDING : MON_NEVER;
+}
+static void f_session(void *ctx, const struct ipc_session *s)
+{
+	(void)s;
+	((struct fake *)ctx)->sessions++;
+}
+static void f_state(void *ctx, bool busy) { ((struct fake *)ctx)->busy = busy; }
+static bool f_quota(void *ctx, char *err, size_t errlen)
+{
+	(void)err, (void)errlen;
+	((struct fake *)ctx)->quotas++;
+	return true;
+}
+static void f_call(void *ctx, const struct ipc_call *c)
+{
+	(void)c;
+	((struct fake *)ctx)->calls++;
+}
+static const struct mon_ops f_ops = { f_hello, f_answer, f_note, f_accepted, f_session, f_state,
+				      f_quota, f_call };
+
+static int setup(void **st)
+{
+	struct fake *f = calloc(1, sizeof(*f));
+	assert_non_null(f);
+	f->cfg.max_sandboxes_per_user = 1;
+	f->w.cfg = &f->cfg;
+	snprintf(f->w.session, sizeof(f->w.session), "%s", SID);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		for (;;)
+			pause();
+	}
+	f->w.pid = pid;
+	char url[64];
+	snprintf(url, sizeof(url), "inproc://test-monitor-%d", ++url_n);
+	assert_int_equal(chan_listen(&f->w.sock, url), 0);
+	assert_int_equal(chan_dial(&f->peer, url), 0);
+	f->w.connected = 1;
+	*st = f;
+	return 0;
+}
+
+static int teardown(void **st)
+{
+	struct fake *f = *st;
+	if (f->w.pid > 0) {
+		kill(f->w.pid, SIGKILL);
+		waitpid(f->w.pid, NULL, 0);
+	}
+	nng_close(f->peer);
+	nng_close(f->w.sock);
+	free(f);
+	return 0;
+}
+
+/* send_as_worker - encode, decode (as the master's channel would) and dispatch in phase */
+static int dispatch(struct fake *f, unsigned phase, struct ipc_buf *b)
+{
+	struct ipc_msg m;
+	assert_int_equal(ipc_decode(b->sb.data, b->sb.size, &m), 0);
+	ipc_buf_free(b);
+	struct mon_peer p = { &f->w, phase, &f_ops, f };
+	int r = mon_dispatch(&p, &m);
+	ipc_msg_free(&m);
+	return r;
+}
+
+/* assert_ended - the worker process was killed by the monitor */
+static void assert_ended(struct fake *f)
+{
+	int status = 0;
+	assert_true(f->w.ended);
+	assert_int_equal(waitpid(f->w.pid, &status, 0), f->w.pid);
+	assert_true(WIFSIGNALED(status));
+	assert_int_equal(WTERMSIG(status), SIGKILL);
+	f->w.pid = 0;
+}
+
+static void assert_alive(struct fake *f)
+{
+	assert_false(f->w.ended);
+	assert_int_equal(waitpid(f->w.pid, NULL, WNOHANG), 0);
+}
+
+static void hello(struct fake *f)
+{
+	struct ipc_buf b;
+	assert_int_equal(ipc_pack_hello(&b, 1, (uint64_t)f->w.pid, "test"), 0);
+	assert_int_equal(dispatch(f, IPC_PH_STARTING, &b), 0);
+	assert_true(f->w.hello);
+	assert_int_equal(f->hellos, 1);
+}
+
+static void test_honest_worker_is_answered(void **st)
+{
+	struct fake *f = *st;
+	struct ipc_buf b;
+	hello(f);
+	assert_int_equal(ipc_pack_req_quota(&b, 9), 0);
+	assert_int_equal(dispatch(f, IPC_PH_SESSION, &b), 0);
+	struct ipc_msg m;
+	assert_int_equal(chan_recv(f->peer, &m, 0, NULL), 0);
+	assert_int_equal(m.type, IPC_ANS_QUOTA);
+	assert_int_equal(m.seq, 9);
+	assert_true(m.u.quota_ans.ok);
+	ipc_msg_free(&m);
+	assert_int_equal(ipc_pack_ans_mcp(&b, 5, "{}", 2), 0);
+	assert_int_equal(dispatch(f, IPC_PH_SESSION, &b), 0);
+	assert_int_equal(f->answers, 1);
+	/* an answer whose client gave up is dropped, not held against the worker */
+	assert_int_equal(ipc_pack_ans_mcp(&b, 6, "{}", 2), 0);
+	assert_int_equal(dispatch(f, IPC_PH_SESSION, &b), 0);
+	assert_int_equal(ipc_pack_note_state(&b, 10, "busy"), 0);
+	assert_int_equal(dispatch(f, IPC_PH_SESSION, &b), 0);
+	assert_true(f->busy);
+	assert_int_equal(ipc_pack_note_session(&b, 11, "{}", 2, "2025-06-18"), 0);
+	assert_int_equal(dispatch(f, IPC_PH_SESSION, &b), 0);
+	/* in ENDING a quota request is refused, not fatal: it may have crossed REQ_SHUTDOWN */
+	assert_int_equal(ipc_pack_req_quota(&b, 12), 0);
+	assert_int_equal(dispatch(f, IPC_PH_ENDING, &b), 0);
+	assert_int_equal(chan_recv(f->peer, &m, 0, NULL), 0);
+	assert_int_equal(m.type, IPC_ANS_QUOTA);
+	assert_false(m.u.quota_ans.ok);
+	ipc_msg_free(&m);
+	assert_int_equal(f->quotas, 1);
+	assert_alive(f);
+}
+
+static void test_hello_with_another_pid(void **st)
+{
+	struct fake *f = *st;
+	struct ipc_buf b;
+	assert_int_equal(ipc_pack_hello(&b, 1, (uint64_t)f->w.pid + 1, "test"), 0);
+	assert_int_equal(dispatch(f, IPC_PH_STARTING, &b), -EPERM);
+	assert_false(f->w.hello);
+	assert_ended(f);
+}
+
+static void test_out_of_phase_before_hello(void **st)
+{
+	struct fake *f = *st;
+	struct ipc_buf b;
+	assert_int_equal(ipc_pack_req_quota(&b, 2), 0);
+	assert_int_equal(dispatch(f, IPC_PH_STARTING, &b), -EPERM);
+	assert_int_equal(f->quotas, 0);
+	assert_ended(f);
+}
+
+static void test_out_of_phase_idle(void **st)
+{
+	struct fake *f = *st;
+	struct ipc_buf b;
+	hello(f);
+	/* a pre-started worker has no session: it cannot have initialized one */
+	assert_int_equal(ipc_pack_note_session(&b, 2, "{}", 2, "2025-06-18"), 0);
+	assert_int_equal(dispatch(f, IPC_PH_IDLE, &b), -EPERM);
+	assert_int_equal(f->sessions, 0);
+	assert_ended(f);
+}
+
+static void test_hello_twice(void **st)
+{
+	struct fake *f = *st;
+	struct ipc_buf b;
+	hello(f);
+	assert_int_equal(ipc_pack_hello(&b, 2, (uint64_t)f->w.pid, "test"), 0);
+	assert_int_equal(dispatch(f, IPC_PH_SESSION, &b), -EPERM);
+	assert_int_equal(f->hellos, 1);
+	assert_ended(f);
+}
+
+static void test_once_only_twice(void **st)
+{
+	struct fake *f = *st;
+	struct ipc_buf b;
+	hello(f);
+	assert_int_equal(ipc_pack_note_session(&b, 2, "{}", 2, "2025-06-18"), 0);
+	assert_int_equal(dispatch(f, IPC_PH_SESSION, &b), 0);
+	assert_int_equal(ipc_pack_note_session(&b, 3, "{}", 2, "2025-06-18"), 0);
+	assert_int_equal(dispatch(f, IPC_PH_SESSION, &b), -EPERM);
+	assert_int_equal(f->sessions, 1);
+	assert_ended(f);
+}
+
+static void test_unsolicited_answer(void **st)
+{
+	struct fake *f = *st;
+	struct ipc_buf b;
+	hello(f);
+	assert_int_equal(ipc_pack_ans_mcp(&b, 77, "{\"id\":1}", 8), 0);
+	assert_int_equal(dispatch(f, IPC_PH_SESSION, &b), -EPERM);
+	assert_int_equal(f->answers, 0);
+	assert_ended(f);
+}
+
+static void test_unsolicited_accepted(void **st)
+{
+	struct fake *f = *st;
+	struct ipc_buf b;
+	hello(f);
+	assert_int_equal(ipc_pack_note_accepted(&b, 77, "1", 1), 0);
+	assert_int_equal(dispatch(f, IPC_PH_SESSION, &b), -EPERM);
+	assert_ended(f);
+}
+
+static void test_master_only_messages(void **st)
+{
+	struct fake *f = *st;
+	struct ipc_buf b;
+	hello(f);
+	assert_int_equal(ipc_pack_ans_quota(&b, 2, true, ""), 0);
+	assert_int_equal(dispatch(f, IPC_PH_SESSION, &b), -EPERM);
+	assert_ended(f);
+}
+
+static void test_after_the_end_nothing_counts(void **st)
+{
+	struct fake *f = *st;
+	struct ipc_buf b;
+	hello(f);
+	assert_int_equal(ipc_pack_req_shutdown(&b, 2, "mine"), 0);
+	assert_int_equal(dispatch(f, IPC_PH_SESSION, &b), -EPERM);
+	assert_ended(f);
+	/* what it still had queued is dropped */
+	assert_int_equal(ipc_pack_note_call(&b, 3, "execute_go_code", "ok", 1, 1, 1, 1, 1, 1, 1), 0);
+	assert_int_equal(dispatch(f, IPC_PH_SESSION, &b), -EPERM);
+	assert_int_equal(f->calls, 0);
+}
+
+static void test_bad_state(void **st)
+{
+	struct fake *f = *st;
+	struct ipc_buf b;
+	hello(f);
+	assert_int_equal(ipc_pack_note_state(&b, 2, "root"), 0);
+	assert_int_equal(dispatch(f, IPC_PH_SESSION, &b), -EPERM);
+	assert_ended(f);
+}
+
+static void test_sandbox_named_by_the_worker(void **st)
+{
+	struct fake *f = *st;
+	struct ipc_buf b;
+	hello(f);
+	assert_int_equal(ipc_pack_req_sandbox(&b, 2, "spawn", "kg-of-another-session"), 0);
+	assert_int_equal(dispatch(f, IPC_PH_SESSION, &b), -EPERM);
+	assert_ended(f);
+}
+
+static void test_sandbox_unknown_op(void **st)
+{
+	struct fake *f = *st;
+	struct ipc_buf b;
+	hello(f);
+	assert_int_equal(ipc_pack_req_sandbox(&b, 2, "chown", ""), 0);
+	assert_int_equal(dispatch(f, IPC_PH_SESSION, &b), -EPERM);
+	assert_ended(f);
+}
+
+static void test_kube_on_local_backend(void **st)
+{
+	struct fake *f = *st;
+	struct ipc_buf b;
+	hello(f);
+	assert_int_equal(ipc_pack_req_kube(&b, 2, false), 0);
+	assert_int_equal(dispatch(f, IPC_PH_SESSION, &b), -EPERM);
+	assert_ended(f);
+}
+
+static void test_claim_of_its_own_session(void **st)
+{
+	struct fake *f = *st;
+	struct ipc_buf b;
+	f->cfg.kubernetes = true;
+	hello(f);
+	assert_int_equal(ipc_pack_note_claim(&b, 2, "kg-01234567-x7k2q", true), 0);
+	assert_int_equal(dispatch(f, IPC_PH_SESSION, &b), 0);
+	assert_string_equal(f->w.claim, "kg-01234567-x7k2q");
+	/* keep is the master's setting (--persistent), not the worker's word */
+	assert_false(f->w.claim_keep);
+	assert_int_equal(ipc_pack_note_claim(&b, 3, "", false), 0);
+	assert_int_equal(dispatch(f, IPC_PH_ENDING, &b), 0);
+	assert_string_equal(f->w.claim, "");
+	assert_alive(f);
+}
+
+/* every shape of a name the worker cannot have been given: the master would delete it */
+static void test_claims_it_never_made(void **st)
+{
+	static const char *const names[] = {
+		"kg-deadbeef-x7k2q",      /* another session's prefix */
+		"go-runtime-pool-abcde",  /* a claim of nobody's session */
+		"kg-01234567-",           /* the prefix alone */
+		"kg-01234567-X/../y",     /* not a name the API server generates */
+		"kg-0123456-x7k2q",       /* one digit short */
+	};
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		void *fst;
+		setup(&fst);
+		struct fake *f = fst;
+		f->cfg.kubernetes = true;
+		hello(f);
+		struct ipc_buf b;
+		assert_int_equal(ipc_pack_note_claim(&b, 2, names[i], false), 0);
+		assert_int_equal(dispatch(f, IPC_PH_SESSION, &b), -EPERM);
+		assert_string_equal(f->w.claim, "");
+		assert_ended(f);
+		teardown(&fst);
+	}
+	(void)st;
+}
+
+static void test_claim_named_by_the_operator(void **st)
+{
+	struct fake *f = *st;
+	struct ipc_buf b;
+	f->cfg.kubernetes = true;
+	f->cfg.claim = "team-sandbox";
+	hello(f);
+	assert_int_equal(ipc_pack_note_claim(&b, 2, "team-sandbox", false), 0);
+	assert_int_equal(dispatch(f, IPC_PH_SESSION, &b), 0);
+	assert_string_equal(f->w.claim, "team-sandbox");
+	f->w.claim[0] = '\0';
+}
+
+static void test_claim_before_a_session(void **st)
+{
+	struct fake *f = *st;
+	struct ipc_buf b;
+	f->cfg.kubernetes = true;
+	snprintf(f->w.session, sizeof(f->w.session), "-");
+	hello(f);
+	assert_int_equal(ipc_pack_note_claim(&b, 2, "kg-01234567-x7k2q", false), 0);
+	assert_int_equal(dispatch(f, IPC_PH_IDLE, &b), -EPERM);
+	assert_ended(f);
+}
+
+/* every worker -> master type is permitted in at least one phase, and every answer-flagged
+ * type and every master -> worker type is refused from a worker in every phase */
+static void test_table_shape(void **st)
+{
+	(void)st;
+	for (uint32_t t = 1; t < IPC_TYPE_MAX; t++) {
+		const struct ipc_contract *c = ipc_contract_of(t);
+		assert_non_null(c);
+		assert_true(c->phases != 0);
+		assert_true(c->dir == IPC_W2M || c->dir == IPC_M2W);
+		for (unsigned ph = IPC_PH_STARTING; ph <= IPC_PH_ENDING; ph <<= 1)
+			if (c->dir == IPC_M2W)
+				assert_false(ipc_permitted(t, IPC_W2M, ph));
+	}
+	assert_true(ipc_permitted(IPC_HELLO, IPC_W2M, IPC_PH_STARTING));
+	assert_false(ipc_permitted(IPC_HELLO, IPC_W2M, IPC_PH_SESSION));
+	assert_null(ipc_contract_of(IPC_TYPE_MAX));
+	assert_string_equal(ipc_type_name(IPC_NOTE_CLAIM), "NOTE_CLAIM");
+}
+
+int main(void)
+{
+	log_init("test", LOG_LVL_OFF);
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_honest_worker_is_answered, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_hello_with_another_pid, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_out_of_phase_before_hello, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_out_of_phase_idle, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_hello_twice, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_once_only_twice, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_unsolicited_answer, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_unsolicited_accepted, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_master_only_messages, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_after_the_end_nothing_counts, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_bad_state, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_sandbox_named_by_the_worker, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_sandbox_unknown_op, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_kube_on_local_backend, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_claim_of_its_own_session, setup, teardown),
+		cmocka_unit_test(test_claims_it_never_made),
+		cmocka_unit_test_setup_teardown(test_claim_named_by_the_operator, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_claim_before_a_session, setup, teardown),
+		cmocka_unit_test(test_table_shape),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
