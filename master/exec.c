@@ -411,6 +411,19 @@ static json_t *exec_args(int n, char **operands, int timeout_s)
 		}
 		json_array_append_new(files, f);
 	}
+	/* the agent would say "no .go file in the root directory" about a root the user never named */
+	bool root_go = false;
+	for (size_t i = 0; good && i < fs.n; i++) {
+		const char *rel = fs.abs[i] + rl + (rl > 1);
+		size_t l = strlen(rel);
+		root_go |= !strchr(rel, '/') && l > 3 && strcmp(rel + l - 3, ".go") == 0;
+	}
+	if (good && !root_go) {
+		fprintf(stderr, "kode-gopher exec: no .go file directly in %s, the directory that holds "
+			"all the files: the main package's files go there, helper packages in its "
+			"subdirectories\n", fs.root);
+		good = false;
+	}
 	for (size_t i = 0; i < fs.n; i++)
 		free(fs.abs[i]);
 	if (!good) {
@@ -501,7 +514,7 @@ int exec_main(int argc, char **argv)
 	}
 	if (keep)
 		sargv[na++] = "--persistent";
-	if (!cfg.credentials && !cfg.kubernetes && exec_adc_absent()) {
+	if (!cfg.credentials && exec_adc_absent()) {
 		sargv[na++] = "--credentials";
 		sargv[na++] = "none";
 	}

@@ -228,6 +228,8 @@ test('exec: exit 2 for usage and server errors, each said in one line', T, async
 		[['exec'], /^kode-gopher exec: name the Go files to run/],
 		[['exec', path.join(dir, 'missing.go')], /^kode-gopher exec: cannot read .*missing\.go: No such file or directory$/],
 		[['exec', '-', ok], /stdin\) is one file on its own/],
+		[['exec', path.join(scratch, 'usage'), path.join(write('notes', { 'n.txt': 'x\n' }), 'n.txt')],
+			new RegExp(`^kode-gopher exec: no \\.go file directly in ${scratch.replace(/\W/g, '\\$&')}, the directory that holds all the files`)],
 		[['serve', '--htp'], /^kode-gopher serve: unknown option --htp; did you mean --http\?$/],
 		[['serve', '--http', '--session-timeout', '5'], /--session-timeout wants a duration with its unit \(s, m or h\), like 5s or 5m, not "5"$/],
 		[['serve', '--claim-lease', '10'], /--claim-lease wants a duration with its unit/],
