@@ -6,7 +6,9 @@
 #   make check      deps + runtime + build + every test; ends "N passed, N failed"
 #   make asan       the same tests against an ASan/UBSan build
 #   make debug      -O0 build whose worker logs a denied syscall instead of dying
-#   make fuzz       build the libFuzzer targets (clang)
+#   make fuzz       build the libFuzzer targets (clang); make check runs each for 20 s
+#   make fuzz-long  run every target for FUZZ_TIME s (default 600), then make fuzz-merge
+#   make fuzz-merge add the new coverage found by the runs to tests/fuzz/corpus/ (commit it)
 #   make bench      print the benchmark tables
 #   make demo       set everything up and run the main job once
 
@@ -29,7 +31,7 @@ LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(ASM:%.S=$(BUILD)/%.o)
 UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all deps runtime check asan test fuzz bench demo clean install debug unit
+.PHONY: all deps runtime check asan test fuzz fuzz-long fuzz-merge bench demo clean install debug unit
 all: kode-gopher
 
 kode-gopher: $(BUILD)/kode-gopher
@@ -78,6 +80,13 @@ debug:
 
 fuzz:
 	@$(MAKE) --no-print-directory -f tests/fuzz/Makefile
+
+# FUZZ_TIME: seconds per target (default 600); a finding in one target does not stop the rest
+fuzz-long:
+	@$(MAKE) --no-print-directory -f tests/fuzz/Makefile long FUZZ_LONG_TIME=$(or $(FUZZ_TIME),600)
+
+fuzz-merge:
+	@$(MAKE) --no-print-directory -f tests/fuzz/Makefile merge
 
 bench: all runtime
 	@mkdir -p $(BUILD)

@@ -8,6 +8,7 @@
 # MCP conformance suite against serve --http (tests/conformance/run.sh), then the Kubernetes tests
 # against a real API server, agent-sandbox and kwok (tests/k8s/run.sh; skipped with a reason if
 # the test cluster cannot be built on this machine).
+# After the unit tests, the fuzz gate (tests/fuzz/gate.sh) runs every libFuzzer target briefly.
 # Each suite's own output goes to the terminal; the counts come from its TAP lines.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -42,6 +43,24 @@ for t in "$BUILD"/tests/test_*; do
 	fi
 	count_tap "$log/$name.tap"
 done
+
+# the fuzz gate: every libFuzzer target for 20 s from the checked-in corpus (tests/fuzz/gate.sh
+# builds them with clang; a finding is a "not ok" naming the target and its artifact; a machine
+# without clang prints "1..0 # SKIP reason", counted as neither)
+if [ -x tests/fuzz/gate.sh ]; then
+	echo "== fuzz: tests/fuzz/gate.sh"
+	tests/fuzz/gate.sh >"$log/fuzz.tap"
+	rc=$?
+	cat "$log/fuzz.tap"
+	count_tap "$log/fuzz.tap"
+	if grep -qE '^1\.\.0 # SKIP' "$log/fuzz.tap"; then
+		:
+	elif ! grep -qE '^(not )?ok [0-9]+' "$log/fuzz.tap"; then
+		echo "not ok 1 - fuzz gate ran nothing (exit $rc)"; failed=$((failed + 1))
+	elif [ $rc -ne 0 ] && ! grep -qE '^not ok [0-9]+' "$log/fuzz.tap"; then
+		echo "not ok 1 - tests/fuzz/gate.sh failed (exit $rc)"; failed=$((failed + 1))
+	fi
+fi
 
 # node's TAP reporter indents subtests; top-level tests are the unindented ok lines
 shopt -s nullglob
