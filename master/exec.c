@@ -180,7 +180,9 @@ static void exec_print_summary(json_t *sc)
 	json_t *v = json_object_get(res, "value");
 	if (v && kind && strcmp(kind, "ok") == 0) {
 		char *t = json_dumps(v, JSON_INDENT(2) | JSON_ENCODE_ANY);
-		printf("%s\n", t ? t : "?");
+		/* on its own line, even after output without a final newline */
+		bool glued = out && *out && out[strlen(out) - 1] != '\n' && !isatty(STDOUT_FILENO);
+		printf("%s%s\n", glued ? "\n" : "", t ? t : "?");
 		free(t);
 	}
 	fflush(stdout);

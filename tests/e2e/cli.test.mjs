@@ -141,6 +141,7 @@ test('exec prints like go run: output, one summary line, no colour on a pipe, no
 		'hello.go': 'package main\n\nimport (\n\t"fmt"\n\t"os"\n)\n\nfunc main() {\n\tfmt.Println("to stdout")\n\tfmt.Fprintln(os.Stderr, "to stderr")\n}\n',
 		'value.go': snippet('\treturn map[string]int{"n": 7}, nil'),
 		'err.go': snippet('\treturn nil, errors.New("it went wrong")', ['errors']),
+		'glued.go': snippet('\tfmt.Print("no newline")\n\treturn "v", nil', ['fmt']),
 		'big.go': 'package main\n\nimport (\n\t"fmt"\n\t"strings"\n)\n\nfunc main() { fmt.Print(strings.Repeat("x", 3<<20)) }\n',
 		'nomain.go': 'package main\n\nfunc helper() {}\n',
 		'cgo.go': 'package main\n\n// #include <stdlib.h>\nimport "C"\n\nfunc main() {}\n',
@@ -157,6 +158,11 @@ test('exec prints like go run: output, one summary line, no colour on a pipe, no
 	assert.equal(v.code, 0, v.stderr);
 	assert.deepEqual(JSON.parse(v.stdout), { n: 7 });
 	assert.equal(lines(v.stderr).length, 1, v.stderr);
+
+	// output without a final newline, then the value on a line of its own
+	const glued = await kg(['exec', path.join(dir, 'glued.go')]);
+	assert.equal(glued.code, 0, glued.stderr);
+	assert.equal(glued.stdout, 'no newline\n"v"\n');
 
 	const e = await kg(['exec', path.join(dir, 'err.go')]);
 	assert.equal(e.code, 1, e.stderr);
