@@ -384,6 +384,35 @@ static int serve_runtime_check(const char *dir)
 	return 0;
 }
 
+/* serve_sandbox_root_check - as root each local sandbox runs as a user of its own, which must be
+ * able to reach its directory: a --sandbox-root under a 0700 directory (a home, a mktemp -d)
+ * would fail every sandbox with "mkdir .../root: Permission denied" from inside the jail */
+static int serve_sandbox_root_check(const char *root)
+{
+	if (getuid() != 0 || root[0] != '/')
+		return 0;
+	char p[PATH_MAX];
+	snprintf(p, sizeof(p), "%s", root);
+	for (char *slash = strrchr(p, '/'); slash; slash = strrchr(p, '/')) {
+		struct stat st;
+		if (slash == p)
+			slash[1] = '\0';
+		if (stat(p, &st) == 0 && S_ISDIR(st.st_mode) && !(st.st_mode & S_IXOTH) &&
+		    strcmp(p, root) != 0) {
+			fprintf(stderr, "kode-gopher: --sandbox-root %s is inside %s (mode %04o), which other "
+				"users cannot enter; run as root, each sandbox is a user of its own and must "
+				"reach its directory: choose a root elsewhere (the default is "
+				"/var/lib/kode-gopher/sandboxes) or `chmod o+x %s`\n", root, p,
+				(unsigned)(st.st_mode & 07777), p);
+			return -1;
+		}
+		if (slash == p)
+			break;
+		*slash = '\0';
+	}
+	return 0;
+}
+
 /* serve_accounting_check - an accounting log that cannot be written is a start-up error: a
  * server that ran without the accounting its operator asked for would be found out too late */
 static int serve_accounting_check(const char *path)
@@ -469,7 +498,8 @@ int serve_main(int argc, char **argv)
 	log_init("master", cfg.log_level);
 	if (serve_backend_init(&cfg) != 0)
 		return 2;
-	if (!cfg.kubernetes && serve_runtime_check(cfg.runtime_dir) != 0)
+	if (!cfg.kubernetes && (serve_runtime_check(cfg.runtime_dir) != 0 ||
+				serve_sandbox_root_check(cfg.sandbox_root) != 0))
 		return 2;
 	if (cfg.http) {
 		if (!cfg.accounting_log)

@@ -246,6 +246,10 @@ test('exec: exit 2 for usage and server errors, each said in one line', T, async
 		[['exce'], /^kode-gopher: unknown command "exce"; did you mean exec\?$/],
 		[['sandboxes', 'list', '--sandbox-root'], /^kode-gopher sandboxes: --sandbox-root needs a value/],
 	];
+	// as root each sandbox is a user of its own: a root inside the (0700) scratch directory
+	if (process.getuid() === 0)
+		cases.push([['serve', '--sandbox-root', path.join(scratch, 'sb')],
+			/^kode-gopher: --sandbox-root .*\/sb is inside .* \(mode 0700\), which other users cannot enter/]);
 	for (const [args, want] of cases) {
 		const r = await kg(args);
 		assert.equal(r.code, 2, `${args.join(' ')}: ${r.stderr}`);
