@@ -34,6 +34,11 @@
 #include <msgpack.h>
 
 #define IPC_VERSION 1
+/* A worker's exit status: 0 a normal end, 1 a handled fatal error, IPC_EXIT_CONFIG "this
+ * machine's or this server's configuration does not let a worker run" (it could not lock itself
+ * down, say): the master stops starting workers and says why. Anything else is a crash.
+ * 78 is EX_CONFIG of sysexits.h. */
+#define IPC_EXIT_CONFIG 78
 /* A client message may be up to MCP_MAX_MESSAGE; the envelope adds little. */
 #define MCP_MAX_MESSAGE (4u * 1024 * 1024)
 #define IPC_MAX_MSG (MCP_MAX_MESSAGE + 64u * 1024)

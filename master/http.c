@@ -301,9 +301,11 @@ static enum MHD_Result post_initialize(struct MHD_Connection *c, struct req *rq,
 	pthread_mutex_lock(&pool.mu);
 	int i = pool_take_idle(30);
 	if (i < 0) {
+		char why[300];
+		snprintf(why, sizeof(why), "%s", pool_unavailable() ? pool_unavailable() :
+			 "the server is at its --max-workers limit; try again later");
 		pthread_mutex_unlock(&pool.mu);
-		return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, -32000,
-				   "the server is at its --max-workers limit; try again later", origin);
+		return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, -32000, why, origin);
 	}
 	struct slot *s = &pool.slots[i];
 	spawn_random_hex(s->w.session, SESSION_ID_HEX / 2);

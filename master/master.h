@@ -77,7 +77,30 @@ struct worker {
 	int claim_attempts;
 };
 
+/* Supervision shared by both transports (master/spawn.c): start-up failures throttle the next
+ * start; a configuration error stops starting workers at all. */
+struct spawn_throttle {
+	double backoff_s;         /* 0: no failure since the last worker served a request */
+	double until;             /* no start before this (monotonic seconds) */
+	double logged_until;      /* one log line per interval */
+	unsigned failures;        /* start-up failures since the last one logged */
+	char stopped[240];        /* non-empty: why no worker will be started any more */
+};
+
 /* master/spawn.c */
+/* spawn_ended - a worker ended (status from wait); served: it answered a request of its session;
+ * on_purpose: the master ended it. Updates t: a start-up failure throttles, IPC_EXIT_CONFIG
+ * stops. Returns true when it was a start-up failure or a configuration error. */
+bool spawn_ended(struct spawn_throttle *t, const struct worker *w, int status, bool served,
+		 bool on_purpose);
+/* spawn_start_failed - fork or the channel failed: wait before the next try, as for a failure */
+void spawn_start_failed(struct spawn_throttle *t);
+/* spawn_served - a worker served a request: start-up is fine again */
+void spawn_served(struct spawn_throttle *t);
+/* spawn_may_start - not throttled and not stopped */
+bool spawn_may_start(const struct spawn_throttle *t);
+/* spawn_hello_overdue - started long enough ago without a HELLO to be killed */
+bool spawn_hello_overdue(const struct worker *w, double now);
 int spawn_runtime_dir(char *out, size_t cap);
 void spawn_runtime_dir_remove(const char *dir);
 int spawn_worker(struct worker *w, const struct serve_config *cfg, const char *runtime_dir,

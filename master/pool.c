@@ -9,6 +9,7 @@
  */
 #include "master/monitor.h"
 #include "master/pool.h"
+#include "policy/limits.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -151,8 +152,8 @@ static void slot_spawn(int i)
 	struct slot *s = &pool.slots[i];
 	memset(s, 0, sizeof(*s));
 	if (spawn_worker(&s->w, pool.cfg, pool.rundir, ++pool.nspawned, "-") != 0) {
-		pool.backoff = pool.backoff ? (pool.backoff * 2 > 60 ? 60 : pool.backoff * 2) : 0.5;
-		pool.throttle_until = spawn_now() + pool.backoff;
+		log_error("cannot start a worker; trying again later");
+		spawn_start_failed(&pool.throttle);
 		s->state = SLOT_FREE;
 		return;
 	}
@@ -173,8 +174,10 @@ static void pool_avail(void)
 	}
 	/* with --workers-min-idle 0 a worker starts only when a session waits for one */
 	int want = pool.cfg->workers_min_idle > pool.waiting ? pool.cfg->workers_min_idle : pool.waiting;
-	if (ready < want && used < pool.nslots && free_i >= 0 &&
-	    spawn_now() >= pool.throttle_until)
+	/* after a start-up failure one worker at a time probes whether starting works again */
+	if (pool.throttle.backoff_s > 0 && ready > 0)
+		return;
+	if (ready < want && used < pool.nslots && free_i >= 0 && spawn_may_start(&pool.throttle))
 		slot_spawn(free_i);
 }
 
@@ -183,6 +186,8 @@ int pool_take_idle(double wait_s)
 {
 	double until = spawn_now() + wait_s;
 	for (;;) {
+		if (pool.throttle.stopped[0])
+			return -1; /* no worker will come: pool_unavailable says why */
 		for (int i = 0; i < pool.nslots; i++)
 			if (pool.slots[i].state == SLOT_IDLE) {
 				pool.slots[i].state = SLOT_OPENING;
@@ -204,6 +209,12 @@ int pool_take_idle(double wait_s)
 		pthread_cond_timedwait(&pool.idle_cv, &pool.mu, &ts);
 		pool.waiting--;
 	}
+}
+
+/* pool_unavailable - why no session can be opened at all (a configuration error), or NULL */
+const char *pool_unavailable(void)
+{
+	return pool.throttle.stopped[0] ? pool.throttle.stopped : NULL;
 }
 
 /* pool_find_session - the slot serving session sid */
@@ -237,7 +248,7 @@ void pool_end_session(int i, const char *reason)
 	s->quota_held = false;
 	s->state = SLOT_ENDING;
 	/* a Kubernetes worker deletes its SandboxClaim on the way out: give it time for that */
-	s->kill_at = spawn_now() + (pool.cfg->kubernetes ? 6.0 : 1.0);
+	s->kill_at = spawn_now() + (pool.cfg->kubernetes ? WORKER_LEAVE_KUBE_MS : WORKER_LEAVE_LOCAL_MS) / 1000.0;
 	pool_wake();
 }
 
@@ -403,7 +414,7 @@ static enum mon_pending pool_on_answer(void *ctx, uint32_t seq, struct ipc_bytes
 	if (p->done)
 		return MON_NEVER;
 	s->served = true;
-	pool.backoff = 0;
+	spawn_served(&pool.throttle);
 	if (msg.len && (p->answer = malloc(msg.len))) {
 		memcpy(p->answer, msg.ptr, msg.len);
 		p->alen = msg.len;
@@ -499,13 +510,16 @@ static void slot_died(int i, int status, const struct rusage *ru)
 	char how[96];
 	spawn_describe_status(status, how, sizeof(how));
 	bool crash = !(WIFEXITED(status) && WEXITSTATUS(status) == 0) && s->state != SLOT_ENDING;
-	if (crash) {
+	/* before serving its session's first request (STARTING, IDLE, OPENING alike) it is a
+	 * start-up failure, reported by spawn_ended once per throttle interval */
+	bool startup = spawn_ended(&pool.throttle, &s->w, status, s->served, s->state == SLOT_ENDING);
+	if (crash)
 		pool.crashes++;
+	if (crash && !startup)
 		log_error("worker pid %d (session %.8s…, user %s) %s", (int)s->w.pid, s->w.session,
 			  s->user[0] ? s->user : "-", how);
-	} else {
+	else
 		log_debug("worker pid %d %s", (int)s->w.pid, how);
-	}
 	if (s->state == SLOT_SESSION || s->state == SLOT_OPENING) {
 		char u[64];
 		acct_line("\"event\":\"session_end\",\"user\":\"%s\",\"session\":\"%s\",\"worker_pid\":%d,"
@@ -525,11 +539,6 @@ static void slot_died(int i, int status, const struct rusage *ru)
 				snprintf(p->gone_why, sizeof(p->gone_why), "worker %s", how);
 			pthread_cond_broadcast(&p->cv);
 		}
-	if (!s->served && s->state == SLOT_STARTING) {
-		pool.backoff = pool.backoff ? (pool.backoff * 2 > 60 ? 60 : pool.backoff * 2) : 0.5;
-		pool.throttle_until = spawn_now() + pool.backoff;
-		log_warn("worker died at start-up; next start in %.1f s", pool.backoff);
-	}
 	s->w.pid = 0;
 	release_later(&s->w);
 	spawn_stop(&s->w, 0); /* closes its channel */
@@ -570,6 +579,8 @@ static void pool_timers(void)
 			pool_end_session(i, "idle timeout");
 		else if (s->state == SLOT_ENDING && now > s->kill_at && s->w.pid > 0)
 			kill(s->w.pid, SIGKILL);
+		else if (s->state == SLOT_STARTING && spawn_hello_overdue(&s->w, now))
+			mon_end(&s->w, "said no HELLO within %d ms of its start", WORKER_HELLO_TIMEOUT_MS);
 	}
 }
 

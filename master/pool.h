@@ -64,7 +64,7 @@ struct pool {
 	struct pending *pending;
 	char rundir[512];
 	unsigned nspawned;
-	double throttle_until, backoff;
+	struct spawn_throttle throttle; /* start-up failures; a configuration error stops it */
 	int waiting;              /* new sessions waiting in pool_take_idle for a worker */
 	int wake[2];
 	bool stopping;
@@ -88,6 +88,7 @@ void pool_wake(void);
 
 /* Under pool.mu: */
 int pool_take_idle(double wait_s);       /* an idle worker's slot index, or -1 */
+const char *pool_unavailable(void);      /* why no worker will ever be idle, or NULL */
 int pool_find_session(const char *sid);  /* the slot of an open session, or -1 */
 void pool_end_session(int i, const char *reason);
 struct pending *pool_send(int i, const char *msg, size_t len); /* NULL if the worker is gone */

@@ -24,6 +24,7 @@
 #include "master/kubecfg.h"
 #include "master/master.h"
 #include "master/monitor.h"
+#include "policy/limits.h"
 
 /* spawn_now - monotonic seconds */
 double spawn_now(void)
@@ -31,6 +32,69 @@ double spawn_now(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* spawn_ended - see master.h (Postfix's master_spawn.c: a child that dies before serving
+ * anything is a start-up failure, and nginx's "do not respawn" exit) */
+bool spawn_ended(struct spawn_throttle *t, const struct worker *w, int status, bool served,
+		 bool on_purpose)
+{
+	if (on_purpose)
+		return false;
+	char how[96];
+	spawn_describe_status(status, how, sizeof(how));
+	if (WIFEXITED(status) && WEXITSTATUS(status) == IPC_EXIT_CONFIG) {
+		if (!t->stopped[0]) {
+			snprintf(t->stopped, sizeof(t->stopped),
+				 "worker pid %d exited with status %d: a configuration error (its log line "
+				 "above says what); no more workers will be started until serve is "
+				 "restarted with a configuration that works", (int)w->pid, IPC_EXIT_CONFIG);
+			log_error("%s", t->stopped);
+		}
+		return true;
+	}
+	if (served)
+		return false;
+	double now = spawn_now();
+	spawn_start_failed(t);
+	t->failures++;
+	if (now >= t->logged_until) {
+		log_warn("worker pid %d %s before serving any request: a start-up failure (%u since the "
+			 "last report); the next worker starts in %.1f s", (int)w->pid, how, t->failures,
+			 t->backoff_s);
+		t->failures = 0;
+		t->logged_until = now + t->backoff_s;
+	}
+	return true;
+}
+
+/* spawn_start_failed - see master.h */
+void spawn_start_failed(struct spawn_throttle *t)
+{
+	t->backoff_s = t->backoff_s ? t->backoff_s * 2 : WORKER_START_BACKOFF_FIRST_MS / 1000.0;
+	if (t->backoff_s > WORKER_START_BACKOFF_MAX_MS / 1000.0)
+		t->backoff_s = WORKER_START_BACKOFF_MAX_MS / 1000.0;
+	t->until = spawn_now() + t->backoff_s;
+}
+
+/* spawn_served - see master.h */
+void spawn_served(struct spawn_throttle *t)
+{
+	t->backoff_s = 0;
+	t->until = 0;
+}
+
+/* spawn_may_start - see master.h */
+bool spawn_may_start(const struct spawn_throttle *t)
+{
+	return !t->stopped[0] && spawn_now() >= t->until;
+}
+
+/* spawn_hello_overdue - see master.h */
+bool spawn_hello_overdue(const struct worker *w, double now)
+{
+	return w->pid > 0 && !w->hello && !w->ended &&
+	       now - w->started > WORKER_HELLO_TIMEOUT_MS / 1000.0;
 }
 
 /* spawn_random_hex - nbytes random bytes from libcrypto, as 2*nbytes hex digits */

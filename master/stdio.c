@@ -23,6 +23,7 @@
 #include "ipc/frame.h"
 #include "master/monitor.h"
 #include "master/stdio.h"
+#include "policy/limits.h"
 
 struct inflight {
 	uint32_t seq;
@@ -48,8 +49,7 @@ struct relay {
 	size_t init_len;
 	struct inflight *fl;
 	size_t nfl, capfl;
-	double respawn_at;
-	double backoff;
+	struct spawn_throttle throttle; /* start-up failures; a configuration error stops serve */
 	bool served; /* the current worker answered something: it did not die at startup */
 };
 
@@ -161,9 +161,7 @@ static void relay_start_worker(struct relay *r)
 	r->served = false;
 	if (rc != 0) {
 		log_error("cannot start a worker: %s", strerror(-rc));
-		r->respawn_at = spawn_now() + (r->backoff = r->backoff ? r->backoff * 2 : 1);
-	} else {
-		r->respawn_at = 0;
+		spawn_start_failed(&r->throttle);
 	}
 }
 
@@ -173,9 +171,14 @@ static void relay_worker_died(struct relay *r, int status)
 	char how[96];
 	spawn_describe_status(status, how, sizeof(how));
 	bool crash = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-	if (crash && !r->eof)
+	/* a worker that dies before serving anything is a start-up failure: throttle (Postfix);
+	 * spawn_ended reports it once per interval, or stops on a configuration error */
+	bool startup = !r->eof && !r->done && spawn_ended(&r->throttle, &r->w, status, r->served, false);
+	if (r->throttle.stopped[0])
+		r->done = true; /* serve exits: no worker could serve this session */
+	if (crash && !r->eof && !startup)
 		log_error("worker pid %d %s", (int)r->w.pid, how);
-	else
+	else if (!startup)
 		log_info("worker pid %d %s", (int)r->w.pid, how);
 	for (size_t i = 0; i < r->nfl;) {
 		struct inflight *f = &r->fl[i];
@@ -201,17 +204,6 @@ static void relay_worker_died(struct relay *r, int status)
 	}
 	r->w.pid = 0;
 	spawn_stop(&r->w, 0);
-	if (r->eof || r->done)
-		return;
-	/* a worker that dies before serving anything is a startup failure: throttle (Postfix) */
-	if (!r->served) {
-		r->backoff = r->backoff ? (r->backoff * 2 > 60 ? 60 : r->backoff * 2) : 0.5;
-		log_warn("worker died at startup; next try in %.1f s", r->backoff);
-		r->respawn_at = spawn_now() + r->backoff;
-	} else {
-		r->backoff = 0;
-		r->respawn_at = spawn_now();
-	}
 }
 
 /* ---- what the monitor (master/monitor.c) asks of this transport; ctx is the relay ---- */
@@ -244,7 +236,7 @@ static enum mon_pending relay_on_answer(void *ctx, uint32_t seq, struct ipc_byte
 	if (!f)
 		return MON_NEVER;
 	r->served = true;
-	r->backoff = 0;
+	spawn_served(&r->throttle);
 	if (!f->replay && msg.len > 0)
 		out_line(r, msg.ptr, msg.len);
 	fl_remove(r, f);
@@ -384,8 +376,12 @@ int stdio_serve(const struct serve_config *cfg)
 			p[np++] = (struct pollfd){ .fd = STDIN_FILENO, .events = POLLIN };
 		}
 		int timeout = -1;
+		double now = spawn_now();
 		if (r->w.pid <= 0 && !r->eof) {
-			double wait = r->respawn_at - spawn_now();
+			double wait = r->throttle.until - now;
+			timeout = wait > 0 ? (int)(wait * 1000) + 1 : 0;
+		} else if (r->w.pid > 0 && !r->w.hello) {
+			double wait = r->w.started + WORKER_HELLO_TIMEOUT_MS / 1000.0 - now;
 			timeout = wait > 0 ? (int)(wait * 1000) + 1 : 0;
 		}
 		if (poll(p, (nfds_t)np, timeout) < 0 && errno != EINTR)
@@ -401,19 +397,22 @@ int stdio_serve(const struct serve_config *cfg)
 			relay_drain_worker(r);
 		if (ifd >= 0 && r->w.pid > 0 && (p[ifd].revents & (POLLIN | POLLHUP | POLLERR)))
 			relay_read_stdin(r);
-		if (r->eof)
+		if (r->eof || r->done)
 			break;
-		if (r->w.pid <= 0 && spawn_now() >= r->respawn_at)
+		if (spawn_hello_overdue(&r->w, spawn_now()))
+			mon_end(&r->w, "said no HELLO within %d ms of its start", WORKER_HELLO_TIMEOUT_MS);
+		if (r->w.pid <= 0 && spawn_may_start(&r->throttle))
 			relay_start_worker(r);
 	}
 	/* a Kubernetes worker deletes its SandboxClaim on the way out: give it time for that */
-	spawn_stop(&r->w, r->cfg->kubernetes ? 6000 : 800);
+	spawn_stop(&r->w, r->cfg->kubernetes ? WORKER_LEAVE_KUBE_MS : WORKER_LEAVE_LOCAL_MS);
 	spawn_runtime_dir_remove(r->rundir);
 	while (r->nfl)
 		fl_remove(r, &r->fl[0]);
 	free(r->fl);
 	frame_free(&r->in);
 	free(r->init);
+	rc = r->throttle.stopped[0] ? 1 : 0;
 	free(r);
-	return 0;
+	return rc;
 }

@@ -7,7 +7,8 @@
  *
  * The dispatch table says which IPC message each state permits (OpenSSH's monitor tables): any
  * other message means the master side is confused or hostile, and the worker exits.
- * Exit status: 0 normal end, 1 handled fatal error, anything else a crash.
+ * Exit status: 0 normal end, 1 handled fatal error, IPC_EXIT_CONFIG when this machine does not
+ * let a worker lock itself down (the master then stops starting workers), anything else a crash.
  */
 #include <curl/curl.h>
 #include <errno.h>
@@ -305,9 +306,14 @@ int worker_main(int argc, char **argv)
 		sandbox_request(s, "spawn");
 	if (call_start(s) != 0)
 		return 1;
-	if (seccomp_worker_lockdown(seccomp_mode) != 0) {
-		log_error("cannot install the seccomp filter; refusing to serve unconfined");
-		return 1;
+	int lr = seccomp_worker_lockdown(seccomp_mode);
+	if (lr != 0) {
+		/* no retry can help: the master stops starting workers when it sees this status */
+		log_error("cannot lock the worker down (no_new_privs and the seccomp filter: %s); "
+			  "refusing to serve unconfined. The kernel or a preloaded library refuses it: "
+			  "run serve where seccomp is available, or with --seccomp off only to debug",
+			  strerror(-lr));
+		return IPC_EXIT_CONFIG;
 	}
 	log_debug("serving session %.8s…", s->id);
 

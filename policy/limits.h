@@ -1,0 +1,23 @@
+/*
+ * limits.h - the named limits of supervision and the worker contract, each with its unit
+ * (Dovecot names its settings; so do we). Read by master/spawn.c, master/pool.c,
+ * master/stdio.c and worker/main.c. Other components' limits move here as they are touched.
+ */
+#ifndef KG_POLICY_LIMITS_H
+#define KG_POLICY_LIMITS_H
+
+/* A worker that has not said HELLO this long after it was started is killed. */
+#define WORKER_HELLO_TIMEOUT_MS 10000
+
+/* A worker that dies before serving any request of a session is a start-up failure: the next
+ * start waits FIRST, then twice as long after each further failure, at most MAX; the first
+ * request a worker serves resets it (Postfix's throttle). */
+#define WORKER_START_BACKOFF_FIRST_MS 500
+#define WORKER_START_BACKOFF_MAX_MS 60000
+
+/* How long a worker told REQ_SHUTDOWN may take to leave before it is killed: the Kubernetes
+ * backend deletes its SandboxClaim on the way out. */
+#define WORKER_LEAVE_LOCAL_MS 800
+#define WORKER_LEAVE_KUBE_MS 6000
+
+#endif
