@@ -3,10 +3,10 @@
 #
 # Called by the root Makefile's bench target (which has already built build/mcpbench), or by
 # hand: bench/run.sh [--quick] [--only ping|rss|calls|sandbox|http|http-throughput|http-rss|
-# http-open|k8s|k8s-latency|k8s-throughput] [--sessions N] [mcpbench options...].  Two tables:
+# http-open|signin|k8s|k8s-latency|k8s-throughput] [--sessions N] [mcpbench options...].  Three tables:
 # mcpbench's (one session over stdio, tool calls, the local sandbox), then httpbench's (the shared
-# server, `serve --http`, against the TypeScript SDK's reference server); --only picks a section
-# of one of them.  A third, k8sbench's (the Kubernetes backend on the test cluster of tests/k8s),
+# server, `serve --http`, against the TypeScript SDK's reference server), then signinbench's (what
+# `--auth google` costs); --only picks a section of one of them.  A third, k8sbench's (the Kubernetes backend on the test cluster of tests/k8s),
 # runs only when asked for with --only k8s* (`make bench-k8s`): it starts a cluster.
 # $HTTPBENCH_ARGS goes to httpbench (bench/httpbench.mjs --help), $K8SBENCH_ARGS to k8sbench.
 # Build output and progress go to stderr, so stdout is the tables alone.  The exit status is
@@ -41,7 +41,7 @@ fi
 
 # which tables: --only http* is httpbench's alone, --only k8s* k8sbench's alone, any other
 # --only mcpbench's alone; the rest of the arguments are mcpbench's, but --quick goes to all
-run_mc=yes run_http=yes run_k8s=no quick= only_http= only_k8s=
+run_mc=yes run_http=yes run_k8s=no run_signin=yes quick= only_http= only_k8s=
 n=$#
 while [ "$n" -gt 0 ]; do
 	a=$1
@@ -54,11 +54,12 @@ while [ "$n" -gt 0 ]; do
 		shift
 		n=$((n - 1))
 		case $sec in
-		http) run_mc=no ;;
-		http-throughput | http-rss | http-open) run_mc=no only_http=${sec#http-} ;;
-		k8s) run_mc=no run_http=no run_k8s=yes ;;
-		k8s-latency | k8s-throughput) run_mc=no run_http=no run_k8s=yes only_k8s=${sec#k8s-} ;;
-		*) run_http=no; set -- "$@" --only "$sec" ;;
+		http) run_mc=no run_signin=no ;;
+		http-throughput | http-rss | http-open) run_mc=no run_signin=no only_http=${sec#http-} ;;
+		k8s) run_mc=no run_http=no run_signin=no run_k8s=yes ;;
+		k8s-latency | k8s-throughput) run_mc=no run_http=no run_signin=no run_k8s=yes only_k8s=${sec#k8s-} ;;
+		signin) run_mc=no run_http=no ;;
+		*) run_http=no run_signin=no; set -- "$@" --only "$sec" ;;
 		esac
 		;;
 	--quick) quick=--quick; set -- "$@" "$a" ;;
@@ -90,6 +91,12 @@ if [ $run_http = yes ]; then
 	node bench/httpbench.mjs $quick ${only_http:+--only "$only_http"} \
 		--bin "${KODE_GOPHER_BIN:-$BUILD/kode-gopher}" --runtime-dir "$RUNTIME_DIR" \
 		${HTTPBENCH_ARGS:-} || status=$?
+fi
+
+if [ $run_signin = yes ]; then
+	# sign-in's cost: bearer checking per request, and the sign-in round trip (tests/oidc's provider)
+	{ [ $run_mc = yes ] || [ $run_http = yes ]; } && echo
+	KODE_GOPHER_BIN=${KODE_GOPHER_BIN:-$BUILD/kode-gopher} node bench/signinbench.mjs $quick || status=$?
 fi
 
 if [ $run_k8s = yes ]; then

@@ -21,7 +21,7 @@ import { UnauthorizedError } from '@modelcontextprotocol/sdk/client/auth.js';
 import { chromium } from 'playwright-core';
 
 import { callTool, Client, httpServe, StreamableHTTPClientTransport } from './lib.mjs';
-import { startProvider } from './oidc.mjs';
+import { startProvider } from '../oidc/provider.mjs';
 
 const CHROMIUM = process.env.KG_CHROMIUM || '/usr/bin/chromium';
 const T = { timeout: 180_000, skip: fs.existsSync(CHROMIUM) ? false : `no ${CHROMIUM} (packaging/install-deps.sh installs it)` };

@@ -27,7 +27,7 @@ import { auth, UnauthorizedError } from '@modelcontextprotocol/sdk/client/auth.j
 import {
 	callTool, Client, httpRequest, httpServe, sc, StreamableHTTPClientTransport, waitFor,
 } from './lib.mjs';
-import { browse, startProvider } from './oidc.mjs';
+import { browse, startProvider } from '../oidc/provider.mjs';
 
 const T = { timeout: 180_000 };
 const USERS = [

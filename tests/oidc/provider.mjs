@@ -1,5 +1,5 @@
 /*
- * oidc.mjs - the sign-in tests' OpenID provider (Google's stand-in) and a person at its login
+ * provider.mjs - the sign-in tests' OpenID provider (Google's stand-in) and a person at its login
  * form. The provider is zitadel's, built from the Go module proxy by tests/oidc/build.sh (about
  * 40 s the first time, cached in /var/cache/kode-gopher/oidc-bin); nothing of it is written here.
  *
@@ -11,7 +11,8 @@
  *                          ({location: URL}) or at the first page that is not a redirect
  *                          ({status, body})
  *
- * Imported by tests/e2e/signin.test.mjs.
+ * Imported by tests/e2e/signin*.test.mjs and bench/signinbench.mjs; it needs nothing but Node
+ * (no test harness), so both can.
  */
 import { execFileSync, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -19,7 +20,22 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 
-import { REPO, waitFor } from './lib.mjs';
+import { fileURLToPath } from 'node:url';
+
+const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
+
+/* waitFor - poll fn until it returns a truthy value */
+async function waitFor(fn, { timeout, what }) {
+	const end = Date.now() + timeout;
+	for (;;) {
+		const v = fn();
+		if (v)
+			return v;
+		if (Date.now() > end)
+			throw new Error(`timed out waiting for ${what}`);
+		await new Promise((r) => setTimeout(r, 50));
+	}
+}
 
 /* startProvider - users: [{email, password, verified = true}]; workspace: the domains that
  * get Google's hd claim */
