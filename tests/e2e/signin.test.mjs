@@ -8,7 +8,8 @@
  * rotation; then what must be refused: bad or unreachable metadata documents (and any on a
  * loopback address without the tests' flag), tokens of another audience, forged ones,
  * a replayed code or refresh token, a PKCE mismatch, redirect URIs that do not match, users
- * outside the allowed domains, a session used by another user, 1000 registrations; and no
+ * outside the allowed domains, a session used by another user, 1000 registrations; per-user
+ * quotas, process titles, metrics and accounting lines; and no
  * token, code or secret in any log.
  *
  * One provider and one server for the file. Run by tests/run.sh (node --test).
@@ -25,7 +26,7 @@ import test, { after, before } from 'node:test';
 import { auth, UnauthorizedError } from '@modelcontextprotocol/sdk/client/auth.js';
 
 import {
-	callTool, Client, httpRequest, httpServe, sc, StreamableHTTPClientTransport, waitFor,
+	callTool, Client, cmdline, httpRequest, httpServe, sc, sessionWorker, StreamableHTTPClientTransport, waitFor,
 } from './lib.mjs';
 import { browse, startProvider } from '../oidc/provider.mjs';
 
@@ -120,20 +121,20 @@ class TestClient {
 
 /* signIn - the whole flow with the SDK: 401, discovery, registration, authorization at the
  * provider as email, token; returns {provider, client, transport} connected */
-async function signIn(email, provider = new TestClient()) {
-	const first = new StreamableHTTPClientTransport(new URL(srv.url), { authProvider: provider });
+async function signIn(email, provider = new TestClient(), server = srv) {
+	const first = new StreamableHTTPClientTransport(new URL(server.url), { authProvider: provider });
 	await assert.rejects(new Client({ name: 'e2e', version: '1' }).connect(first), UnauthorizedError);
 	assert.ok(provider.authUrl, 'the SDK was sent to authorize');
-	assert.equal(provider.authUrl.origin + provider.authUrl.pathname, `${srv.base}/authorize`);
-	const back = await browse(provider.authUrl, login(email), { server: srv.base, issuer: idp.issuer });
+	assert.equal(provider.authUrl.origin + provider.authUrl.pathname, `${server.base}/authorize`);
+	const back = await browse(provider.authUrl, login(email), { server: server.base, issuer: idp.issuer });
 	assert.ok(back.location, `signed in and sent back (${back.status} ${back.body?.slice(0, 300)})`);
 	assert.equal(back.location.origin + back.location.pathname, provider.redirect);
 	assert.equal(back.location.searchParams.get('state'), provider.lastState);
-	assert.equal(back.location.searchParams.get('iss'), srv.base, 'RFC 9207 iss');
+	assert.equal(back.location.searchParams.get('iss'), server.base, 'RFC 9207 iss');
 	const code = back.location.searchParams.get('code');
 	secrets.add(code);
 	await first.finishAuth(code);
-	const transport = new StreamableHTTPClientTransport(new URL(srv.url), { authProvider: provider });
+	const transport = new StreamableHTTPClientTransport(new URL(server.url), { authProvider: provider });
 	const client = new Client({ name: 'e2e', version: '1' });
 	await client.connect(transport);
 	return { provider, client, transport, code };
@@ -462,6 +463,48 @@ test('signin: without --client-metadata-loopback a metadata document on this mac
 		await logged(other, /refused to fetch from a non-public address/);
 	} finally {
 		await other.close();
+	}
+});
+
+test('signin: each user has their own quota, process titles, metrics and accounting', T, async () => {
+	const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kg-signin-quota-'));
+	const acctFile = path.join(dir, 'accounting.jsonl');
+	const one = await httpServe(['--auth', 'google', '--oidc-issuer', idp.issuer, '--oauth-client-file', idp.clientFile,
+		'--allowed-domains', 'example.com', '--max-sandboxes-per-user', '1', '--workers-min-idle', '2',
+		'--accounting-log', acctFile]);
+	try {
+		const a1 = await signIn('alice@example.com', new TestClient(), one);
+		assert.equal(sc(await callTool(a1.client, 'execute_go_code', { code: QUICK }))?.result?.kind, 'ok');
+		/* alice's second session is over her limit of 1; bob's first is not */
+		const a2 = await signIn('alice@example.com', new TestClient('http://127.0.0.1:53684/callback'), one);
+		const refused = await callTool(a2.client, 'execute_go_code', { code: QUICK });
+		assert.equal(refused.isError, true);
+		assert.match(JSON.stringify(refused), /too many open sandboxes for this user/);
+		const b1 = await signIn('bob@example.com', new TestClient('http://127.0.0.1:53685/callback'), one);
+		assert.equal(sc(await callTool(b1.client, 'execute_go_code', { code: QUICK }))?.result?.kind, 'ok', 'bob is not counted as alice');
+		const title = (t) => cmdline(sessionWorker(one.pid, t.transport.sessionId));
+		assert.match(title(a1), /^kode-gopher: worker alice@example\.com s=/);
+		assert.match(title(b1), /^kode-gopher: worker bob@example\.com s=/);
+		const m = await (await fetch(`${one.base}/metrics`)).text();
+		assert.match(m, /kode_gopher_sandboxes\{user="alice@example\.com"\} 1/);
+		assert.match(m, /kode_gopher_sandboxes\{user="bob@example\.com"\} 1/);
+		const sid = a1.transport.sessionId;
+		await a1.transport.terminateSession();
+		const lines = () => fs.readFileSync(acctFile, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l));
+		const end = await waitFor(() => lines().find((l) => l.event === 'session_end' && l.session === sid),
+			{ what: 'the session_end line' });
+		assert.equal(end.user, 'alice@example.com');
+		assert.deepEqual(new Set(lines().filter((l) => l.event === 'call').map((l) => l.user)), new Set(['alice@example.com', 'bob@example.com']));
+		for (const s of [a2, b1]) {
+			secrets.add(s.provider.tokens().access_token);
+			secrets.add(s.provider.tokens().refresh_token);
+		}
+		const log = one.stderr + fs.readFileSync(acctFile, 'utf8');
+		for (const t of [a1, a2, b1])
+			assert.ok(!log.includes(t.provider.tokens().access_token) && !log.includes(t.code), 'no token in this server\'s log');
+	} finally {
+		await one.close();
+		fs.rmSync(dir, { recursive: true, force: true });
 	}
 });
 
