@@ -26,7 +26,7 @@ static const char usage[] =
 	"  worker     (internal) one MCP session; started by serve\n"
 	"  jail       (internal) builds a local sandbox and runs the agent in it\n"
 	"\n"
-	"Run `kode-gopher <command> --help` for a command's options.\n"
+	"Run `kode-gopher <command> --help` (or `kode-gopher help <command>`) for a command's options.\n"
 	"Register with Claude Code:  claude mcp add kode-gopher -- /path/to/kode-gopher serve\n";
 
 struct command {
@@ -53,6 +53,15 @@ static const struct command commands[] = {
 
 int main(int argc, char **argv)
 {
+	/* `kode-gopher help exec`, as `go help run` */
+	if (argc == 3 && strcmp(argv[1], "help") == 0 && strcmp(argv[2], "worker") != 0 &&
+	    strcmp(argv[2], "jail") != 0) {
+		for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+			if (strcmp(argv[2], commands[i].name) == 0) {
+				char *hargv[] = { argv[2], "--help", NULL };
+				return commands[i].run(2, hargv);
+			}
+	}
 	if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
 	    strcmp(argv[1], "help") == 0) {
 		fputs(usage, argc < 2 ? stderr : stdout);

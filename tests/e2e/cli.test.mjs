@@ -256,6 +256,10 @@ test('exec: exit 2 for usage and server errors, each said in one line', T, async
 		assert.equal(lines(r.stderr).length, 1, `${args.join(' ')} says it in one line, not the help: ${r.stderr}`);
 		assert.match(r.stderr.trim(), want, args.join(' '));
 	}
+	// `kode-gopher help exec` is `exec --help`, as `go help run`
+	const help = await kg(['help', 'exec']);
+	assert.equal(help.code, 0, help.stderr);
+	assert.match(help.stdout, /^usage: kode-gopher exec /);
 	// --project and --token-endpoint reach exec's server as they reach serve's
 	const withProject = await kg(['exec', '--credentials', 'none', '--project', 'p-1', ok]);
 	assert.equal(withProject.code, 0, withProject.stderr);
