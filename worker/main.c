@@ -19,6 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "policy/landlock.h"
 #include "policy/seccomp.h"
 #include "worker/creds.h"
 #include "worker/kube.h"
@@ -286,6 +287,39 @@ int worker_main(int argc, char **argv)
 	}
 	log_init("worker", lvl);
 	signal(SIGPIPE, SIG_IGN);
+	/* Landlock first: it binds this thread and the threads started later (nng's, the call
+	 * thread), so it must come before any of them. --seccomp off (debugging) skips it too. */
+	if (strcmp(seccomp_mode, "off") != 0) {
+		char adc[4096];
+		bool explicit_adc = false;
+		struct landlock_worker lw = { 0 };
+		int nx = 0;
+		if (ccfg.mode != CREDS_NONE) {
+			creds_adc_path(adc, sizeof(adc), &explicit_adc);
+			lw.extra_read[nx++] = adc;
+		}
+		/* a private CA for the token endpoints (worker/creds.c honours it) */
+		const char *ca = getenv("SSL_CERT_FILE"), *cadir = getenv("SSL_CERT_DIR");
+		if (ca && *ca)
+			lw.extra_read[nx++] = ca;
+		if (cadir && *cadir)
+			lw.extra_read[nx++] = cadir;
+		/* without an endpoint to mint tokens at, a local worker has no TCP to open at all;
+		 * the modes that mint, and the Kubernetes backend (its API server's port arrives
+		 * later, in ANS_KUBE), keep TCP (docs/architecture.md) */
+		lw.restrict_tcp = !kube_settings.on && (ccfg.mode == CREDS_NONE || ccfg.mode == CREDS_ADC);
+		int ll = landlock_worker_apply(&lw);
+		if (ll == -EOPNOTSUPP) {
+			log_warn("this kernel has no Landlock: the worker's view of files and ports is "
+				 "limited by its seccomp filter only");
+		} else if (ll < 0) {
+			log_error("cannot restrict the worker with Landlock: %s; refusing to serve "
+				  "unconfined", strerror(-ll));
+			return IPC_EXIT_CONFIG;
+		} else {
+			log_debug("landlock ABI %d enforced%s", ll, lw.restrict_tcp ? ", no TCP" : "");
+		}
+	}
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_cond_init(&s->cv, NULL);
 	s->mcp_log_level = 6; /* "warning" until the client says otherwise */

@@ -1,6 +1,6 @@
 /*
  * supervision.test.mjs - workers that cannot start must not make the master start workers in a
- * loop (issue 11 item 5). An LD_PRELOAD shim built here from tests/security/shim_nnp.c makes
+ * loop (issue 11 item 5). An LD_PRELOAD shim built here from tests/security/shim_worker.c makes
  * prctl(PR_SET_NO_NEW_PRIVS) fail or crash inside `kode-gopher worker` only, as on a machine
  * that refuses the lockdown, or makes the worker hang before its HELLO. Spawns are counted from
  * serve's own log lines ("started worker pid N"), never by timing a call.
@@ -21,9 +21,9 @@ const T = { timeout: 120_000 };
 
 /* the shim, built once for this file */
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kg-shim-'));
-const SHIM = path.join(dir, 'shim_nnp.so');
+const SHIM = path.join(dir, 'shim_worker.so');
 execFileSync(process.env.CC || 'cc', ['-shared', '-fPIC', '-o', SHIM,
-	path.join(REPO, 'tests', 'security', 'shim_nnp.c')]);
+	path.join(REPO, 'tests', 'security', 'shim_worker.c')]);
 test.after(() => fs.rmSync(dir, { recursive: true, force: true }));
 
 const starts = (log) => (log.match(/started worker pid \d+/g) || []).length;
