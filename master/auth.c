@@ -223,6 +223,14 @@ static size_t loopback_prefix(const char *u)
 	return 0;
 }
 
+/* loopback_host - "127.0.0.1", "localhost" or "[::1]", then a port, a path or nothing */
+static bool loopback_host(const char *h)
+{
+	char u[AUTH_MAX_URI_BYTES];
+	snprintf(u, sizeof(u), "http://%s", h);
+	return loopback_prefix(u) != 0;
+}
+
 int auth_option(struct serve_config *cfg, const char *name, const char *val)
 {
 	if (strcmp(name, "public-url") == 0) {
@@ -312,7 +320,7 @@ int auth_init(const struct serve_config *cfg, const char *where)
 	A.cfg = cfg;
 	if (cfg->public_url) {
 		snprintf(A.public_url, sizeof(A.public_url), "%s", cfg->public_url);
-	} else if (loopback_prefix(where)) {
+	} else if (loopback_prefix(where) || (strncmp(where, "https://", 8) == 0 && loopback_host(where + 8))) {
 		snprintf(A.public_url, sizeof(A.public_url), "%.*s", (int)(strlen(where) - 4), where);
 	} else {
 		log_error("--auth google on a public address needs --public-url https://HOST: the address "

@@ -22,6 +22,7 @@
 
 #include "master/auth.h"
 #include "master/pool.h"
+#include "master/tls.h"
 
 #define HTTP_WAIT_S 3600 /* the longest a request waits for its worker */
 
@@ -552,6 +553,10 @@ int http_serve(const struct serve_config *cfg)
 		log_error("cannot listen on %s: %s", cfg->http, fd == -EINVAL ? "expected HOST:PORT" : strerror(-fd));
 		return 1;
 	}
+	if (cfg->tls_cert) {
+		memmove(where + 5, where + 4, strlen(where + 4) + 1); /* http:// -> https:// */
+		where[4] = 's';
+	}
 	if (strcmp(cfg->auth, "none") == 0 && !http_loopback) {
 		log_error("--auth none serves everyone as user \"local\" and is allowed only on a loopback "
 			  "address (like 127.0.0.1:8080); for a team, use --auth google");
@@ -566,11 +571,16 @@ int http_serve(const struct serve_config *cfg)
 		log_error("cannot set up the server");
 		return 1;
 	}
+	struct MHD_OptionItem tls[3];
+	unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
+	void *tls_keep;
+	if (tls_options(cfg, tls, &flags, &tls_keep) != 0)
+		return 1;
 	struct MHD_Daemon *d = MHD_start_daemon(
-		MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0, NULL,
+		flags, 0, NULL,
 		NULL, handle, NULL, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_NOTIFY_COMPLETED, completed, NULL,
 		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300, MHD_OPTION_CONNECTION_LIMIT, (unsigned)1024,
-		MHD_OPTION_END);
+		MHD_OPTION_ARRAY, tls, MHD_OPTION_END);
 	if (!d) {
 		log_error("cannot start the HTTP server");
 		return 1;
@@ -581,5 +591,6 @@ int http_serve(const struct serve_config *cfg)
 	log_info("shutting down: open sessions end");
 	pool_shutdown();
 	MHD_stop_daemon(d);
+	tls_free(tls_keep);
 	return 0;
 }

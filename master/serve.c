@@ -18,6 +18,7 @@
 #include "master/kubecfg.h"
 #include "master/master.h"
 #include "master/stdio.h"
+#include "master/tls.h"
 #include "worker/creds.h"
 
 /* `make debug` builds with "log": a denied syscall is logged by name instead of killing */
@@ -81,6 +82,8 @@ static const char serve_usage[] =
 	"                          metadata documents) instead of the system's\n"
 	"  --client-metadata-loopback  tests only: fetch client metadata documents from this\n"
 	"                          machine's loopback addresses (normally refused)\n"
+	"  --tls-cert FILE, --tls-key FILE  serve HTTPS: the PEM certificate chain and its key\n"
+	"                          (without them, terminate TLS in a proxy in front)\n"
 	"  --accounting-log PATH   JSON lines, one per call and per session end (- for stderr);\n"
 	"                          its directory must exist\n"
 	"  --allowed-hosts LIST    extra Host header values to accept (comma-separated)\n"
@@ -359,7 +362,8 @@ int serve_config_option(struct serve_config *cfg, const char *name, const char *
 	} else if (strcmp(name, "persistent") == 0) {
 		cfg->persistent = true;
 	} else {
-		return auth_option(cfg, name, val);
+		int r = auth_option(cfg, name, val);
+		return r ? r : tls_option(cfg, name, val);
 	}
 	return 1;
 }
@@ -455,7 +459,7 @@ int serve_main(int argc, char **argv)
 		{ "credentials", required_argument, 0, 0 },  { "token-endpoint", required_argument, 0, 0 },
 		{ "iam-endpoint", required_argument, 0, 0 }, { "metadata-host", required_argument, 0, 0 },
 		{ "project", required_argument, 0, 0 },      { "scopes", required_argument, 0, 0 },
-		SERVE_KUBE_OPTIONS, AUTH_OPTIONS,
+		SERVE_KUBE_OPTIONS, AUTH_OPTIONS, TLS_OPTIONS,
 		{ "help", no_argument, 0, 'h' },             { 0, 0, 0, 0 }
 	};
 	int c, idx;
@@ -493,7 +497,7 @@ int serve_main(int argc, char **argv)
 			"service-account:EMAIL, user or none\n");
 		return 2;
 	}
-	if (auth_check_config(&cfg) != 0)
+	if (auth_check_config(&cfg) != 0 || tls_check_config(&cfg) != 0)
 		return 2;
 	log_init("master", cfg.log_level);
 	if (serve_backend_init(&cfg) != 0)

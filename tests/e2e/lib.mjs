@@ -625,7 +625,7 @@ export async function httpServe(args = [], opts = {}) {
 		port = await waitFor(() => {
 			if (child.exitCode !== null || child.signalCode !== null)
 				throw new Error(`serve --http exited early (${child.exitCode ?? child.signalCode})`);
-			const m = /serving MCP on http:\/\/127\.0\.0\.1:(\d+)\/mcp/.exec(stderr);
+			const m = /serving MCP on https?:\/\/127\.0\.0\.1:(\d+)\/mcp/.exec(stderr);
 			return m ? Number(m[1]) : null;
 		}, { timeout: 20_000, what: 'serve --http to name its port' });
 	} catch (e) {

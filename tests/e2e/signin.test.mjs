@@ -15,7 +15,7 @@
  * One provider and one server for the file. Run by tests/run.sh (node --test).
  */
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
+import { execFile, execFileSync } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import https from 'node:https';
@@ -505,6 +505,39 @@ test('signin: each user has their own quota, process titles, metrics and account
 	} finally {
 		await one.close();
 		fs.rmSync(dir, { recursive: true, force: true });
+	}
+});
+
+test('signin: --tls-cert/--tls-key serve HTTPS, and an MCP client signs in over it', T, async () => {
+	const dir = path.dirname(acctPath);
+	const tls = await httpServe(['--auth', 'google', '--oidc-issuer', idp.issuer, '--oauth-client-file', idp.clientFile,
+		'--allowed-domains', 'example.com', '--tls-cert', path.join(dir, 'cert.pem'), '--tls-key', path.join(dir, 'key.pem'),
+		'--workers-min-idle', '1']);
+	try {
+		const base = `https://127.0.0.1:${tls.port}`;
+		assert.match(tls.stderr, new RegExp(`serving MCP on ${base}/mcp`));
+		const ca = fs.readFileSync(path.join(dir, 'cert.pem'));
+		const get = (p) => new Promise((resolve, reject) => {
+			https.get(`${base}${p}`, { ca }, (res) => {
+				let b = '';
+				res.on('data', (d) => { b += d; });
+				res.on('end', () => resolve({ status: res.statusCode, body: b }));
+			}).on('error', reject);
+		});
+		assert.equal((await get('/healthz')).body, 'ok\n');
+		assert.equal(JSON.parse((await get('/.well-known/oauth-protected-resource/mcp')).body).resource, `${base}/mcp`);
+		/* plain HTTP to the HTTPS port gets no HTTP answer */
+		await assert.rejects(fetch(`http://127.0.0.1:${tls.port}/healthz`));
+		const out = await new Promise((resolve, reject) => execFile(process.execPath,
+			[path.join(path.dirname(new URL(import.meta.url).pathname), 'signin-client.mjs'), `${base}/mcp`, idp.issuer,
+				'alice@example.com', login('alice@example.com').password],
+			{ env: { ...process.env, NODE_EXTRA_CA_CERTS: path.join(dir, 'cert.pem') }, timeout: 60_000 },
+			(err, stdout, stderr) => (err ? reject(new Error(`${err.message}\n${stderr}`)) : resolve(stdout))));
+		const r = JSON.parse(out);
+		assert.ok(r.tools.includes('execute_go_code'), out);
+		await waitFor(() => tls.stderr.includes('signed in: alice@example.com'), { what: 'the sign-in log line' });
+	} finally {
+		await tls.close();
 	}
 });
 

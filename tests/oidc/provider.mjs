@@ -64,7 +64,7 @@ export async function startProvider(users, workspace) {
 	}), { mode: 0o600 });
 	const child = spawn(bin, ['-addr', '127.0.0.1:0', '-users', path.join(dir, 'users.json'),
 		'-client-id', clientId, '-client-secret-file', path.join(dir, 'secret'),
-		'-redirect-glob', 'http://127.0.0.1:*/oauth/callback', '-workspace-domains', workspace.join(',')],
+		'-redirect-glob', 'http://127.0.0.1:*/oauth/callback,https://127.0.0.1:*/oauth/callback', '-workspace-domains', workspace.join(',')],
 	{ stdio: ['ignore', 'pipe', 'pipe'] });
 	let out = '', stderr = '';
 	child.stdout.on('data', (d) => { out += d; });

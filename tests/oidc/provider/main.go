@@ -5,8 +5,9 @@
 //
 //   - it listens on the loopback address given by -addr (port 0 picks one) and prints
 //     "issuer http://127.0.0.1:PORT" on stdout once it serves, so a test can read the port;
-//   - one confidential web client (-client-id, -client-secret) whose redirect URIs are the glob
-//     -redirect-glob, since the test's kode-gopher picks its port only when it starts;
+//   - one confidential web client (-client-id, -client-secret) whose redirect URIs are the
+//     comma-separated globs -redirect-glob, since the test's kode-gopher picks its port only
+//     when it starts;
 //   - users from -users (the example storage's JSON: {"id": {"ID", "Username", "Password",
 //     "Email", "EmailVerified", ...}}); the login form is the example's /login/username;
 //   - like Google, the ID token carries email and email_verified even though an access token is
@@ -76,7 +77,7 @@ func main() {
 	usersFile := flag.String("users", "", "users, as the example storage's JSON")
 	clientID := flag.String("client-id", "kode-gopher-test", "the one client's id")
 	secretFile := flag.String("client-secret-file", "", "file holding the client's secret")
-	glob := flag.String("redirect-glob", "http://127.0.0.1:*/oauth/callback", "the client's redirect URIs")
+	glob := flag.String("redirect-glob", "http://127.0.0.1:*/oauth/callback", "the client's redirect URIs (comma-separated globs)")
 	workspace := flag.String("workspace-domains", "", "comma-separated email domains that get an hd claim")
 	flag.Parse()
 
@@ -112,7 +113,7 @@ func main() {
 		}
 	}
 	s := &store{Storage: storage.NewStorageWithClients(users, clients), users: users,
-		globs: []string{*glob}, workspace: ws}
+		globs: strings.Split(*glob, ","), workspace: ws}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	router := exampleop.SetupServer(issuer, s, logger, false)
 
