@@ -5,8 +5,9 @@
  * the client initializes), then lock down with seccomp and serve. From then on the worker can
  * neither exec nor open new kinds of sockets; what it needs beyond that it asks the master for.
  *
- * The dispatch table says which IPC message each state permits (OpenSSH's monitor tables): any
- * other message means the master side is confused or hostile, and the worker exits.
+ * What the master sends is dispatched by the contract (ipc/ipc.h): a message the worker's phase
+ * does not permit, a once-only one twice, or an answer to nothing it asked means the master side
+ * is confused or hostile, and the worker exits.
  * Exit status: 0 normal end, 1 handled fatal error, IPC_EXIT_CONFIG when this machine does not
  * let a worker lock itself down (the master then stops starting workers), anything else a crash.
  */
@@ -122,6 +123,7 @@ static void on_assign(struct session *s, struct ipc_msg *m)
 	pthread_mutex_lock(&s->mu);
 	ipc_bytes_str(m->u.assign.session, s->id, sizeof(s->id));
 	ipc_bytes_str(m->u.assign.user, s->user, sizeof(s->user));
+	s->phase = IPC_PH_SESSION;
 	session_title(s);
 	pthread_mutex_unlock(&s->mu);
 	log_info("serving session %.8s… for %s", s->id, s->user);
@@ -170,6 +172,7 @@ static void on_shutdown(struct session *s, struct ipc_msg *m)
 	ipc_bytes_str(m->u.shutdown.reason, why, sizeof(why));
 	log_info("shutting down: %s", why);
 	pthread_mutex_lock(&s->mu);
+	s->phase = IPC_PH_ENDING;
 	session_set_state(s, WS_CLOSING);
 	pthread_mutex_unlock(&s->mu);
 }
@@ -180,41 +183,42 @@ static void on_ans_kube(struct session *s, struct ipc_msg *m)
 	kube_answer(s, m);
 }
 
-#define ST(x) (1u << (x))
-#define LIVE (ST(WS_BEFORE_INIT) | ST(WS_READY) | ST(WS_BUSY))
-
-static const struct {
-	uint32_t type;
-	unsigned states;
-	dispatch_fn fn;
-} dispatch[] = {
-	{ IPC_REQ_MCP, LIVE, on_req_mcp },
-	{ IPC_REQ_MCP_TOOBIG, LIVE, on_toobig },
-	{ IPC_ANS_SANDBOX, LIVE, on_ans_sandbox }, /* and only when one was asked for */
-	{ IPC_REQ_SHUTDOWN, LIVE, on_shutdown },
-	{ IPC_NOTE_SANDBOX, LIVE, on_sandbox_note },
-	{ IPC_NOTE_ASSIGN, ST(WS_BEFORE_INIT), on_assign }, /* and only once */
-	{ IPC_ANS_QUOTA, LIVE, on_ans_quota },              /* and only when asked */
-	{ IPC_ANS_KUBE, LIVE, on_ans_kube },                /* and only when asked */
+/* The handlers of what the master sends; which phases permit each, and its flags, are the
+ * contract's (ipc/ipc.h IPC_MESSAGES), checked by worker_dispatch before a handler runs. */
+static const dispatch_fn dispatch[IPC_TYPE_MAX] = {
+	[IPC_REQ_MCP] = on_req_mcp,
+	[IPC_REQ_MCP_TOOBIG] = on_toobig,
+	[IPC_ANS_SANDBOX] = on_ans_sandbox,
+	[IPC_REQ_SHUTDOWN] = on_shutdown,
+	[IPC_NOTE_SANDBOX] = on_sandbox_note,
+	[IPC_NOTE_ASSIGN] = on_assign,
+	[IPC_ANS_QUOTA] = on_ans_quota,
+	[IPC_ANS_KUBE] = on_ans_kube,
 };
 
-/* worker_dispatch - run the handler the state permits, or die */
+/* worker_dispatch - run the handler the contract permits in this phase, or die */
 static void worker_dispatch(struct session *s, struct ipc_msg *m)
 {
+	const struct ipc_contract *c = ipc_contract_of(m->type);
+	uint64_t bit = 1ull << (m->type < 64 ? m->type : 0);
 	pthread_mutex_lock(&s->mu);
-	enum worker_state st = s->state;
+	unsigned ph = s->phase;
+	/* ANSWER: only the seq of our request that still waits */
 	bool unasked = (m->type == IPC_ANS_SANDBOX && (!s->sandbox_pending || m->seq != s->sandbox_seq)) ||
 		       (m->type == IPC_ANS_QUOTA && (!s->quota_pending || m->seq != s->quota_seq)) ||
-		       (m->type == IPC_NOTE_ASSIGN && s->user[0]) ||
 		       (m->type == IPC_ANS_KUBE && m->seq != kube_pending_seq());
+	bool again = c && (c->flags & IPC_ONCE) && (s->seen & bit);
+	bool ok = c && ipc_permitted(m->type, IPC_M2W, ph) && dispatch[m->type] && !unasked && !again;
+	if (ok)
+		s->seen |= bit;
 	pthread_mutex_unlock(&s->mu);
-	for (size_t i = 0; i < sizeof(dispatch) / sizeof(dispatch[0]); i++)
-		if (dispatch[i].type == m->type && (dispatch[i].states & ST(st)) && !unasked) {
-			dispatch[i].fn(s, m);
-			return;
-		}
-	log_error("message %s (seq %u) is not permitted in state %s; exiting",
-		  ipc_type_name(m->type), m->seq, state_names[st]);
+	if (ok) {
+		dispatch[m->type](s, m);
+		return;
+	}
+	log_error("message %s (seq %u) is not permitted in phase %s%s; exiting", ipc_type_name(m->type),
+		  m->seq, ipc_phase_name(ph), unasked ? " (an answer to nothing we asked)" :
+		  again ? " (a second time; it is allowed once)" : "");
 	_exit(1);
 }
 
@@ -334,6 +338,9 @@ int worker_main(int argc, char **argv)
 	    session_send(s, &b) != 0)
 		return 1;
 	s->state = WS_BEFORE_INIT;
+	/* a pre-started worker (--session -) waits idle for NOTE_ASSIGN; a stdio worker has its
+	 * session from the start */
+	s->phase = strcmp(s->id, "-") == 0 ? IPC_PH_IDLE : IPC_PH_SESSION;
 	session_title(s);
 	/* warm: a local sandbox starts while the client initializes (a claim waits for a call) */
 	if (!kube_settings.on)

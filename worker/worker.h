@@ -38,6 +38,8 @@ struct session {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	enum worker_state state;   /* under mu */
+	unsigned phase;            /* the contract's phase (IPC_PH_*), under mu */
+	uint64_t seen;             /* message types received, a bit each (IPC_ONCE), under mu */
 	char protocol[16];
 	char client_name[64];
 	int mcp_log_level;         /* index into mcp_log_levels; logging/setLevel */
