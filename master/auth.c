@@ -383,11 +383,12 @@ static bool loopback_rest(const char *u, size_t *hostlen, const char **rest)
 		return false;
 	const char *p = u + n;
 	if (*p == ':') {
-		p++;
-		if (!isdigit((unsigned char)*p))
+		long port = 0;
+		int digits = 0;
+		for (p++; isdigit((unsigned char)*p) && digits < 6; p++, digits++)
+			port = port * 10 + (*p - '0');
+		if (digits == 0 || digits > 5 || port < 1 || port > 65535)
 			return false;
-		while (isdigit((unsigned char)*p))
-			p++;
 	}
 	if (*p != '/' && *p != '\0')
 		return false;

@@ -343,6 +343,7 @@ test('signin: redirect URIs match exactly (loopback on any port); others get a p
 		assert.ok(r.headers.get('location').startsWith(idp.issuer), `${ok} goes on to the provider`);
 	}
 	for (const bad of ['http://127.0.0.1:5555/cb2', 'http://localhost:5555/cb', 'https://app.example/cb/', 'https://app.example:444/cb',
+		'http://127.0.0.1:65536/cb', `http://127.0.0.1:${'9'.repeat(600)}/cb`, 'http://127.0.0.1:0/cb', 'http://127.0.0.1:/cb',
 		'https://app.example/cb?x=1', 'http://127.0.0.1.evil.example/cb']) {
 		const r = await go(bad);
 		assert.equal(r.status, 400, bad);
