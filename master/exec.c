@@ -447,7 +447,8 @@ static bool exec_adc_absent(void)
 	return !explicit && access(path, F_OK) != 0;
 }
 
-int exec_main(int argc, char **argv)
+/* exec_run - exec_main's work; sargv and names have room for every option passed on */
+static int exec_run(int argc, char **argv, const char **sargv, char (*names)[40])
 {
 	struct serve_config cfg;
 	serve_config_defaults(&cfg);
@@ -467,11 +468,6 @@ int exec_main(int argc, char **argv)
 		{ "claim-lease", required_argument, 0, 0 }, SERVE_KUBE_OPTIONS,
 		{ 0, 0, 0, 0 }
 	};
-	/* kode-gopher serve --log-level warn, the options passed on, 3 more, NULL */
-	const char **sargv = calloc((size_t)argc * 2 + 12, sizeof(*sargv));
-	char (*names)[40] = calloc((size_t)argc + 1, sizeof(*names));
-	if (!sargv || !names)
-		return 2;
 	int na = 0;
 	sargv[na++] = "kode-gopher";
 	sargv[na++] = "serve";
@@ -527,11 +523,12 @@ int exec_main(int argc, char **argv)
 
 	/* the server, as an MCP client would start it */
 	int to_srv[2], from_srv[2];
-	if (pipe2(to_srv, O_CLOEXEC) || pipe2(from_srv, O_CLOEXEC))
+	pid_t pid = -1;
+	if (pipe2(to_srv, O_CLOEXEC) || pipe2(from_srv, O_CLOEXEC) || (pid = fork()) < 0) {
+		fprintf(stderr, "kode-gopher exec: cannot start the server: %s\n", strerror(errno));
+		json_decref(args);
 		return 2;
-	pid_t pid = fork();
-	if (pid < 0)
-		return 2;
+	}
 	if (pid == 0) {
 		dup2(to_srv[0], STDIN_FILENO);
 		dup2(from_srv[1], STDOUT_FILENO);
@@ -594,9 +591,18 @@ int exec_main(int argc, char **argv)
 	int ws;
 	waitpid(pid, &ws, 0);
 	fclose(from);
+	return status;
+}
+
+int exec_main(int argc, char **argv)
+{
+	/* kode-gopher serve --log-level warn, the options passed on, 3 more, NULL */
+	const char **sargv = calloc((size_t)argc * 2 + 12, sizeof(*sargv));
+	char (*names)[40] = calloc((size_t)argc + 1, sizeof(*names));
+	int r = sargv && names ? exec_run(argc, argv, sargv, names) : 2;
 	free(sargv);
 	free(names);
-	return status;
+	return r;
 }
 
 /* ---- kode-gopher sandboxes ---- */
