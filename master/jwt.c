@@ -154,6 +154,7 @@ static int jwk_bytes(const json_t *jwk, const char *name, unsigned char *out, si
 static EVP_PKEY *jwk_key(const json_t *jwk, bool ec)
 {
 	unsigned char a[JWT_MAX_KEY_BYTES], b[JWT_MAX_KEY_BYTES];
+	unsigned char pub[65]; /* the builder keeps a pointer to it until OSSL_PARAM_BLD_to_param */
 	size_t an, bn;
 	EVP_PKEY *key = NULL;
 	OSSL_PARAM_BLD *bld = OSSL_PARAM_BLD_new();
@@ -164,7 +165,6 @@ static EVP_PKEY *jwk_key(const json_t *jwk, bool ec)
 		goto out;
 	if (ec) {
 		const char *crv = json_string_value(json_object_get(jwk, "crv"));
-		unsigned char pub[65];
 		if (!crv || strcmp(crv, "P-256") || jwk_bytes(jwk, "x", a, sizeof(a), &an) ||
 		    jwk_bytes(jwk, "y", b, sizeof(b), &bn) || an != 32 || bn != 32)
 			goto out;
