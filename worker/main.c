@@ -105,10 +105,11 @@ static void on_toobig(struct session *s, struct ipc_msg *m)
 	mcp_handle_toobig(s, m->seq, &m->u.toobig);
 }
 
-/* on_ans_sandbox - the master answered our REQ_SANDBOX */
+/* on_ans_sandbox - the master answered our REQ_SANDBOX: its waiter takes it */
 static void on_ans_sandbox(struct session *s, struct ipc_msg *m)
 {
 	sandbox_answer(s, m);
+	mm_deliver(s, m);
 }
 
 /* on_sandbox_note - the master saw our sandbox end by itself */
@@ -129,40 +130,10 @@ static void on_assign(struct session *s, struct ipc_msg *m)
 	log_info("serving session %.8s… for %s", s->id, s->user);
 }
 
-/* on_ans_quota - the master's word on claiming a sandbox */
+/* on_ans_quota - the master's word on claiming a sandbox: its waiter takes it */
 static void on_ans_quota(struct session *s, struct ipc_msg *m)
 {
-	pthread_mutex_lock(&s->mu);
-	s->quota_pending = false;
-	s->quota_answered = true;
-	s->quota_ok = m->u.quota_ans.ok;
-	ipc_bytes_str(m->u.quota_ans.error, s->quota_error, sizeof(s->quota_error));
-	pthread_cond_broadcast(&s->cv);
-	pthread_mutex_unlock(&s->mu);
-}
-
-/* quota_ask - see worker.h */
-int quota_ask(struct session *s, char *err, size_t errlen)
-{
-	struct ipc_buf b;
-	pthread_mutex_lock(&s->mu);
-	s->quota_pending = true;
-	s->quota_answered = false;
-	s->quota_seq = session_next_seq(s);
-	uint32_t seq = s->quota_seq;
-	pthread_mutex_unlock(&s->mu);
-	if (ipc_pack_req_quota(&b, seq) != 0 || session_send(s, &b) != 0) {
-		snprintf(err, errlen, "the server did not answer");
-		return -EIO;
-	}
-	pthread_mutex_lock(&s->mu);
-	while (!s->quota_answered && s->state != WS_CLOSING)
-		pthread_cond_wait(&s->cv, &s->mu);
-	bool ok = s->quota_answered && s->quota_ok;
-	if (!ok)
-		snprintf(err, errlen, "%s", s->quota_error[0] ? s->quota_error : "the session is ending");
-	pthread_mutex_unlock(&s->mu);
-	return ok ? 0 : -EDQUOT;
+	mm_deliver(s, m);
 }
 
 /* on_shutdown - end the session */
@@ -204,9 +175,8 @@ static void worker_dispatch(struct session *s, struct ipc_msg *m)
 	pthread_mutex_lock(&s->mu);
 	unsigned ph = s->phase;
 	/* ANSWER: only the seq of our request that still waits */
-	bool unasked = (m->type == IPC_ANS_SANDBOX && (!s->sandbox_pending || m->seq != s->sandbox_seq)) ||
-		       (m->type == IPC_ANS_QUOTA && (!s->quota_pending || m->seq != s->quota_seq)) ||
-		       (m->type == IPC_ANS_KUBE && m->seq != kube_pending_seq());
+	bool unasked = c && (c->flags & IPC_ANSWER) &&
+		       (m->type == IPC_ANS_KUBE ? m->seq != kube_pending_seq() : !mm_expects(s, m));
 	bool again = c && (c->flags & IPC_ONCE) && (s->seen & bit);
 	bool ok = c && ipc_permitted(m->type, IPC_M2W, ph) && dispatch[m->type] && !unasked && !again;
 	if (ok)

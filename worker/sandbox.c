@@ -20,35 +20,22 @@ static struct agent_endpoint sandbox_ep;
 static char sandbox_path[600];
 static bool sandbox_claimed;
 
-/* sandbox_request - send REQ_SANDBOX; the answer lands in the session via sandbox_answer */
+/* sandbox_request - send REQ_SANDBOX (mm_sandbox); the answer is taken by sandbox_wait_answer */
 void sandbox_request(struct session *s, const char *op)
 {
-	struct ipc_buf b;
 	pthread_mutex_lock(&s->mu);
 	s->sandbox_gone[0] = '\0';
-	s->sandbox_pending = true;
-	s->sandbox_answered = false;
-	s->sandbox_seq = session_next_seq(s);
-	uint32_t seq = s->sandbox_seq;
 	pthread_mutex_unlock(&s->mu);
-	if (ipc_pack_req_sandbox(&b, seq, op, "") == 0)
-		session_send(s, &b);
+	mm_sandbox(s, op);
 }
 
-/* sandbox_answer - main thread: store the master's answer and wake the call thread */
+/* sandbox_answer - main thread, before the answer goes to its waiter: its name, so that a
+ * NOTE_SANDBOX about it counts even before the call thread has taken the answer */
 void sandbox_answer(struct session *s, const struct ipc_msg *m)
 {
-	const struct ipc_sandbox_ans *a = &m->u.sandbox_ans;
 	pthread_mutex_lock(&s->mu);
-	s->sandbox_pending = false;
-	s->sandbox_answered = true;
-	s->sandbox_ok = a->ok;
-	ipc_bytes_str(a->error, s->sandbox_error, sizeof(s->sandbox_error));
-	ipc_bytes_str(a->socket, s->sandbox_socket, sizeof(s->sandbox_socket));
-	ipc_bytes_str(a->name, s->sandbox_name, sizeof(s->sandbox_name));
-	pthread_cond_broadcast(&s->cv);
+	ipc_bytes_str(m->u.sandbox_ans.name, s->sandbox_name, sizeof(s->sandbox_name));
 	pthread_mutex_unlock(&s->mu);
-	log_debug("sandbox %s: %s", s->sandbox_name, a->ok ? "started" : s->sandbox_error);
 }
 
 /* sandbox_gone - main thread: the master reaped our sandbox's jail */
@@ -65,26 +52,37 @@ void sandbox_gone(struct session *s, const struct ipc_msg *m)
 	log_warn("sandbox %s %s", name, how);
 }
 
-/* sandbox_wait_answer - call thread: wait for the outstanding REQ_SANDBOX's answer */
+/* sandbox_wait_answer - call thread: take the outstanding REQ_SANDBOX's answer */
 static int sandbox_wait_answer(struct session *s, char *err, size_t errlen)
 {
-	struct timespec until;
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += 60;
-	pthread_mutex_lock(&s->mu);
-	while (!s->sandbox_answered && s->state != WS_CLOSING)
-		if (pthread_cond_timedwait(&s->cv, &s->mu, &until) == ETIMEDOUT)
-			break;
-	bool answered = s->sandbox_answered, ok = s->sandbox_ok;
-	snprintf(sandbox_path, sizeof(sandbox_path), "%s", s->sandbox_socket);
-	if (answered && !ok)
-		snprintf(err, errlen, "no sandbox could be started: %s", s->sandbox_error);
-	pthread_mutex_unlock(&s->mu);
-	if (!answered) {
-		snprintf(err, errlen, "no sandbox could be started: the server did not answer in 60 s");
+	struct ipc_msg a;
+	int r = mm_wait(s, MM_SANDBOX, MM_SANDBOX_WAIT_MS, &a);
+	if (r == -ECANCELED) {
+		snprintf(err, errlen, "no sandbox could be started: the session is ending");
+		return -EIO;
+	}
+	if (r != 0) {
+		snprintf(err, errlen, "no sandbox could be started: the server did not answer in %d s",
+			 MM_SANDBOX_WAIT_MS / 1000);
 		return -ETIMEDOUT;
 	}
-	return ok ? 0 : -EIO;
+	const struct ipc_sandbox_ans *ans = &a.u.sandbox_ans;
+	char why[256];
+	pthread_mutex_lock(&s->mu);
+	s->sandbox_ok = ans->ok;
+	ipc_bytes_str(ans->socket, s->sandbox_socket, sizeof(s->sandbox_socket));
+	ipc_bytes_str(ans->name, s->sandbox_name, sizeof(s->sandbox_name));
+	snprintf(sandbox_path, sizeof(sandbox_path), "%s", s->sandbox_socket);
+	pthread_mutex_unlock(&s->mu);
+	ipc_bytes_str(ans->error, why, sizeof(why));
+	bool ok = ans->ok;
+	ipc_msg_free(&a);
+	log_debug("sandbox %s: %s", s->sandbox_name, ok ? "started" : why);
+	if (!ok) {
+		snprintf(err, errlen, "no sandbox could be started: %s", why);
+		return -EIO;
+	}
+	return 0;
 }
 
 /* sandbox_claim - wait until the agent answers, then claim it */
@@ -123,7 +121,7 @@ int sandbox_get(struct session *s, struct agent_endpoint **ep, char *err, size_t
 	if (kube_settings.on) {
 		static bool quota_granted;
 		if (!quota_granted) {
-			int q = quota_ask(s, err, errlen);
+			int q = mm_quota(s, err, errlen);
 			if (q != 0)
 				return q;
 			quota_granted = true;
@@ -135,13 +133,11 @@ int sandbox_get(struct session *s, struct agent_endpoint **ep, char *err, size_t
 		return 0;
 	}
 	/* the per-user limit is the master's to keep: ask before claiming */
-	int q = quota_ask(s, err, errlen);
+	int q = mm_quota(s, err, errlen);
 	if (q != 0)
 		return q;
-	pthread_mutex_lock(&s->mu);
-	bool need = !s->sandbox_pending && !(s->sandbox_answered && s->sandbox_ok);
-	pthread_mutex_unlock(&s->mu);
-	if (need)
+	/* the warm request from start-up may still be on its way, or answered and not yet taken */
+	if (!mm_outstanding(s, MM_SANDBOX))
 		sandbox_request(s, "spawn");
 	int r = sandbox_wait_answer(s, err, errlen);
 	if (r == 0)
@@ -149,12 +145,8 @@ int sandbox_get(struct session *s, struct agent_endpoint **ep, char *err, size_t
 	if (r == 0) {
 		*ep = &sandbox_ep;
 		log_info("session %.8s… claimed sandbox %s", s->id, s->sandbox_name);
-	} else {
-		/* next call asks again */
-		pthread_mutex_lock(&s->mu);
-		s->sandbox_answered = false;
-		pthread_mutex_unlock(&s->mu);
 	}
+	/* on failure the answer was taken: the next call asks again */
 	return r;
 }
 

@@ -29,6 +29,17 @@ struct job {
 	struct job *next;
 };
 
+/* worker/monitor_wrap.c: one outstanding request of each kind to the master */
+enum mm_kind { MM_SANDBOX, MM_QUOTA, MM_KINDS };
+#define MM_QUOTA_WAIT_MS 60000
+#define MM_SANDBOX_WAIT_MS 60000
+struct mm_req {
+	uint32_t seq, ans_type;
+	bool pending;              /* sent, no answer yet */
+	bool answered;             /* answer in ans, not taken yet */
+	struct ipc_msg ans;
+};
+
 struct session {
 	nng_socket sock;
 	char id[40];
@@ -46,20 +57,13 @@ struct session {
 
 	struct job *queue, *queue_tail, *running; /* under mu */
 
-	/* the one outstanding REQ_SANDBOX (at most one at a time), answered on the main thread */
-	bool sandbox_pending;      /* under mu */
-	bool sandbox_answered;
-	bool sandbox_ok;
-	char sandbox_error[256];
+	/* the session's local sandbox, as the master last answered REQ_SANDBOX */
+	bool sandbox_ok;           /* under mu */
 	char sandbox_socket[600];
 	char sandbox_name[64];
-	uint32_t sandbox_seq;
 	char sandbox_gone[200];     /* non-empty: the master saw the current sandbox end */
 
-	/* the one outstanding REQ_QUOTA */
-	bool quota_pending, quota_answered, quota_ok;
-	char quota_error[200];
-	uint32_t quota_seq;
+	struct mm_req mm[MM_KINDS]; /* outstanding requests to the master (worker/monitor_wrap.c) */
 
 	uint32_t out_seq;          /* seq of worker-originated messages; atomic */
 
@@ -113,8 +117,17 @@ void sandbox_end(struct session *s);
 
 /* worker/main.c: the process title for the current state */
 void session_title(struct session *s);
-/* quota_ask - call thread: may this session claim a sandbox? 0, or -EDQUOT with err set */
-int quota_ask(struct session *s, char *err, size_t errlen);
+
+/* worker/monitor_wrap.c: requests to the master */
+struct ipc_buf;
+int mm_send(struct session *s, enum mm_kind k, uint32_t ans_type, uint32_t seq, struct ipc_buf *b);
+bool mm_outstanding(struct session *s, enum mm_kind k);
+bool mm_expects(struct session *s, const struct ipc_msg *m); /* under mu */
+bool mm_deliver(struct session *s, struct ipc_msg *m);
+int mm_wait(struct session *s, enum mm_kind k, int timeout_ms, struct ipc_msg *ans);
+/* mm_quota - call thread: may this session claim a sandbox? 0, or -EDQUOT / -EIO with err set */
+int mm_quota(struct session *s, char *err, size_t errlen);
+int mm_sandbox(struct session *s, const char *op);
 
 /* worker/proctitle.c */
 void proctitle_init(int argc, char **argv);
