@@ -172,7 +172,7 @@ void call_cancel(struct session *s, json_t *request_id)
 	}
 	pthread_mutex_unlock(&s->mu);
 	if (dropped) {
-		mcp_reply(s, dropped->seq, NULL); /* a cancelled request gets no response */
+		mcp_answer_job(s, dropped, NULL); /* a cancelled request gets no response */
 		job_free(dropped);
 	}
 }
@@ -200,12 +200,6 @@ static json_t *tool_result(json_t *sc, bool is_error)
 			      text ? text : "{}", "structuredContent", sc, "isError", is_error);
 	free(text);
 	return r;
-}
-
-/* tool_error - a tool result that only carries a sentence */
-static json_t *tool_error(const char *message)
-{
-	return json_pack("{s:[{s:s, s:s}], s:b}", "content", "type", "text", "text", message, "isError", 1);
 }
 
 /* result_is_error - the model has something to fix unless the run went fine */
@@ -274,12 +268,14 @@ static json_t *call_agent(struct session *s, struct job *j, json_t *req, bool do
 		else
 			snprintf(msg, sizeof(msg), "%s%s", err[0] ? err : "the sandbox failed",
 				 retried ? " (after one retry in a fresh sandbox)" : "");
-		return tool_error(msg);
+		return tools_error_result(j->tool, r == -EDQUOT ? "sandbox_limit" : "internal_error", msg,
+					  j->args);
 	}
 	if (doc) {
 		if (!json_is_true(json_object_get(res, "ok"))) {
 			const char *e = json_string_value(json_object_get(res, "error"));
-			json_t *out = tool_error(e ? e : "go doc failed");
+			json_t *out = tools_error_result(j->tool, "internal_error", e ? e : "go doc failed",
+							 j->args);
 			json_decref(res);
 			return out;
 		}
@@ -386,11 +382,11 @@ static void *call_thread(void *arg)
 			session_set_state(s, WS_READY);
 		pthread_mutex_unlock(&s->mu);
 		if (resp && !j->cancel)
-			mcp_reply(s, j->seq, json_pack("{s:s, s:O, s:o}", "jsonrpc", "2.0", "id", j->id,
+			mcp_answer_job(s, j, json_pack("{s:s, s:O, s:o}", "jsonrpc", "2.0", "id", j->id,
 						       "result", resp));
 		else {
 			json_decref(resp);
-			mcp_reply(s, j->seq, NULL);
+			mcp_answer_job(s, j, NULL);
 		}
 		job_free(j);
 	}

@@ -25,6 +25,7 @@ static const char *const mcp_log_levels[] = { "emergency", "alert", "critical", 
 #define RPC_METHOD_NOT_FOUND -32601
 #define RPC_INVALID_PARAMS -32602
 #define RPC_INTERNAL_ERROR -32603
+#define RPC_SERVER_ERROR -32000
 
 static const char mcp_instructions[] =
 	"kode-gopher runs Go code in a sandbox with the Google Cloud Go libraries precompiled. "
@@ -162,14 +163,68 @@ static json_t *on_set_level(struct session *s, json_t *id, json_t *params)
 			 "error, critical, alert, emergency");
 }
 
-/* tool_error_result - a tool result the model can read and act on */
-static json_t *tool_error_result(const char *message)
+/* One JSON-RPC batch (protocol 2025-03-26): its answers, gathered under s->mu until every
+ * element has been handled and the last of its tool calls has finished. */
+struct mcp_batch {
+	uint32_t seq;
+	json_t *responses;   /* array */
+	int waiting;         /* its tool calls not answered yet */
+	bool dispatched;     /* every element has been handled */
+};
+
+/* batch_send - the batch's one answer: the array, or nothing if it held only notifications */
+static void batch_send(struct session *s, struct mcp_batch *b)
 {
-	return json_pack("{s:[{s:s, s:s}], s:b}", "content", "type", "text", "text", message, "isError", 1);
+	if (json_array_size(b->responses))
+		mcp_reply(s, b->seq, b->responses);
+	else {
+		json_decref(b->responses);
+		mcp_reply(s, b->seq, NULL);
+	}
+	free(b);
+}
+
+/* mcp_answer_job - see worker.h */
+void mcp_answer_job(struct session *s, struct job *j, json_t *response)
+{
+	struct mcp_batch *b = j->batch;
+	if (!b) {
+		mcp_reply(s, j->seq, response);
+		return;
+	}
+	j->batch = NULL;
+	pthread_mutex_lock(&s->mu);
+	if (response)
+		json_array_append_new(b->responses, response);
+	bool last = --b->waiting == 0 && b->dispatched;
+	pthread_mutex_unlock(&s->mu);
+	if (last)
+		batch_send(s, b);
+}
+
+/* queue_full - would one more call of len bytes pass the session's queue limits? (a sentence) */
+static const char *queue_full(struct session *s, size_t len, char *buf, size_t cap)
+{
+	int n = 0;
+	size_t bytes = 0;
+	pthread_mutex_lock(&s->mu);
+	for (struct job *q = s->queue; q; q = q->next) {
+		n++;
+		bytes += q->bytes;
+	}
+	pthread_mutex_unlock(&s->mu);
+	if (n < WORKER_MAX_QUEUED_CALLS && bytes + len <= WORKER_MAX_QUEUED_BYTES)
+		return NULL;
+	snprintf(buf, cap, "Too many tool calls waiting in this session: %d are queued behind the "
+		 "running one (%zu KiB; the limits are %d calls and %u MiB). Calls in a session run "
+		 "one at a time: wait for their results, or cancel some, before sending more.",
+		 n, bytes >> 10, WORKER_MAX_QUEUED_CALLS, WORKER_MAX_QUEUED_BYTES >> 20);
+	return buf;
 }
 
 /* on_tools_call - check, then queue for the call thread; the answer comes from there */
-static json_t *on_tools_call(struct session *s, uint32_t seq, json_t *id, json_t *params)
+static json_t *on_tools_call(struct session *s, uint32_t seq, json_t *id, json_t *params,
+			     size_t rawlen, struct mcp_batch *batch)
 {
 	const char *name = NULL;
 	json_t *args = NULL, *meta = NULL;
@@ -185,7 +240,10 @@ static json_t *on_tools_call(struct session *s, uint32_t seq, json_t *id, json_t
 	char why[512];
 	const char *bad = tools_check_args(name, args, s->max_timeout_s, why, sizeof(why));
 	if (bad)
-		return mcp_result(id, tool_error_result(bad));
+		return mcp_result(id, tools_error_result(name, "invalid_arguments", bad, args));
+	char full[400];
+	if (queue_full(s, rawlen, full, sizeof(full)))
+		return mcp_error(id, RPC_SERVER_ERROR, full);
 	struct job *j = calloc(1, sizeof(*j));
 	if (!j)
 		return mcp_error(id, RPC_INTERNAL_ERROR, "out of memory");
@@ -193,6 +251,12 @@ static json_t *on_tools_call(struct session *s, uint32_t seq, json_t *id, json_t
 	j->id = json_incref(id);
 	snprintf(j->tool, sizeof(j->tool), "%s", name);
 	j->args = args ? json_incref(args) : json_object();
+	j->bytes = rawlen;
+	if ((j->batch = batch)) {
+		pthread_mutex_lock(&s->mu);
+		batch->waiting++;
+		pthread_mutex_unlock(&s->mu);
+	}
 	json_t *tok = json_is_object(meta) ? json_object_get(meta, "progressToken") : NULL;
 	if (json_is_string(tok) || json_is_integer(tok))
 		j->progress_token = json_incref(tok);
@@ -208,7 +272,8 @@ static json_t *on_tools_call(struct session *s, uint32_t seq, json_t *id, json_t
 
 /* mcp_dispatch_request - a request with a valid id; NULL means "answered later" */
 static json_t *mcp_dispatch_request(struct session *s, uint32_t seq, json_t *id, const char *method,
-				    json_t *params, const char *raw, size_t rawlen, bool replay)
+				    json_t *params, const char *raw, size_t rawlen, bool replay,
+				    struct mcp_batch *batch)
 {
 	if (strcmp(method, "initialize") == 0)
 		return on_initialize(s, id, params, raw, rawlen, replay);
@@ -218,12 +283,20 @@ static json_t *mcp_dispatch_request(struct session *s, uint32_t seq, json_t *id,
 	bool before = s->state == WS_BEFORE_INIT;
 	pthread_mutex_unlock(&s->mu);
 	if (before)
-		return mcp_error(id, RPC_INVALID_REQUEST,
-				 "the session is not initialized: send initialize first");
-	if (strcmp(method, "tools/list") == 0)
+		return mcp_error(id, RPC_SERVER_ERROR,
+				 "Bad Request: the session is not initialized: send initialize first "
+				 "(over HTTP without an Mcp-Session-Id header; then send the "
+				 "Mcp-Session-Id it returns with every request)");
+	if (strcmp(method, "tools/list") == 0) {
+		/* every tool is on the one page: no cursor this server handed out can come back */
+		if (json_object_get(params, "cursor"))
+			return mcp_error(id, RPC_INVALID_PARAMS,
+					 "Invalid params: unknown cursor. tools/list returns every tool on "
+					 "one page (no nextCursor); call it without params.cursor");
 		return mcp_result(id, json_pack("{s:o}", "tools", tools_list(s->max_timeout_s)));
+	}
 	if (strcmp(method, "tools/call") == 0)
-		return on_tools_call(s, seq, id, params);
+		return on_tools_call(s, seq, id, params, rawlen, batch);
 	if (strcmp(method, "logging/setLevel") == 0)
 		return on_set_level(s, id, params);
 	char msg[160];
@@ -245,6 +318,80 @@ static void mcp_notification(struct session *s, const char *method, json_t *para
 	}
 }
 
+/* handle_one - one parsed message (alone, or an element of a batch); returns the response,
+ * or NULL with *later set when the call thread answers it, or NULL for no response at all */
+static json_t *handle_one(struct session *s, uint32_t seq, json_t *root, const char *msg, size_t len,
+			  bool replay, struct mcp_batch *batch, bool *later)
+{
+	json_t *id = json_is_object(root) ? json_object_get(root, "id") : NULL;
+	json_t *jv = json_is_object(root) ? json_object_get(root, "jsonrpc") : NULL;
+	json_t *jm = json_is_object(root) ? json_object_get(root, "method") : NULL;
+	json_t *params = json_is_object(root) ? json_object_get(root, "params") : NULL;
+	json_t *reply = NULL;
+	*later = false;
+	bool valid = json_is_object(root) && json_is_string(jv) && strcmp(json_string_value(jv), "2.0") == 0;
+	if (valid && !jm && id && (json_object_get(root, "result") || json_object_get(root, "error"))) {
+		/* a response from the client: we never send requests, so there is nothing to match */
+		log_debug("ignoring a response from the client");
+	} else if (!valid || !json_is_string(jm) || (id && !valid_id(id)) ||
+		   (params && !json_is_object(params) && !json_is_array(params))) {
+		reply = mcp_error(id && valid_id(id) ? id : NULL, RPC_INVALID_REQUEST,
+				  "Invalid Request: expected a JSON-RPC 2.0 object with \"jsonrpc\": \"2.0\", a "
+				  "string \"method\", an optional object \"params\", and a string or integer "
+				  "\"id\" for requests");
+	} else if (!id) {
+		mcp_notification(s, json_string_value(jm), params);
+	} else {
+		reply = mcp_dispatch_request(s, seq, id, json_string_value(jm), params, msg, len, replay, batch);
+		*later = !reply && strcmp(json_string_value(jm), "tools/call") == 0;
+	}
+	return reply;
+}
+
+/* handle_batch - a JSON-RPC batch: 2025-03-26 sessions must accept them (the revisions before
+ * and after have none); the answer is one array once every request in it is answered */
+static void handle_batch(struct session *s, uint32_t seq, json_t *root)
+{
+	pthread_mutex_lock(&s->mu);
+	bool batches = strcmp(s->protocol, "2025-03-26") == 0;
+	pthread_mutex_unlock(&s->mu);
+	if (!batches || json_array_size(root) == 0) {
+		mcp_reply(s, seq, mcp_error(NULL, RPC_INVALID_REQUEST, batches
+			? "Invalid Request: an empty batch"
+			: "Invalid Request: JSON-RPC batches are part of protocol 2025-03-26 only; with "
+			  "this session's protocol send one message at a time"));
+		return;
+	}
+	struct mcp_batch *b = calloc(1, sizeof(*b));
+	if (!b || !(b->responses = json_array())) {
+		free(b);
+		mcp_reply(s, seq, mcp_error(NULL, RPC_INTERNAL_ERROR, "out of memory"));
+		return;
+	}
+	b->seq = seq;
+	size_t k;
+	json_t *el;
+	json_array_foreach(root, k, el) {
+		bool later;
+		char *raw = json_dumps(el, JSON_COMPACT);
+		size_t rawlen = raw ? strlen(raw) : 0;
+		/* initialize cannot be in a batch: batches exist only once the session speaks 2025-03-26 */
+		json_t *r = handle_one(s, seq, el, raw, rawlen, false, b, &later);
+		free(raw);
+		if (r) {
+			pthread_mutex_lock(&s->mu);
+			json_array_append_new(b->responses, r);
+			pthread_mutex_unlock(&s->mu);
+		}
+	}
+	pthread_mutex_lock(&s->mu);
+	b->dispatched = true;
+	bool last = b->waiting == 0;
+	pthread_mutex_unlock(&s->mu);
+	if (last)
+		batch_send(s, b);
+}
+
 /* mcp_handle - one client message, start to finish */
 void mcp_handle(struct session *s, uint32_t seq, const char *msg, size_t len, bool replay)
 {
@@ -259,36 +406,14 @@ void mcp_handle(struct session *s, uint32_t seq, const char *msg, size_t len, bo
 		return;
 	}
 	if (json_is_array(root)) {
+		handle_batch(s, seq, root);
 		json_decref(root);
-		mcp_reply(s, seq, mcp_error(NULL, RPC_INVALID_REQUEST,
-					    "Invalid Request: JSON-RPC batches are not supported; send one message per line"));
 		return;
 	}
-	json_t *id = json_is_object(root) ? json_object_get(root, "id") : NULL;
-	json_t *jv = json_is_object(root) ? json_object_get(root, "jsonrpc") : NULL;
-	json_t *jm = json_is_object(root) ? json_object_get(root, "method") : NULL;
-	json_t *params = json_is_object(root) ? json_object_get(root, "params") : NULL;
-	json_t *reply = NULL;
-	bool valid = json_is_object(root) && json_is_string(jv) && strcmp(json_string_value(jv), "2.0") == 0;
-	if (valid && !jm && id && (json_object_get(root, "result") || json_object_get(root, "error"))) {
-		/* a response from the client: we never send requests, so there is nothing to match */
-		log_debug("ignoring a response from the client");
-	} else if (!valid || !json_is_string(jm) || (id && !valid_id(id)) ||
-		   (params && !json_is_object(params) && !json_is_array(params))) {
-		reply = mcp_error(id && valid_id(id) ? id : NULL, RPC_INVALID_REQUEST,
-				  "Invalid Request: expected a JSON-RPC 2.0 object with \"jsonrpc\": \"2.0\", a "
-				  "string \"method\", an optional object \"params\", and a string or integer "
-				  "\"id\" for requests");
-	} else if (!id) {
-		mcp_notification(s, json_string_value(jm), params);
-	} else {
-		reply = mcp_dispatch_request(s, seq, id, json_string_value(jm), params, msg, len, replay);
-		if (!reply && strcmp(json_string_value(jm), "tools/call") == 0) {
-			json_decref(root);
-			return; /* the call thread answers */
-		}
-	}
-	mcp_reply(s, seq, reply);
+	bool later;
+	json_t *reply = handle_one(s, seq, root, msg, len, replay, NULL, &later);
+	if (!later)
+		mcp_reply(s, seq, reply);
 	json_decref(root);
 }
 

@@ -248,3 +248,23 @@ const char *tools_check_args(const char *name, json_t *args, int max_timeout_s, 
 	json_decref(empty);
 	return r;
 }
+
+/* tools_error_result - see worker.h */
+json_t *tools_error_result(const char *tool, const char *kind, const char *message, json_t *args)
+{
+	json_t *sc;
+	if (strcmp(tool, "lookup_package_docs") == 0) {
+		json_t *pkg = json_object_get(args, "package"), *sym = json_object_get(args, "symbol");
+		sc = json_pack("{s:s, s:s, s:s, s:b}", "package", json_is_string(pkg) ? json_string_value(pkg) : "",
+			       "symbol", json_is_string(sym) ? json_string_value(sym) : "", "text", message,
+			       "truncated", 0);
+	} else {
+		/* bad arguments stop before normalize; a sandbox that cannot be had is the server's */
+		sc = json_pack("{s:s, s:n, s:n, s:n, s:i, s:i, s:b, s:{s:s, s:s}, s:s, s:s}", "phase",
+			       strcmp(kind, "invalid_arguments") == 0 ? "normalize" : "internal", "mode",
+			       "exit_code", "signal", "build_ms", 0, "duration_ms", 0, "tidied", 0, "result",
+			       "kind", kind, "message", message, "stdout", "", "stderr", "");
+	}
+	return json_pack("{s:[{s:s, s:s}], s:o, s:b}", "content", "type", "text", "text", message,
+			 "structuredContent", sc, "isError", 1);
+}

@@ -18,6 +18,13 @@
 
 enum worker_state { WS_BEFORE_INIT, WS_READY, WS_BUSY, WS_CLOSING, WS_COUNT };
 
+/* Tool calls waiting behind the running one: past either limit a call gets a JSON-RPC error at
+ * once instead of joining the queue (the same over stdio and HTTP). */
+#define WORKER_MAX_QUEUED_CALLS 16
+#define WORKER_MAX_QUEUED_BYTES (16u * 1024 * 1024) /* the queued calls' messages, in all */
+
+struct mcp_batch; /* a JSON-RPC batch still gathering its answers (worker/mcp.c) */
+
 struct job {
 	uint32_t seq;        /* the REQ_MCP it came in */
 	json_t *id;          /* JSON-RPC id */
@@ -26,6 +33,8 @@ struct job {
 	json_t *progress_token; /* NULL: the client did not ask for progress */
 	int progress;
 	volatile int cancel;
+	size_t bytes;        /* the size of the message it came in, for the queue's limit */
+	struct mcp_batch *batch; /* NULL, or the batch it answers into */
 	struct job *next;
 };
 
@@ -81,6 +90,9 @@ void mcp_handle_toobig(struct session *s, uint32_t seq, const struct ipc_toobig 
 /* mcp_reply - answer REQ_MCP seq with a response (steals the reference; NULL = no response) */
 void mcp_reply(struct session *s, uint32_t seq, json_t *response);
 json_t *mcp_error(json_t *id, int code, const char *message);
+/* mcp_answer_job - a queued tool call's response (stolen; NULL: none, it was cancelled), sent
+ * alone or, for a call from a batch, with the rest of the batch once its last call is done */
+void mcp_answer_job(struct session *s, struct job *j, json_t *response);
 void mcp_notify(struct session *s, uint32_t rel, const char *method, json_t *params);
 /* mcp_log - a notifications/message to the client when its logging level lets it through */
 void mcp_log(struct session *s, const char *level, const char *fmt, ...)
@@ -93,6 +105,10 @@ json_t *tools_list(int max_timeout_s);
 bool tools_known(const char *name);
 /* tools_check_args - NULL if fine, else a sentence naming the problem (static storage) */
 const char *tools_check_args(const char *name, json_t *args, int max_timeout_s, char *buf, size_t cap);
+/* tools_error_result - a CallToolResult with isError for a call that did not get to run: the
+ * sentence as text, and structuredContent matching the tool's outputSchema (kind names why:
+ * invalid_arguments, sandbox_limit, internal_error) */
+json_t *tools_error_result(const char *tool, const char *kind, const char *message, json_t *args);
 
 /* worker/call.c: the call thread */
 int call_start(struct session *s);
