@@ -10,6 +10,8 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <jansson.h>
+#include <malloc.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -23,28 +25,67 @@
 #include "master/auth.h"
 #include "master/pool.h"
 #include "master/tls.h"
+#include "worker/worker.h" /* mcp_scan_id: a request's id for the transport's own errors */
 
 #define HTTP_WAIT_S 3600 /* the longest a request waits for its worker */
+#define HTTP_RPC_CANCELLED -32800 /* the answer to a cancelled request on a JSON POST (as LSP) */
 
 static const char *const http_versions[] = { "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05" };
 
+/* One request's body. Kept whole only up to `limit` (set when the headers are in); past it, or
+ * when it will be refused anyway, only its two ends are kept, to read the id from. */
 struct req {
 	char *body;
-	size_t len;
-	bool too_big;
+	size_t len, cap, limit;
+	size_t total;             /* bytes received */
+	bool too_big;             /* over MCP_MAX_MESSAGE */
+	bool discard;             /* keeping only head and tail */
+	bool over_session;        /* its session has too much waiting: answered 429 */
+	char head[IPC_TOOBIG_KEEP], tail[IPC_TOOBIG_KEEP];
+	size_t hlen, tlen;
+	/* bytes reserved in its session's inflight_bytes while the body arrives */
+	int slot;
+	size_t reserved;
+	char sid[SESSION_ID_HEX + 1];
+	char *id;                 /* the request's id as JSON, read from the body's ends; NULL: none */
+	bool id_read;
 };
 
 static char http_port[16];
 static bool http_loopback;
 
-/* rpc_error - a JSON-RPC error body the transport itself sends */
+/* rpc_error - a JSON-RPC error body the transport itself sends (id: JSON text or NULL) */
 static char *rpc_error(const char *id, int code, const char *msg)
 {
-	char *out = NULL;
-	if (asprintf(&out, "{\"jsonrpc\":\"2.0\",\"id\":%s,\"error\":{\"code\":%d,\"message\":\"%s\"}}",
-		     id ? id : "null", code, msg) < 0)
-		return NULL;
+	json_t *jid = id ? json_loads(id, JSON_DECODE_ANY, NULL) : NULL;
+	json_t *e = json_pack("{s:s, s:o, s:{s:i, s:s}}", "jsonrpc", "2.0", "id", jid ? jid : json_null(),
+			      "error", "code", code, "message", msg);
+	char *out = e ? json_dumps(e, JSON_COMPACT) : NULL;
+	json_decref(e);
 	return out;
+}
+
+/* request_id - the id of the request in rq, for an error the transport answers itself.
+ * Only the ends of the body are scanned (mcp_scan_id, bounded and fuzzed): the master does not
+ * parse JSON-RPC, and an id it cannot read this way is answered with null. */
+static const char *request_id(struct req *rq)
+{
+	if (rq->id_read)
+		return rq->id;
+	rq->id_read = true;
+	json_t *id;
+	if (rq->discard) {
+		id = mcp_scan_id(rq->head, rq->hlen, rq->tail, rq->tlen);
+	} else {
+		if (!rq->body || !rq->len)
+			return NULL;
+		size_t keep = rq->len < IPC_TOOBIG_KEEP ? rq->len : IPC_TOOBIG_KEEP;
+		id = mcp_scan_id(rq->body, keep, rq->body + rq->len - keep, keep);
+	}
+	if (id)
+		rq->id = json_dumps(id, JSON_ENCODE_ANY | JSON_COMPACT);
+	json_decref(id);
+	return rq->id;
 }
 
 /* cors - the headers every /mcp answer carries */
@@ -61,9 +102,11 @@ static void cors(struct MHD_Response *r, const char *origin)
 	MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
 }
 
-/* reply - queue a whole answer (body copied; NULL body = empty) */
-static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, const char *type,
-			     const char *body, size_t len, const char *origin, const char *sid)
+/* reply_full - queue a whole answer (body copied; NULL body = empty); retry_s > 0 adds
+ * Retry-After */
+static enum MHD_Result reply_full(struct MHD_Connection *c, unsigned status, const char *type,
+				  const char *body, size_t len, const char *origin, const char *sid,
+				  int retry_s)
 {
 	struct MHD_Response *r = MHD_create_response_from_buffer(body ? len : 0, (void *)(body ? body : ""),
 								 MHD_RESPMEM_MUST_COPY);
@@ -73,20 +116,39 @@ static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, const ch
 		MHD_add_response_header(r, "Content-Type", type);
 	if (sid)
 		MHD_add_response_header(r, "Mcp-Session-Id", sid);
+	if (retry_s > 0) {
+		char v[16];
+		snprintf(v, sizeof(v), "%d", retry_s);
+		MHD_add_response_header(r, "Retry-After", v);
+	}
 	cors(r, origin);
 	enum MHD_Result q = MHD_queue_response(c, status, r);
 	MHD_destroy_response(r);
 	return q;
 }
 
-/* reply_error - an HTTP status with a JSON-RPC error body */
+static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, const char *type,
+			     const char *body, size_t len, const char *origin, const char *sid)
+{
+	return reply_full(c, status, type, body, len, origin, sid, 0);
+}
+
+/* reply_rpc - an HTTP status with a JSON-RPC error body for request id (NULL: null) */
+static enum MHD_Result reply_rpc(struct MHD_Connection *c, unsigned status, const char *id, int code,
+				 const char *msg, const char *origin, int retry_s)
+{
+	char *b = rpc_error(id, code, msg);
+	enum MHD_Result q = reply_full(c, status, "application/json", b, b ? strlen(b) : 0, origin, NULL,
+				       retry_s);
+	free(b);
+	return q;
+}
+
+/* reply_error - an HTTP status with a JSON-RPC error body that has no id */
 static enum MHD_Result reply_error(struct MHD_Connection *c, unsigned status, int code, const char *msg,
 				   const char *origin)
 {
-	char *b = rpc_error(NULL, code, msg);
-	enum MHD_Result q = reply(c, status, "application/json", b, b ? strlen(b) : 0, origin, NULL);
-	free(b);
-	return q;
+	return reply_rpc(c, status, NULL, code, msg, origin, 0);
 }
 
 /* list_has - is v one of the comma-separated values in list? */
@@ -122,21 +184,111 @@ static bool host_ok(const char *host)
 	return false;
 }
 
-/* origin_ok - browsers send Origin: only our own pages (or listed ones) may call */
+/* http_origin_parse - split an Origin (RFC 6454: scheme "://" host [":" port], nothing else) into
+ * its scheme, host and port; false if it is not one (userinfo, a path, a bad port) */
+bool http_origin_parse(const char *o, char *scheme, size_t scap, char *host, size_t hcap, long *port)
+{
+	const char *sep = strstr(o, "://");
+	if (!sep || sep == o || (size_t)(sep - o) >= scap)
+		return false;
+	for (const char *p = o; p < sep; p++)
+		if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z')))
+			return false;
+	snprintf(scheme, scap, "%.*s", (int)(sep - o), o);
+	for (char *p = scheme; *p; p++)
+		*p = (char)(*p | 0x20);
+	const char *h = sep + 3, *e;
+	if (*h == '[') {
+		if (!(e = strchr(h, ']')))
+			return false;
+		e++;
+	} else {
+		e = h + strcspn(h, ":");
+	}
+	if (e == h || (size_t)(e - h) >= hcap)
+		return false;
+	for (const char *p = h; p < e; p++) /* no userinfo, path, query or fragment */
+		if (*p == '@' || *p == '/' || *p == '?' || *p == '#' || *p == '\\' || *p <= ' ' || *p > '~')
+			return false;
+	snprintf(host, hcap, "%.*s", (int)(e - h), h);
+	for (char *p = host; *p; p++)
+		*p = (char)(*p >= 'A' && *p <= 'Z' ? *p | 0x20 : *p);
+	if (*e == '\0') {
+		*port = strcmp(scheme, "https") == 0 ? 443 : 80;
+		return true;
+	}
+	if (*e != ':' || !e[1] || strspn(e + 1, "0123456789") != strlen(e + 1) || strlen(e + 1) > 5)
+		return false;
+	*port = strtol(e + 1, NULL, 10);
+	return *port > 0 && *port <= 65535;
+}
+
+/* origin_ok - browsers send Origin: only our own pages (or listed ones) may call. The origin is
+ * parsed and its scheme, host and port compared exactly: a prefix match would let
+ * http://localhost:1@evil.example through. */
 static bool origin_ok(const char *origin)
 {
 	if (!origin)
 		return true;
 	if (list_has(pool.cfg->allowed_origins, origin))
 		return true;
-	static const char *const ok[] = { "http://localhost", "http://127.0.0.1", "http://[::1]",
-					  "https://localhost", "https://127.0.0.1", "https://[::1]" };
-	for (size_t i = 0; i < 6; i++) {
-		size_t n = strlen(ok[i]);
-		if (strncasecmp(origin, ok[i], n) == 0 && (origin[n] == '\0' || origin[n] == ':'))
-			return http_loopback;
+	char scheme[8], host[64];
+	long port;
+	if (!http_loopback || !http_origin_parse(origin, scheme, sizeof(scheme), host, sizeof(host), &port))
+		return false;
+	if (strcmp(scheme, "http") != 0 && strcmp(scheme, "https") != 0)
+		return false;
+	if (strcmp(host, "localhost") != 0 && strcmp(host, "127.0.0.1") != 0 && strcmp(host, "[::1]") != 0)
+		return false;
+	return port == strtol(http_port, NULL, 10);
+}
+
+/* http_media_admits - does a list of media ranges (an Accept header) admit type ("application/json")?
+ * Wildcard ranges (any type, or any subtype of the major type) count; a range with q=0 refuses. */
+bool http_media_admits(const char *list, const char *type)
+{
+	const char *slash = strchr(type, '/');
+	size_t major = slash ? (size_t)(slash - type) : strlen(type);
+	for (const char *p = list; p && *p;) {
+		const char *end = strchr(p, ',');
+		size_t n = end ? (size_t)(end - p) : strlen(p);
+		char item[128];
+		if (n < sizeof(item)) {
+			memcpy(item, p, n);
+			item[n] = '\0';
+			char *params = strchr(item, ';');
+			if (params)
+				*params++ = '\0';
+			char *r = item + strspn(item, " \t");
+			for (char *t = r + strlen(r); t > r && (t[-1] == ' ' || t[-1] == '\t');)
+				*--t = '\0';
+			bool q0 = false;
+			for (char *q = params; q && *q;) {
+				q += strspn(q, " \t");
+				if ((q[0] == 'q' || q[0] == 'Q') && q[1] == '=')
+					q0 = strtod(q + 2, NULL) <= 0;
+				q = strchr(q, ';');
+				q = q ? q + 1 : NULL;
+			}
+			bool match = strcasecmp(r, type) == 0 || strcmp(r, "*/*") == 0 ||
+				     (strlen(r) == major + 2 && strncasecmp(r, type, major) == 0 &&
+				      strcmp(r + major, "/*") == 0);
+			if (match && !q0)
+				return true;
+		}
+		p = end ? end + 1 : NULL;
 	}
 	return false;
+}
+
+/* http_content_type_json - the Content-Type is application/json (parameters such as charset allowed) */
+bool http_content_type_json(const char *ct)
+{
+	if (!ct)
+		return false;
+	ct += strspn(ct, " \t");
+	size_t n = strcspn(ct, "; \t");
+	return n == 16 && strncasecmp(ct, "application/json", 16) == 0;
 }
 
 /* wait_on - wait for p to progress (under mu); false on timeout */
@@ -281,6 +433,13 @@ static enum MHD_Result answer_pending(struct MHD_Connection *c, struct pending *
 		body = p->answer;
 		len = p->alen;
 		p->answer = NULL;
+	} else if (p->done && p->accepted) {
+		/* a tools/call the client cancelled: MCP sends no result, but this POST asked for
+		 * JSON and must get an answer, so it gets an error that says what happened */
+		status = MHD_HTTP_OK;
+		body = rpc_error(p->id, HTTP_RPC_CANCELLED, "Request cancelled: the client sent "
+				 "notifications/cancelled for it, so no result follows");
+		len = body ? strlen(body) : 0;
 	} else if (p->done) {
 		status = MHD_HTTP_ACCEPTED; /* a notification or a response: nothing to say */
 	} else {
@@ -295,22 +454,212 @@ static enum MHD_Result answer_pending(struct MHD_Connection *c, struct pending *
 	return q;
 }
 
+/* body_keep_ends - switch rq to keeping only the ends of its body */
+static void body_keep_ends(struct req *rq)
+{
+	if (rq->discard)
+		return;
+	rq->discard = true;
+	rq->hlen = rq->len < IPC_TOOBIG_KEEP ? rq->len : IPC_TOOBIG_KEEP;
+	rq->tlen = rq->hlen;
+	if (rq->len) {
+		memcpy(rq->head, rq->body, rq->hlen);
+		memcpy(rq->tail, rq->body + rq->len - rq->tlen, rq->tlen);
+	}
+	free(rq->body);
+	rq->body = NULL;
+	rq->len = rq->cap = 0;
+}
+
+/* body_add - more of the body (0, or -ENOMEM) */
+static int body_add(struct req *rq, const char *data, size_t n)
+{
+	rq->total += n;
+	if (rq->total > MCP_MAX_MESSAGE)
+		rq->too_big = true;
+	if (!rq->discard && rq->total > rq->limit)
+		body_keep_ends(rq); /* keep reading (so the client sees our answer), keep the ends */
+	if (!rq->discard) {
+		if (rq->len + n + 1 > rq->cap) {
+			size_t cap = rq->cap ? rq->cap * 2 : 64 * 1024;
+			while (cap < rq->len + n + 1)
+				cap *= 2;
+			if (cap > rq->limit + 1)
+				cap = rq->limit + 1;
+			char *nb = realloc(rq->body, cap);
+			if (!nb)
+				return -ENOMEM;
+			rq->body = nb;
+			rq->cap = cap;
+		}
+		memcpy(rq->body + rq->len, data, n);
+		rq->len += n;
+		return 0;
+	}
+	size_t h = n < IPC_TOOBIG_KEEP - rq->hlen ? n : IPC_TOOBIG_KEEP - rq->hlen;
+	memcpy(rq->head + rq->hlen, data, h);
+	rq->hlen += h;
+	if (n >= IPC_TOOBIG_KEEP) {
+		memcpy(rq->tail, data + n - IPC_TOOBIG_KEEP, IPC_TOOBIG_KEEP);
+		rq->tlen = IPC_TOOBIG_KEEP;
+	} else {
+		if (rq->tlen + n > IPC_TOOBIG_KEEP) {
+			size_t drop = rq->tlen + n - IPC_TOOBIG_KEEP;
+			memmove(rq->tail, rq->tail + drop, rq->tlen - drop);
+			rq->tlen -= drop;
+		}
+		memcpy(rq->tail + rq->tlen, data, n);
+		rq->tlen += n;
+	}
+	return 0;
+}
+
+/* body_release - give back what rq reserved in its session's inflight_bytes (under mu) */
+static void body_release(struct req *rq)
+{
+	if (!rq->reserved)
+		return;
+	struct slot *s = &pool.slots[rq->slot];
+	if (s->state == SLOT_SESSION && strcmp(s->w.session, rq->sid) == 0)
+		s->inflight_bytes -= rq->reserved <= s->inflight_bytes ? rq->reserved : s->inflight_bytes;
+	rq->reserved = 0;
+}
+
+/* body_plan - the headers are in: how much of the body to keep. A POST to an open session
+ * reserves its Content-Length (or the largest message) against the session's waiting bytes,
+ * and one that would pass them is read but not kept; so is one to a session that does not
+ * exist. An initialize (no session yet) is kept up to HTTP_MAX_INIT_BYTES. */
+static void body_plan(struct MHD_Connection *c, const char *url, const char *method, struct req *rq)
+{
+	rq->limit = MCP_MAX_MESSAGE;
+	if (strcmp(url, "/mcp") != 0 || strcmp(method, "POST") != 0)
+		return;
+	const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+	unsigned long long want = MCP_MAX_MESSAGE;
+	if (cl && *cl >= '0' && *cl <= '9')
+		want = strtoull(cl, NULL, 10);
+	if (want > MCP_MAX_MESSAGE) {
+		rq->limit = 0; /* 413 when it is in */
+		return;
+	}
+	const char *sid = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Mcp-Session-Id");
+	if (!sid) {
+		rq->limit = HTTP_MAX_INIT_BYTES;
+		return;
+	}
+	pthread_mutex_lock(&pool.mu);
+	int i = pool_find_session(sid);
+	if (i < 0) {
+		rq->limit = 0; /* 404 when it is in */
+	} else {
+		struct slot *s = &pool.slots[i];
+		if (s->inflight >= SESSION_MAX_WAITING_REQUESTS ||
+		    s->inflight_bytes + want > SESSION_MAX_WAITING_BYTES) {
+			rq->over_session = true;
+			rq->limit = 0;
+		} else {
+			s->inflight_bytes += want;
+			rq->reserved = (size_t)want;
+			rq->slot = i;
+			snprintf(rq->sid, sizeof(rq->sid), "%s", sid);
+		}
+	}
+	pthread_mutex_unlock(&pool.mu);
+}
+
+/* retry_after - seconds until an open session's idle timeout frees a worker (under mu) */
+static int retry_after(void)
+{
+	double now = spawn_now(), best = HTTP_RETRY_AFTER_MAX_S;
+	for (int i = 0; i < pool.nslots; i++) {
+		const struct slot *s = &pool.slots[i];
+		if (s->state == SLOT_ENDING || s->state == SLOT_STARTING)
+			best = 1;
+		else if (s->state == SLOT_SESSION && s->inflight == 0 && !s->busy) {
+			double left = s->last_active + pool_idle_limit(s) - now;
+			if (left < best)
+				best = left;
+		}
+	}
+	int r = (int)(best + 0.999);
+	return r < 1 ? 1 : r;
+}
+
+/* worker_coming - could waiting get a new session a worker? One is idle or starting, a slot is
+ * free (one can start) or a worker is on its way out; not when every slot holds a session. */
+static bool worker_coming(void)
+{
+	for (int i = 0; i < pool.nslots; i++)
+		if (pool.slots[i].state != SLOT_SESSION && pool.slots[i].state != SLOT_OPENING)
+			return true;
+	return false;
+}
+
+/* peer_address - the client's address, as text */
+static void peer_address(struct MHD_Connection *c, char *out, size_t cap)
+{
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+	snprintf(out, cap, "?");
+	if (!ci || !ci->client_addr)
+		return;
+	const struct sockaddr *sa = ci->client_addr;
+	if (sa->sa_family == AF_INET) {
+		inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, out, (socklen_t)cap);
+	} else if (sa->sa_family == AF_INET6) {
+		const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+		if (IN6_IS_ADDR_V4MAPPED(a))
+			inet_ntop(AF_INET, &a->s6_addr[12], out, (socklen_t)cap);
+		else
+			inet_ntop(AF_INET6, a, out, (socklen_t)cap);
+	}
+}
+
 /* post_initialize - a POST without a session: it must be an initialize, which opens one */
 static enum MHD_Result post_initialize(struct MHD_Connection *c, struct req *rq, const char *origin,
 				       const char *user)
 {
+	char peer[48];
+	peer_address(c, peer, sizeof(peer));
 	pthread_mutex_lock(&pool.mu);
-	int i = pool_take_idle(30);
-	if (i < 0) {
-		char why[300];
-		snprintf(why, sizeof(why), "%s", pool_unavailable() ? pool_unavailable() :
-			 "the server is at its --max-workers limit; try again later");
+	/* new sessions per client: per signed-in user with sign-in (many users may share one
+	 * address behind a proxy), else per peer address */
+	bool by_user = auth_enabled();
+	int mine = 0;
+	for (int k = 0; k < pool.nslots; k++)
+		mine += (pool.slots[k].state == SLOT_SESSION || pool.slots[k].state == SLOT_OPENING) &&
+			strcmp(by_user ? pool.slots[k].user : pool.slots[k].peer, by_user ? user : peer) == 0;
+	if (mine >= pool.cfg->max_sessions_per_peer) {
+		int ra = retry_after();
 		pthread_mutex_unlock(&pool.mu);
-		return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, -32000, why, origin);
+		char msg[300];
+		snprintf(msg, sizeof(msg), "Too many sessions: this %s already has %d open (the limit, "
+			 "--max-sessions-per-peer, is %d). End one with DELETE, or try again in %d s.",
+			 by_user ? "user" : "client address", mine, pool.cfg->max_sessions_per_peer, ra);
+		log_info("new session from %s (%s) refused: %d open, limit %d", peer, user, mine,
+			 pool.cfg->max_sessions_per_peer);
+		return reply_rpc(c, MHD_HTTP_TOO_MANY_REQUESTS, request_id(rq), -32000, msg, origin, ra);
+	}
+	/* wait for a worker only while one can come; at --max-workers, answer at once */
+	int i = -1;
+	for (double until = spawn_now() + HTTP_WORKER_WAIT_S; i < 0 && worker_coming() &&
+	     !pool_unavailable() && !pool.stopping && spawn_now() < until;)
+		i = pool_take_idle(0.25);
+	if (i < 0) {
+		int ra = retry_after();
+		char msg[300];
+		if (pool_unavailable()) /* no worker will ever come (a configuration error) */
+			snprintf(msg, sizeof(msg), "%s", pool_unavailable());
+		else
+			snprintf(msg, sizeof(msg), "The server is at its --max-workers limit (%d sessions); "
+				 "try again in %d s, when an idle session has ended.", pool.cfg->max_workers, ra);
+		pthread_mutex_unlock(&pool.mu);
+		return reply_rpc(c, MHD_HTTP_SERVICE_UNAVAILABLE, request_id(rq), -32000, msg, origin,
+				 pool_unavailable() ? 0 : ra);
 	}
 	struct slot *s = &pool.slots[i];
 	spawn_random_hex(s->w.session, SESSION_ID_HEX / 2);
 	snprintf(s->user, sizeof(s->user), "%s", user); /* "local" with --auth none */
+	snprintf(s->peer, sizeof(s->peer), "%s", peer);
 	s->opened = spawn_now();
 	struct ipc_buf b;
 	if (ipc_pack_note_assign(&b, 0, s->w.session, s->user) == 0)
@@ -319,7 +668,8 @@ static enum MHD_Result post_initialize(struct MHD_Connection *c, struct req *rq,
 	if (!p) {
 		pool_end_session(i, "worker unreachable");
 		pthread_mutex_unlock(&pool.mu);
-		return reply_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, -32603, "the worker is gone", origin);
+		return reply_rpc(c, MHD_HTTP_INTERNAL_SERVER_ERROR, request_id(rq), -32603,
+				 "The worker for this session is gone; try again.", origin, 0);
 	}
 	double deadline = spawn_now() + 60;
 	while (!p->done && !p->gone && spawn_now() < deadline)
@@ -329,17 +679,33 @@ static enum MHD_Result post_initialize(struct MHD_Connection *c, struct req *rq,
 		snprintf(sid, sizeof(sid), "%s", s->w.session);
 		s->state = SLOT_SESSION;
 		pool.sessions_total++;
-		log_info("session %.8s… opened for %s (worker pid %d)", sid, s->user, (int)s->w.pid);
+		log_info("session %.8s… opened for %s from %s (worker pid %d)", sid, s->user, peer,
+			 (int)s->w.pid);
 		return answer_pending(c, p, false, origin, sid);
 	}
 	/* not an initialize (or it failed): this worker saw untrusted input without a session, and
-	 * workers are never reused, so it goes */
+	 * workers are never reused, so it goes. What the worker answered (a malformed initialize's
+	 * -32602, a parse error) is the body; a notification, a success (a ping) or silence gets
+	 * the generic one. */
+	char *answer = NULL;
+	if (p->done && p->alen) {
+		json_t *a = json_loadb(p->answer, p->alen, 0, NULL);
+		if (json_is_object(json_object_get(a, "error")))
+			answer = strndup(p->answer, p->alen);
+		json_decref(a);
+	}
 	pool_pending_free(p);
 	pool_end_session(i, "no session opened");
 	pthread_mutex_unlock(&pool.mu);
-	return reply_error(c, MHD_HTTP_BAD_REQUEST, -32000,
-			   "Bad Request: no valid session. Send initialize without an Mcp-Session-Id "
-			   "header to open one, then send that header with every request", origin);
+	if (answer) {
+		enum MHD_Result q = reply(c, MHD_HTTP_BAD_REQUEST, "application/json", answer,
+					  strlen(answer), origin, NULL);
+		free(answer);
+		return q;
+	}
+	return reply_rpc(c, MHD_HTTP_BAD_REQUEST, request_id(rq), -32000,
+			 "Bad Request: no valid session. Send initialize without an Mcp-Session-Id "
+			 "header to open one, then send that header with every request", origin, 0);
 }
 
 /* handle_mcp - /mcp */
@@ -381,9 +747,27 @@ static enum MHD_Result handle_mcp(struct MHD_Connection *c, const char *method, 
 	if (rq->too_big) {
 		char msg[160];
 		snprintf(msg, sizeof(msg), "the request body is over the %u MiB limit", MCP_MAX_MESSAGE >> 20);
-		return reply_error(c, MHD_HTTP_CONTENT_TOO_LARGE, -32600, msg, origin);
+		return reply_rpc(c, MHD_HTTP_CONTENT_TOO_LARGE, request_id(rq), -32600, msg, origin, 0);
 	}
-	if (rq->len == 0)
+	if (!sid && rq->discard) {
+		char msg[200];
+		snprintf(msg, sizeof(msg), "the request body is over the %u KiB an initialize may take "
+			 "(no session yet): send initialize first, then the rest with its Mcp-Session-Id",
+			 HTTP_MAX_INIT_BYTES >> 10);
+		return reply_rpc(c, MHD_HTTP_CONTENT_TOO_LARGE, request_id(rq), -32600, msg, origin, 0);
+	}
+	/* Streamable HTTP: a POST carries application/json and accepts application/json (and
+	 * text/event-stream, which tool calls use when it is accepted) */
+	if (!http_content_type_json(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type")))
+		return reply_rpc(c, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, request_id(rq), -32000,
+				 "Unsupported Media Type: send the JSON-RPC message with Content-Type: "
+				 "application/json", origin, 0);
+	const char *accept = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Accept");
+	if (!accept || !http_media_admits(accept, "application/json"))
+		return reply_rpc(c, MHD_HTTP_NOT_ACCEPTABLE, request_id(rq), -32000,
+				 "Not Acceptable: send Accept: application/json, text/event-stream", origin, 0);
+	bool sse_ok = http_media_admits(accept, "text/event-stream");
+	if (rq->total == 0)
 		return reply_error(c, MHD_HTTP_BAD_REQUEST, -32700, "Parse error: empty body", origin);
 	if (!sid)
 		return post_initialize(c, rq, origin, user);
@@ -393,11 +777,10 @@ static enum MHD_Result handle_mcp(struct MHD_Connection *c, const char *method, 
 		for (size_t k = 0; k < 4; k++)
 			ok |= strcmp(ver, http_versions[k]) == 0;
 		if (!ok)
-			return reply_error(c, MHD_HTTP_BAD_REQUEST, -32000,
-					   "Bad Request: unsupported MCP-Protocol-Version", origin);
+			return reply_rpc(c, MHD_HTTP_BAD_REQUEST, request_id(rq), -32000,
+					 "Bad Request: unsupported MCP-Protocol-Version (this server speaks "
+					 "2025-11-25, 2025-06-18, 2025-03-26 and 2024-11-05)", origin, 0);
 	}
-	const char *accept = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Accept");
-	bool sse_ok = accept && (strstr(accept, "text/event-stream") || strstr(accept, "*/*"));
 	pthread_mutex_lock(&pool.mu);
 	int i = pool_find_session(sid);
 	if (i >= 0 && strcmp(pool.slots[i].user, user) != 0) {
@@ -407,14 +790,30 @@ static enum MHD_Result handle_mcp(struct MHD_Connection *c, const char *method, 
 	}
 	if (i < 0) {
 		pthread_mutex_unlock(&pool.mu);
-		return reply_error(c, MHD_HTTP_NOT_FOUND, -32001, "Session not found: it ended or never "
-				   "existed; start a new one with initialize", origin);
+		return reply_rpc(c, MHD_HTTP_NOT_FOUND, request_id(rq), -32001, "Session not found: it "
+				 "ended or never existed; start a new one with initialize", origin, 0);
 	}
+	struct slot *s = &pool.slots[i];
+	if (rq->over_session || rq->discard) {
+		int n = s->inflight;
+		size_t bytes = s->inflight_bytes;
+		pthread_mutex_unlock(&pool.mu);
+		char msg[300];
+		snprintf(msg, sizeof(msg), "Too many requests waiting in this session (%d, %zu KiB; the "
+			 "limits are %d requests and %u MiB): wait for their answers before sending more",
+			 n, bytes >> 10, SESSION_MAX_WAITING_REQUESTS, SESSION_MAX_WAITING_BYTES >> 20);
+		return reply_rpc(c, MHD_HTTP_TOO_MANY_REQUESTS, request_id(rq), -32000, msg, origin, 1);
+	}
+	body_release(rq); /* from here the message counts as waiting (pool_send) */
 	struct pending *p = pool_send(i, rq->body, rq->len);
 	if (!p) {
 		pthread_mutex_unlock(&pool.mu);
-		return reply_error(c, MHD_HTTP_NOT_FOUND, -32001, "Session not found: its worker is gone", origin);
+		return reply_rpc(c, MHD_HTTP_NOT_FOUND, request_id(rq), -32001,
+				 "Session not found: its worker is gone", origin, 0);
 	}
+	/* the worker has its copy: keep no body while waiting for the answer */
+	free(rq->body);
+	rq->body = NULL;
 	return answer_pending(c, p, sse_ok, origin, NULL);
 }
 
@@ -429,24 +828,15 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 		if (!(rq = calloc(1, sizeof(*rq))))
 			return MHD_NO;
 		*ctx = rq;
+		/* the headers are in: the short header timeout gives way to the request's */
+		MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)HTTP_REQUEST_TIMEOUT_S);
+		body_plan(c, url, method, rq);
 		return MHD_YES;
 	}
 	if (*size) {
-		if (!rq->too_big && rq->len + *size <= MCP_MAX_MESSAGE) {
-			char *nb = realloc(rq->body, rq->len + *size + 1);
-			if (!nb)
-				return MHD_NO;
-			rq->body = nb;
-			memcpy(rq->body + rq->len, data, *size);
-			rq->len += *size;
-		} else {
-			rq->too_big = true; /* keep reading (so the client sees our answer), keep nothing */
-			free(rq->body);
-			rq->body = NULL;
-			rq->len = 0;
-		}
+		int r = body_add(rq, data, *size);
 		*size = 0;
-		return MHD_YES;
+		return r == 0 ? MHD_YES : MHD_NO;
 	}
 	const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
 	if (!host_ok(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host")))
@@ -477,12 +867,18 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 static void completed(void *cls, struct MHD_Connection *c, void **ctx, enum MHD_RequestTerminationCode t)
 {
 	(void)cls;
-	(void)c;
 	(void)t;
 	struct req *rq = *ctx;
 	if (rq) {
+		if (rq->reserved) {
+			pthread_mutex_lock(&pool.mu);
+			body_release(rq);
+			pthread_mutex_unlock(&pool.mu);
+		}
 		free(rq->body);
+		free(rq->id);
 		free(rq);
+		MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)HTTP_KEEPALIVE_TIMEOUT_S);
 	}
 	*ctx = NULL;
 }
@@ -567,6 +963,12 @@ int http_serve(const struct serve_config *cfg)
 		close(fd);
 		return 1;
 	}
+	/* Bodies and IPC buffers of up to 4 MiB come and go on many connection threads: kept in
+	 * glibc's per-thread arenas after free, they would make the process as big as the worst
+	 * moment of each thread. Large blocks are mapped and unmapped instead, and few arenas used,
+	 * so the server's size follows what it holds (the per-session limits in pool.h). */
+	mallopt(M_MMAP_THRESHOLD, HTTP_MALLOC_MMAP_BYTES);
+	mallopt(M_ARENA_MAX, 2);
 	if (sig_init() != 0 || pool_init(cfg) != 0) {
 		log_error("cannot set up the server");
 		return 1;
@@ -579,7 +981,9 @@ int http_serve(const struct serve_config *cfg)
 	struct MHD_Daemon *d = MHD_start_daemon(
 		flags, 0, NULL,
 		NULL, handle, NULL, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_NOTIFY_COMPLETED, completed, NULL,
-		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300, MHD_OPTION_CONNECTION_LIMIT, (unsigned)1024,
+		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTP_HEADER_TIMEOUT_S,
+		MHD_OPTION_CONNECTION_LIMIT, (unsigned)HTTP_MAX_CONNECTIONS,
+		MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)HTTP_MAX_CONNECTIONS_PER_PEER,
 		MHD_OPTION_ARRAY, tls, MHD_OPTION_END);
 	if (!d) {
 		log_error("cannot start the HTTP server");

@@ -6,6 +6,7 @@
 #define KG_MASTER_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -30,6 +31,8 @@ struct serve_config {
 	/* the shared server (serve --http) */
 	const char *http;         /* ADDR:PORT, NULL for stdio */
 	int session_timeout_s;    /* idle sessions end (15 min) */
+	int unused_session_timeout_s; /* ... sooner while they never made a tool call (2 min) */
+	int max_sessions_per_peer; /* open sessions one client address may hold */
 	int max_sandboxes_per_user;
 	int claim_lease_s;        /* passed to the backend (10 min) */
 	int workers_min_idle;     /* pre-started idle workers */
@@ -133,6 +136,11 @@ unsigned sig_take(void);
 
 /* master/http.c: the Streamable HTTP transport (serve --http) */
 int http_serve(const struct serve_config *cfg);
+/* the header parsers it uses on untrusted bytes (tests/unit/test_http_headers.c, fuzz) */
+bool http_origin_parse(const char *origin, char *scheme, size_t scap, char *host, size_t hcap,
+		       long *port);
+bool http_media_admits(const char *accept, const char *type);
+bool http_content_type_json(const char *content_type);
 
 /* master/serve.c: settings shared by serve and exec */
 int serve_backend_init(const struct serve_config *cfg);

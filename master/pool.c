@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <signal.h>
@@ -20,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -99,20 +101,63 @@ void pool_wake(void)
 	(void)w;
 }
 
-/* acct - one accounting line (JSON) */
-static void __attribute__((format(printf, 1, 2))) acct_line(const char *fmt, ...)
+/* acct_write - one accounting line: ts, then o's members (stolen), as JSON built by jansson,
+ * so whatever a name holds is escaped */
+static void acct_write(json_t *o)
 {
-	if (!pool.acct)
+	if (!pool.acct || !o) {
+		json_decref(o);
 		return;
+	}
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
-	va_list ap;
-	va_start(ap, fmt);
-	fprintf(pool.acct, "{\"ts\":%lld.%03ld,", (long long)ts.tv_sec, ts.tv_nsec / 1000000);
-	vfprintf(pool.acct, fmt, ap);
-	fputs("}\n", pool.acct);
-	fflush(pool.acct);
-	va_end(ap);
+	json_t *line = json_pack("{s:f}", "ts", (double)ts.tv_sec + (double)(ts.tv_nsec / 1000000) / 1000);
+	json_object_update(line, o);
+	json_decref(o);
+	char *text = json_dumps(line, JSON_COMPACT | JSON_REAL_PRECISION(13));
+	json_decref(line);
+	if (text) {
+		fprintf(pool.acct, "%s\n", text);
+		fflush(pool.acct);
+	}
+	free(text);
+}
+
+/* acct_session - a session's id as the accounting log and logs write it: a prefix to correlate
+ * with, never the whole id, which is the bearer secret of the session */
+static const char *acct_session(const struct slot *s, char *buf, size_t cap)
+{
+	snprintf(buf, cap, "%.*s", ACCT_SESSION_ID_CHARS, s->w.session);
+	return buf;
+}
+
+/* acct_open - append to PATH, created 0600; an existing file others could read is made 0600
+ * (session ids are secrets and user names personal data), or refused if that cannot be done */
+static FILE *acct_open(const char *path)
+{
+	int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0600);
+	struct stat st;
+	if (fd < 0 || fstat(fd, &st) != 0) {
+		log_error("cannot open the accounting log %s: %s", path, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return NULL;
+	}
+	if (S_ISREG(st.st_mode) && (st.st_mode & 077)) {
+		if (fchmod(fd, 0600) != 0) {
+			log_error("the accounting log %s has mode %03o and cannot be made 0600 (%s): "
+				  "give it to this user or remove it", path, (unsigned)(st.st_mode & 0777),
+				  strerror(errno));
+			close(fd);
+			return NULL;
+		}
+		log_warn("the accounting log %s had mode %03o; it is now 0600", path,
+			 (unsigned)(st.st_mode & 0777));
+	}
+	FILE *f = fdopen(fd, "a");
+	if (!f)
+		close(fd);
+	return f;
 }
 
 /* json_safe - a name for a JSON string: drop what would need escaping */
@@ -139,9 +184,9 @@ int pool_init(const struct serve_config *cfg)
 	if (r)
 		return r;
 	if (cfg->accounting_log && strcmp(cfg->accounting_log, "off") != 0) {
-		pool.acct = strcmp(cfg->accounting_log, "-") == 0 ? stderr : fopen(cfg->accounting_log, "a");
+		pool.acct = strcmp(cfg->accounting_log, "-") == 0 ? stderr : acct_open(cfg->accounting_log);
 		if (!pool.acct)
-			log_warn("cannot open the accounting log %s: %s", cfg->accounting_log, strerror(errno));
+			return -EACCES;
 	}
 	return 0;
 }
@@ -232,14 +277,14 @@ void pool_end_session(int i, const char *reason)
 	struct slot *s = &pool.slots[i];
 	if (s->state == SLOT_FREE || s->state == SLOT_ENDING)
 		return;
-	char u[64];
+	char sid[ACCT_SESSION_ID_CHARS + 1];
 	if (s->state == SLOT_SESSION)
 		log_info("session %.8s… of %s ends: %s", s->w.session, s->user, reason);
 	if (s->state == SLOT_SESSION || s->state == SLOT_OPENING)
-		acct_line("\"event\":\"session_end\",\"user\":\"%s\",\"session\":\"%s\",\"worker_pid\":%d,"
-		     "\"calls\":%u,\"duration_s\":%.1f,\"reason\":\"%s\"",
-		     json_safe(s->user, u, sizeof(u)), s->w.session, (int)s->w.pid, s->calls,
-		     spawn_now() - s->opened, reason);
+		acct_write(json_pack("{s:s, s:s, s:s, s:i, s:i, s:f, s:s}", "event", "session_end",
+				     "user", s->user, "session", acct_session(s, sid, sizeof(sid)),
+				     "worker_pid", (int)s->w.pid, "calls", (int)s->calls, "duration_s",
+				     (double)(long)((spawn_now() - s->opened) * 10) / 10, "reason", reason));
 	struct ipc_buf b;
 	if (s->w.hello && ipc_pack_req_shutdown(&b, 0, reason) == 0)
 		spawn_send(&s->w, &b);
@@ -274,6 +319,8 @@ struct pending *pool_send(int i, const char *msg, size_t len)
 	if (!s->seq_first)
 		s->seq_first = p->seq;
 	s->seq_last = p->seq;
+	p->bytes = len;
+	s->inflight_bytes += len;
 	s->inflight++;
 	s->last_active = spawn_now();
 	return p;
@@ -290,6 +337,7 @@ void pool_pending_free(struct pending *p)
 	struct slot *s = &pool.slots[p->slot];
 	if (s->inflight > 0)
 		s->inflight--;
+	s->inflight_bytes -= p->bytes <= s->inflight_bytes ? p->bytes : s->inflight_bytes;
 	s->last_active = spawn_now();
 	while (p->q) {
 		struct event *e = p->q;
@@ -347,22 +395,46 @@ static void hist_add(unsigned long *h, double *sum, unsigned long *n, double v)
 	(*n)++;
 }
 
+/* The only label values /metrics shows: the worker reports a call's tool and result kind, and
+ * the kind comes from the user's program, so anything else counts as "other" (a forged kind
+ * must neither make a label nor crowd out the real ones). */
+static const char *const metric_tools[] = { "execute_go_code", "lookup_package_docs", NULL };
+static const char *const metric_kinds[] = { "ok", "error", "panic", "unencodable", "exit", "timeout",
+					    "killed", "build_error", "normalize_error", "internal_error",
+					    "invalid_arguments", "sandbox_limit", "tool_error", "cancelled",
+					    NULL };
+
+/* metric_label - v if it is one of the fixed values, else "other" */
+static const char *metric_label(struct ipc_bytes v, const char *const *fixed)
+{
+	for (; *fixed; fixed++)
+		if (v.len == strlen(*fixed) && memcmp(v.ptr, *fixed, v.len) == 0)
+			return *fixed;
+	return "other";
+}
+
+const char *pool_label_tool(struct ipc_bytes v)
+{
+	return metric_label(v, metric_tools);
+}
+
+const char *pool_label_kind(struct ipc_bytes v)
+{
+	return metric_label(v, metric_kinds);
+}
+
 /* note_call - a finished tool call: metrics and an accounting line */
 static void note_call(int i, const struct ipc_call *c)
 {
 	struct slot *s = &pool.slots[i];
-	char tool[24], kind[24], u[64];
-	ipc_bytes_str(c->tool, tool, sizeof(tool));
-	ipc_bytes_str(c->kind, kind, sizeof(kind));
-	json_safe(tool, tool, sizeof(tool));
-	json_safe(kind, kind, sizeof(kind));
+	const char *tool = pool_label_tool(c->tool), *kind = pool_label_kind(c->kind);
 	s->calls++;
 	pool.calls_total++;
 	int k;
 	for (k = 0; k < pool.ncalls; k++)
 		if (strcmp(pool.calls[k].tool, tool) == 0 && strcmp(pool.calls[k].kind, kind) == 0)
 			break;
-	if (k == pool.ncalls && pool.ncalls < 48) {
+	if (k == pool.ncalls && pool.ncalls < POOL_CALL_LABELS) {
 		snprintf(pool.calls[k].tool, sizeof(pool.calls[k].tool), "%s", tool);
 		snprintf(pool.calls[k].kind, sizeof(pool.calls[k].kind), "%s", kind);
 		pool.ncalls++;
@@ -373,14 +445,14 @@ static void note_call(int i, const struct ipc_call *c)
 		hist_add(pool.build_hist, &pool.build_sum, &pool.build_n, (double)c->build_ms / 1000);
 		hist_add(pool.run_hist, &pool.run_sum, &pool.run_n, (double)c->run_ms / 1000);
 	}
-	acct_line("\"event\":\"call\",\"user\":\"%s\",\"session\":\"%s\",\"worker_pid\":%d,\"tool\":\"%s\","
-	     "\"kind\":\"%s\",\"cpu_user_ms\":%llu,\"cpu_sys_ms\":%llu,\"max_rss_kb\":%llu,"
-	     "\"build_ms\":%llu,\"run_ms\":%llu,\"bytes_in\":%llu,\"bytes_out\":%llu",
-	     json_safe(s->user, u, sizeof(u)), s->w.session, (int)s->w.pid, tool, kind,
-	     (unsigned long long)c->cpu_user_ms, (unsigned long long)c->cpu_sys_ms,
-	     (unsigned long long)c->max_rss_kb, (unsigned long long)c->build_ms,
-	     (unsigned long long)c->run_ms, (unsigned long long)c->bytes_in,
-	     (unsigned long long)c->bytes_out);
+	char sid[ACCT_SESSION_ID_CHARS + 1];
+	acct_write(json_pack("{s:s, s:s, s:s, s:i, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
+			     "event", "call", "user", s->user, "session", acct_session(s, sid, sizeof(sid)),
+			     "worker_pid", (int)s->w.pid, "tool", tool, "kind", kind,
+			     "cpu_user_ms", (json_int_t)c->cpu_user_ms, "cpu_sys_ms", (json_int_t)c->cpu_sys_ms,
+			     "max_rss_kb", (json_int_t)c->max_rss_kb, "build_ms", (json_int_t)c->build_ms,
+			     "run_ms", (json_int_t)c->run_ms, "bytes_in", (json_int_t)c->bytes_in,
+			     "bytes_out", (json_int_t)c->bytes_out));
 }
 
 /* ---- what the monitor (master/monitor.c) asks of this transport; ctx is the slot ---- */
@@ -521,13 +593,17 @@ static void slot_died(int i, int status, const struct rusage *ru)
 	else
 		log_debug("worker pid %d %s", (int)s->w.pid, how);
 	if (s->state == SLOT_SESSION || s->state == SLOT_OPENING) {
-		char u[64];
-		acct_line("\"event\":\"session_end\",\"user\":\"%s\",\"session\":\"%s\",\"worker_pid\":%d,"
-		     "\"calls\":%u,\"duration_s\":%.1f,\"reason\":\"worker %s\",\"worker_cpu_user_ms\":%ld,"
-		     "\"worker_cpu_sys_ms\":%ld,\"worker_max_rss_kb\":%ld",
-		     json_safe(s->user, u, sizeof(u)), s->w.session, (int)s->w.pid, s->calls,
-		     spawn_now() - s->opened, how, ru->ru_utime.tv_sec * 1000 + ru->ru_utime.tv_usec / 1000,
-		     ru->ru_stime.tv_sec * 1000 + ru->ru_stime.tv_usec / 1000, ru->ru_maxrss);
+		char sid[ACCT_SESSION_ID_CHARS + 1], why[128];
+		snprintf(why, sizeof(why), "worker %s", how);
+		acct_write(json_pack("{s:s, s:s, s:s, s:i, s:i, s:f, s:s, s:I, s:I, s:I}", "event",
+				     "session_end", "user", s->user, "session", acct_session(s, sid, sizeof(sid)),
+				     "worker_pid", (int)s->w.pid, "calls", (int)s->calls, "duration_s",
+				     (double)(long)((spawn_now() - s->opened) * 10) / 10, "reason", why,
+				     "worker_cpu_user_ms",
+				     (json_int_t)(ru->ru_utime.tv_sec * 1000 + ru->ru_utime.tv_usec / 1000),
+				     "worker_cpu_sys_ms",
+				     (json_int_t)(ru->ru_stime.tv_sec * 1000 + ru->ru_stime.tv_usec / 1000),
+				     "worker_max_rss_kb", (json_int_t)ru->ru_maxrss));
 	}
 	for (struct pending *p = pool.pending; p; p = p->next)
 		if (p->slot == i && !p->done) {
@@ -568,15 +644,25 @@ static void pool_reap(void)
 	}
 }
 
+/* pool_idle_limit - how long slot s's session may sit idle: less while it never made a call,
+ * so sessions opened and abandoned give their workers back first */
+double pool_idle_limit(const struct slot *s)
+{
+	int t = pool.cfg->session_timeout_s;
+	if (!s->calls && pool.cfg->unused_session_timeout_s < t)
+		t = pool.cfg->unused_session_timeout_s;
+	return t;
+}
+
 /* pool_timers - idle sessions end; lingering workers are killed */
 static void pool_timers(void)
 {
 	double now = spawn_now();
 	for (int i = 0; i < pool.nslots; i++) {
 		struct slot *s = &pool.slots[i];
-		if (s->state == SLOT_SESSION && s->inflight == 0 &&
-		    now - s->last_active > pool.cfg->session_timeout_s)
-			pool_end_session(i, "idle timeout");
+		if (s->state == SLOT_SESSION && s->inflight == 0 && !s->busy &&
+		    now - s->last_active > pool_idle_limit(s))
+			pool_end_session(i, s->calls ? "idle timeout" : "idle timeout (no tool call yet)");
 		else if (s->state == SLOT_ENDING && now > s->kill_at && s->w.pid > 0)
 			kill(s->w.pid, SIGKILL);
 		else if (s->state == SLOT_STARTING && spawn_hello_overdue(&s->w, now))

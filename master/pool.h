@@ -17,6 +17,25 @@
 
 #include "master/master.h"
 
+/* Limits of the HTTP transport and its sessions (docs/shared-server.md). The ones an operator
+ * may change are serve flags; their defaults are here. */
+#define HTTP_HEADER_TIMEOUT_S 10          /* a connection silent this long before its request
+					   * headers are in is closed (slow-header clients) */
+#define HTTP_REQUEST_TIMEOUT_S 300        /* inactivity allowed once a request is being served */
+#define HTTP_KEEPALIVE_TIMEOUT_S 30       /* an idle kept-alive connection between requests */
+#define HTTP_MAX_CONNECTIONS 512          /* open connections (one thread each) in all */
+#define HTTP_MAX_CONNECTIONS_PER_PEER 64  /* open connections from one peer address */
+#define HTTP_WORKER_WAIT_S 30             /* a new session waits this long for a starting worker */
+#define HTTP_RETRY_AFTER_MAX_S 600        /* the longest Retry-After we suggest */
+#define HTTP_MALLOC_MMAP_BYTES (128u * 1024) /* blocks this large are mmapped (freed at once) */
+#define HTTP_MAX_INIT_BYTES (1024u * 1024) /* a POST without a session (an initialize) */
+#define SESSION_MAX_WAITING_REQUESTS 64   /* requests of one session waiting for its worker */
+#define SESSION_MAX_WAITING_BYTES (32u * 1024 * 1024) /* their bodies, in all */
+#define SERVE_MAX_SESSIONS_PER_PEER 16    /* --max-sessions-per-peer default */
+#define SERVE_UNUSED_SESSION_TIMEOUT_S 120 /* --unused-session-timeout default */
+#define ACCT_SESSION_ID_CHARS 8           /* of a session id in the accounting log: a prefix */
+#define POOL_CALL_LABELS 48               /* tool x kind counters of /metrics */
+
 enum slot_state { SLOT_FREE, SLOT_STARTING, SLOT_IDLE, SLOT_OPENING, SLOT_SESSION, SLOT_ENDING };
 
 struct slot {
@@ -28,9 +47,11 @@ struct slot {
 	bool served;           /* answered something: not a start-up failure */
 	uint32_t seq_first, seq_last; /* the client messages it was sent (pool_send's seqs) */
 	char user[256];        /* "local", or the signed-in email (AUTH_USER_MAX) */
+	char peer[48];         /* the client address that opened it (--max-sessions-per-peer) */
 	char end_reason[96];   /* why pool_end_session ended it */
 	double last_active, kill_at, opened;
 	int inflight;          /* HTTP requests waiting on it */
+	size_t inflight_bytes; /* and the size of their bodies */
 	unsigned calls;
 };
 
@@ -45,6 +66,7 @@ struct pending {
 	struct pending *next;
 	int slot;
 	uint32_t seq;
+	size_t bytes;          /* the message's size, counted in its slot's inflight_bytes */
 	pthread_cond_t cv;
 	bool done, accepted, gone;
 	bool ended;            /* gone because the session was ended on purpose, not a crash */
@@ -70,7 +92,7 @@ struct pool {
 	bool stopping;
 	/* metrics */
 	unsigned long crashes, sessions_total, calls_total;
-	struct { char tool[24], kind[24]; unsigned long n; } calls[48];
+	struct { char tool[24], kind[24]; unsigned long n; } calls[POOL_CALL_LABELS];
 	int ncalls;
 	unsigned long build_hist[12], run_hist[12];
 	double build_sum, run_sum;
@@ -94,5 +116,9 @@ void pool_end_session(int i, const char *reason);
 struct pending *pool_send(int i, const char *msg, size_t len); /* NULL if the worker is gone */
 void pool_pending_free(struct pending *p);
 void pool_metrics(char **out, size_t *len);
+double pool_idle_limit(const struct slot *s); /* seconds it may sit idle */
+/* the /metrics label for a reported tool or result kind: one of a fixed set, else "other" */
+const char *pool_label_tool(struct ipc_bytes v);
+const char *pool_label_kind(struct ipc_bytes v);
 
 #endif

@@ -6,6 +6,7 @@
  * uses, since it runs the same path.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
 #include <stdio.h>
@@ -17,6 +18,7 @@
 #include "master/auth.h"
 #include "master/kubecfg.h"
 #include "master/master.h"
+#include "master/pool.h"
 #include "master/stdio.h"
 #include "master/tls.h"
 #include "worker/creds.h"
@@ -66,9 +68,14 @@ static const char serve_usage[] =
 	"  --http [ADDR]           serve Streamable HTTP at http://ADDR/mcp (default 127.0.0.1:8080),\n"
 	"                          with /healthz and /metrics (Prometheus) beside it\n"
 	"  --session-timeout DUR   idle sessions end and release their sandbox (default 15m)\n"
+	"  --unused-session-timeout DUR  sessions that never made a tool call end sooner, so\n"
+	"                          abandoned ones give their worker back (default 2m)\n"
+	"  --max-sessions-per-peer N  open sessions one client address may hold; past it a new\n"
+	"                          session gets 429 with Retry-After (default 16)\n"
 	"  --max-sandboxes-per-user N  open sandboxes per user (default 2)\n"
 	"  --workers-min-idle N    workers (and sandboxes) started ahead of need (default 2)\n"
-	"  --max-workers N         at most this many workers, so sessions (default 64)\n"
+	"  --max-workers N         at most this many workers, so sessions (default 64); past it a\n"
+	"                          new session gets 503 with Retry-After at once\n"
 	"  --auth none             no sign-in: everyone is user \"local\"; loopback addresses only\n"
 	"  --auth google           users sign in with Google; MCP clients get this server's own\n"
 	"                          OAuth tokens (docs/deploy-for-a-team.md). With it:\n"
@@ -158,6 +165,8 @@ void serve_config_defaults(struct serve_config *cfg)
 	cfg->memory = 4ll << 30;
 	cfg->pids = 512;
 	cfg->session_timeout_s = 15 * 60;
+	cfg->unused_session_timeout_s = SERVE_UNUSED_SESSION_TIMEOUT_S;
+	cfg->max_sessions_per_peer = SERVE_MAX_SESSIONS_PER_PEER;
 	cfg->max_sandboxes_per_user = 2;
 	cfg->claim_lease_s = 10 * 60;
 	cfg->workers_min_idle = 2;
@@ -278,6 +287,10 @@ int serve_config_option(struct serve_config *cfg, const char *name, const char *
 		cfg->http = val ? val : "127.0.0.1:8080";
 	} else if (strcmp(name, "session-timeout") == 0) {
 		return parse_duration("--session-timeout", val, &cfg->session_timeout_s) ? -1 : 1;
+	} else if (strcmp(name, "unused-session-timeout") == 0) {
+		return parse_duration("--unused-session-timeout", val, &cfg->unused_session_timeout_s) ? -1 : 1;
+	} else if (strcmp(name, "max-sessions-per-peer") == 0) {
+		return serve_parse_int("--max-sessions-per-peer", val, 1, 10000, &cfg->max_sessions_per_peer) ? -1 : 1;
 	} else if (strcmp(name, "claim-lease") == 0) {
 		return parse_duration("--claim-lease", val, &cfg->claim_lease_s) ? -1 : 1;
 	} else if (strcmp(name, "max-sandboxes-per-user") == 0) {
@@ -423,9 +436,10 @@ static int serve_accounting_check(const char *path)
 {
 	if (strcmp(path, "off") == 0 || strcmp(path, "-") == 0)
 		return 0;
-	FILE *f = fopen(path, "a");
-	if (f) {
-		fclose(f);
+	/* created 0600, as the pool opens it (docs/shared-server.md: session ids and users) */
+	int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0600);
+	if (fd >= 0) {
+		close(fd);
 		return 0;
 	}
 	int e = errno;
@@ -452,6 +466,8 @@ int serve_main(int argc, char **argv)
 		{ "sandbox-network", required_argument, 0, 0 }, { "sandbox-memory", required_argument, 0, 0 },
 		{ "sandbox-pids", required_argument, 0, 0 },
 		{ "http", optional_argument, 0, 0 },         { "session-timeout", required_argument, 0, 0 },
+		{ "unused-session-timeout", required_argument, 0, 0 },
+		{ "max-sessions-per-peer", required_argument, 0, 0 },
 		{ "claim-lease", required_argument, 0, 0 },  { "max-sandboxes-per-user", required_argument, 0, 0 },
 		{ "workers-min-idle", required_argument, 0, 0 }, { "max-workers", required_argument, 0, 0 },
 		{ "auth", required_argument, 0, 0 },         { "accounting-log", required_argument, 0, 0 },

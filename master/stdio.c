@@ -371,7 +371,12 @@ int stdio_serve(const struct serve_config *cfg)
 			wfd = np;
 			p[np++] = (struct pollfd){ .fd = r->w.recv_fd, .events = POLLIN };
 		}
-		if (r->w.pid > 0 && r->w.hello && !r->eof) {
+		/* lines the worker has not taken yet are held here: past the bound, stdin waits
+		 * (the client's pipe fills) instead of this process growing */
+		size_t held = 0;
+		for (size_t i = 0; i < r->nfl; i++)
+			held += r->fl[i].msg ? r->fl[i].len : 0;
+		if (r->w.pid > 0 && r->w.hello && !r->eof && held < STDIO_MAX_HELD_BYTES) {
 			ifd = np;
 			p[np++] = (struct pollfd){ .fd = STDIN_FILENO, .events = POLLIN };
 		}

@@ -10,6 +10,9 @@ void serve_config_defaults(struct serve_config *cfg);
 int serve_config_option(struct serve_config *cfg, const char *name, const char *val);
 int serve_parse_int(const char *opt, const char *val, int min, int max, int *out);
 
+/* client lines read but not yet taken by the worker; past it stdin is not read (backpressure) */
+#define STDIO_MAX_HELD_BYTES (8u * 1024 * 1024)
+
 /* stdio_serve - relay stdin/stdout to one worker until stdin closes; returns the exit status */
 int stdio_serve(const struct serve_config *cfg);
 

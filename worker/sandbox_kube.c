@@ -99,7 +99,9 @@ static int kb_create(struct session *s, struct kube_api *k, char *err, size_t er
 {
 	char path[600], sess[64], user[64], prefix[40];
 	kb_claim_path(k, NULL, path, sizeof(path));
-	kb_label(s->id, sess, sizeof(sess));
+	char sid8[9]; /* a prefix: whoever may list claims must not learn the session's bearer secret */
+	snprintf(sid8, sizeof(sid8), "%.8s", s->id);
+	kb_label(sid8, sess, sizeof(sess));
 	kb_label(s->user[0] ? s->user : "local", user, sizeof(user));
 	snprintf(prefix, sizeof(prefix), "kg-%.8s-", s->id);
 	for (char *p = prefix; *p; p++)
