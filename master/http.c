@@ -595,6 +595,32 @@ static bool worker_coming(void)
 	return false;
 }
 
+/* evict_unused - end the session idle longest among those that never made a tool call and
+ * hold no request, if it has been idle a while (HTTP_EVICT_MIN_IDLE_S, or a quarter of
+ * --unused-session-timeout if that is less): its worker goes to a new session. key: only
+ * sessions of that user (by_user) or peer address; NULL: any. True if one was ended. */
+static bool evict_unused(const char *key, bool by_user)
+{
+	double now = spawn_now(), min_idle = pool.cfg->unused_session_timeout_s / 4.0;
+	if (min_idle > HTTP_EVICT_MIN_IDLE_S)
+		min_idle = HTTP_EVICT_MIN_IDLE_S;
+	int best = -1;
+	for (int i = 0; i < pool.nslots; i++) {
+		const struct slot *s = &pool.slots[i];
+		if (s->state != SLOT_SESSION || s->calls || s->inflight || s->busy ||
+		    now - s->last_active < min_idle)
+			continue;
+		if (key && strcmp(by_user ? s->user : s->peer, key) != 0)
+			continue;
+		if (best < 0 || s->last_active < pool.slots[best].last_active)
+			best = i;
+	}
+	if (best < 0)
+		return false;
+	pool_end_session(best, "evicted: idle and never used, and its worker was needed for a new session");
+	return true;
+}
+
 /* peer_address - the client's address, as text */
 static void peer_address(struct MHD_Connection *c, char *out, size_t cap)
 {
@@ -628,7 +654,7 @@ static enum MHD_Result post_initialize(struct MHD_Connection *c, struct req *rq,
 	for (int k = 0; k < pool.nslots; k++)
 		mine += (pool.slots[k].state == SLOT_SESSION || pool.slots[k].state == SLOT_OPENING) &&
 			strcmp(by_user ? pool.slots[k].user : pool.slots[k].peer, by_user ? user : peer) == 0;
-	if (mine >= pool.cfg->max_sessions_per_peer) {
+	if (mine >= pool.cfg->max_sessions_per_peer && !evict_unused(by_user ? user : peer, by_user)) {
 		int ra = retry_after();
 		pthread_mutex_unlock(&pool.mu);
 		char msg[300];
@@ -639,8 +665,11 @@ static enum MHD_Result post_initialize(struct MHD_Connection *c, struct req *rq,
 			 pool.cfg->max_sessions_per_peer);
 		return reply_rpc(c, MHD_HTTP_TOO_MANY_REQUESTS, request_id(rq), -32000, msg, origin, ra);
 	}
-	/* wait for a worker only while one can come; at --max-workers, answer at once */
+	/* wait for a worker only while one can come (a session never used may give its worker);
+	 * at --max-workers, answer at once */
 	int i = -1;
+	if (!worker_coming())
+		evict_unused(NULL, false);
 	for (double until = spawn_now() + HTTP_WORKER_WAIT_S; i < 0 && worker_coming() &&
 	     !pool_unavailable() && !pool.stopping && spawn_now() < until;)
 		i = pool_take_idle(0.25);

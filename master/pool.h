@@ -31,7 +31,10 @@
 #define HTTP_MAX_INIT_BYTES (1024u * 1024) /* a POST without a session (an initialize) */
 #define SESSION_MAX_WAITING_REQUESTS 64   /* requests of one session waiting for its worker */
 #define SESSION_MAX_WAITING_BYTES (32u * 1024 * 1024) /* their bodies, in all */
-#define SERVE_MAX_SESSIONS_PER_PEER 16    /* --max-sessions-per-peer default */
+#define SERVE_MAX_SESSIONS_PER_PEER 32    /* --max-sessions-per-peer default */
+#define HTTP_EVICT_MIN_IDLE_S 30          /* a session never used, idle this long, may give its
+					   * worker to a new one (less with a short
+					   * --unused-session-timeout: a quarter of it) */
 #define SERVE_UNUSED_SESSION_TIMEOUT_S 120 /* --unused-session-timeout default */
 #define ACCT_SESSION_ID_CHARS 8           /* of a session id in the accounting log: a prefix */
 #define POOL_CALL_LABELS 48               /* tool x kind counters of /metrics */

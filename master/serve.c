@@ -71,7 +71,7 @@ static const char serve_usage[] =
 	"  --unused-session-timeout DUR  sessions that never made a tool call end sooner, so\n"
 	"                          abandoned ones give their worker back (default 2m)\n"
 	"  --max-sessions-per-peer N  open sessions one client address may hold; past it a new\n"
-	"                          session gets 429 with Retry-After (default 16)\n"
+	"                          session gets 429 with Retry-After (default 32)\n"
 	"  --max-sandboxes-per-user N  open sandboxes per user (default 2)\n"
 	"  --workers-min-idle N    workers (and sandboxes) started ahead of need (default 2)\n"
 	"  --max-workers N         at most this many workers, so sessions (default 64); past it a\n"

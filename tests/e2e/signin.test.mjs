@@ -233,7 +233,7 @@ test('signin: the SDK signs alice in (DCR, PKCE, the provider\'s login) and her 
 	alice = await signIn('alice@example.com');
 	const res = await callTool(alice.client, 'execute_go_code', { code: QUICK });
 	assert.equal(sc(res)?.result?.kind, 'ok', JSON.stringify(res));
-	const line = await waitFor(() => acct().find((l) => l.event === 'call' && l.session === alice.transport.sessionId),
+	const line = await waitFor(() => acct().find((l) => l.event === 'call' && l.session === alice.transport.sessionId.slice(0, 8)),
 		{ what: 'the accounting line of the call' });
 	assert.equal(line.user, 'alice@example.com');
 	await logged(srv, /signed in: alice@example\.com/);

@@ -151,31 +151,66 @@ test('new sessions per peer address are limited: 429 with Retry-After at once; o
 	}
 });
 
-test('at --max-workers a new session gets 503 with Retry-After at once; an unused session gives its worker back first', T, async () => {
+const jsonCall = (port, h, id) => req(port, { body: callBody(id, QUICK(1)), headers: { ...h, accept: 'application/json' }, timeout: 90_000 });
+
+test('at --max-workers, with every session in use, a new session gets 503 with Retry-After at once', T, async () => {
+	const srv = await httpServe(['--max-workers', '2', '--workers-min-idle', '2']);
+	try {
+		const used = [await open(srv.port), await open(srv.port)];
+		for (const [k, h] of used.entries())
+			assert.equal((await jsonCall(srv.port, h, k)).json?.result?.structuredContent?.result?.kind, 'ok');
+		// answered at once (the old server held each refused initialize for 30 s), with
+		// Retry-After and the request's id; the request timeout here is only a bound far above
+		// what an immediate answer takes
+		for (let k = 0; k < 3; k++) {
+			const full = await req(srv.port, { body: INIT(`full-${k}`), timeout: 20_000 });
+			assert.equal(full.status, 503, full.body);
+			assert.match(full.headers['retry-after'] || '', /^\d+$/);
+			assert.ok(Number(full.headers['retry-after']) >= 1);
+			assert.equal(full.json?.id, `full-${k}`);
+			assert.match(full.json?.error?.message, /--max-workers/);
+		}
+		for (const h of used)
+			assert.equal((await ping(srv.port, h)).status, 200, 'the sessions in use are untouched');
+	} finally {
+		await srv.close();
+	}
+});
+
+test('sessions that never made a tool call end after --unused-session-timeout; one that made a call lives on', T, async () => {
 	const srv = await httpServe(['--max-workers', '2', '--workers-min-idle', '2', '--unused-session-timeout', '3s']);
 	try {
 		const used = await open(srv.port);
-		const r = await req(srv.port, { body: callBody(1, QUICK(1)), headers: { ...used, accept: 'application/json' }, timeout: 90_000 });
-		assert.equal(r.json?.result?.structuredContent?.result?.kind, 'ok', r.body);
+		assert.equal((await jsonCall(srv.port, used, 1)).json?.result?.structuredContent?.result?.kind, 'ok');
 		const unused = await open(srv.port);
-		// full: answered at once (the old server held each refused initialize for 30 s), with
-		// Retry-After and the request's id; the request timeout here is only a bound far above
-		// what an immediate answer takes
-		const full = await req(srv.port, { body: INIT('full'), timeout: 20_000 });
-		assert.equal(full.status, 503, full.body);
-		assert.match(full.headers['retry-after'] || '', /^\d+$/);
-		assert.ok(Number(full.headers['retry-after']) >= 1);
-		assert.equal(full.json?.id, 'full');
-		assert.match(full.json?.error?.message, /--max-workers/);
-		// the session that never made a tool call ends after --unused-session-timeout ...
 		await waitFor(async () => (await metrics(srv.port)).values.kode_gopher_sessions_open === 1,
 			{ timeout: 60_000, interval: 250, what: 'the unused session to end' });
 		assert.equal((await ping(srv.port, unused)).status, 404);
-		// ... while the one that made a call, idle as long, lives on
 		assert.equal((await ping(srv.port, used)).status, 200);
-		// and its worker's replacement serves a new session
+		// its worker's replacement serves a new session
 		const next = await open(srv.port);
 		assert.equal((await ping(srv.port, next)).status, 200);
+	} finally {
+		await srv.close();
+	}
+});
+
+test('at --max-workers the session idle longest that never made a tool call gives its worker to a new one', T, async () => {
+	// a quarter of the 20 s unused timeout: sessions idle 5 s may give way
+	const srv = await httpServe(['--max-workers', '3', '--workers-min-idle', '3', '--unused-session-timeout', '20s']);
+	try {
+		const used = await open(srv.port);
+		assert.equal((await jsonCall(srv.port, used, 1)).json?.result?.structuredContent?.result?.kind, 'ok');
+		const oldest = await open(srv.port);
+		await sleep(1000);
+		const younger = await open(srv.port);
+		await sleep(5500); // both idle past the 5 s; ends only the oldest, whatever the timing
+		const next = await req(srv.port, { body: INIT('next'), timeout: 60_000 });
+		assert.equal(next.status, 200, next.body);
+		assert.equal((await ping(srv.port, oldest)).status, 404, 'the longest-idle unused session gave way');
+		assert.equal((await ping(srv.port, used)).status, 200, 'a session that made a call is never evicted');
+		const y = await ping(srv.port, younger);
+		assert.ok(y.status === 200 || y.status === 404, y.body); // 404 only if its own timeout passed
 	} finally {
 		await srv.close();
 	}
