@@ -492,7 +492,7 @@ test('signin: each user has their own quota, process titles, metrics and account
 		const sid = a1.transport.sessionId;
 		await a1.transport.terminateSession();
 		const lines = () => fs.readFileSync(acctFile, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l));
-		const end = await waitFor(() => lines().find((l) => l.event === 'session_end' && l.session === sid),
+		const end = await waitFor(() => lines().find((l) => l.event === 'session_end' && l.session === sid.slice(0, 8)),
 			{ what: 'the session_end line' });
 		assert.equal(end.user, 'alice@example.com');
 		assert.deepEqual(new Set(lines().filter((l) => l.event === 'call').map((l) => l.user)), new Set(['alice@example.com', 'bob@example.com']));
