@@ -585,6 +585,7 @@ static void slot_died(int i, int status, const struct rusage *ru)
 	/* before serving its session's first request (STARTING, IDLE, OPENING alike) it is a
 	 * start-up failure, reported by spawn_ended once per throttle interval */
 	bool startup = spawn_ended(&pool.throttle, &s->w, status, s->served, s->state == SLOT_ENDING);
+	pool.start_failures += startup;
 	if (crash)
 		pool.crashes++;
 	if (crash && !startup)
@@ -839,5 +840,13 @@ void pool_metrics(char **out, size_t *len)
 	fprintf(f, "# HELP kode_gopher_worker_crashes_total Workers that died unasked.\n"
 		   "# TYPE kode_gopher_worker_crashes_total counter\nkode_gopher_worker_crashes_total %lu\n",
 		pool.crashes);
+	fprintf(f, "# HELP kode_gopher_workers_started_total Worker processes started.\n"
+		   "# TYPE kode_gopher_workers_started_total counter\nkode_gopher_workers_started_total %u\n"
+		   "# HELP kode_gopher_worker_start_failures_total Workers that died before serving any "
+		   "request of a session.\n# TYPE kode_gopher_worker_start_failures_total counter\n"
+		   "kode_gopher_worker_start_failures_total %lu\n"
+		   "# HELP kode_gopher_workers_stopped 1 when a configuration error stopped starting "
+		   "workers.\n# TYPE kode_gopher_workers_stopped gauge\nkode_gopher_workers_stopped %d\n",
+		pool.nspawned, pool.start_failures, pool.throttle.stopped[0] ? 1 : 0);
 	fclose(f);
 }

@@ -94,7 +94,7 @@ struct pool {
 	int wake[2];
 	bool stopping;
 	/* metrics */
-	unsigned long crashes, sessions_total, calls_total;
+	unsigned long crashes, sessions_total, calls_total, start_failures;
 	struct { char tool[24], kind[24]; unsigned long n; } calls[POOL_CALL_LABELS];
 	int ncalls;
 	unsigned long build_hist[12], run_hist[12];

@@ -46,6 +46,10 @@ test('a worker that cannot lock down (prctl fails): serve --http stops starting 
 		assert.equal(r.status, 503);
 		assert.match(r.json?.error?.message || '', /configuration error/);
 		assert.equal(starts(s.stderr), n);
+		/* and /metrics says the same */
+		const m = (await httpRequest(s.port, { path: '/metrics' })).body;
+		assert.match(m, new RegExp(`^kode_gopher_workers_started_total ${n}$`, 'm'));
+		assert.match(m, /^kode_gopher_workers_stopped 1$/m);
 	} finally {
 		await s.close();
 	}
@@ -59,6 +63,9 @@ test('a worker that dies while locking down: serve --http throttles (a handful o
 		await sleep(6000);
 		const n = starts(s.stderr);
 		assert.ok(n <= 6, `started ${n} workers in 6 s`);
+		const m = (await httpRequest(s.port, { path: '/metrics' })).body;
+		const failed = Number(/^kode_gopher_worker_start_failures_total (\d+)$/m.exec(m)?.[1]);
+		assert.ok(failed >= 1 && failed <= n, `start failures ${failed} of ${n} starts`);
 		/* the wait grows with each failure: exponential, never reset without a served request */
 		const waits = [...s.stderr.matchAll(/the next worker starts in (\d+\.\d) s/g)].map((m) => Number(m[1]));
 		assert.ok(waits.length >= 1, s.stderr.slice(-2000));
