@@ -97,6 +97,8 @@ static struct {
 	struct code codes[AUTH_MAX_CODES];
 	struct grant grants[AUTH_MAX_GRANTS];
 	unsigned long next_family;
+	/* metrics */
+	unsigned long signins_ok, signins_refused, signins_failed, registrations, tokens_refused;
 } A = { .mu = PTHREAD_MUTEX_INITIALIZER };
 
 /* ---- small helpers ---- */
@@ -657,6 +659,7 @@ static enum MHD_Result do_register(struct MHD_Connection *c, const char *body, s
 				"redirect_uris", uris, "grant_types", "authorization_code", "refresh_token",
 				"response_types", "code", "token_endpoint_auth_method", "none");
 	log_info("client registered: %.8s… \"%s\"", cl->id, cl->name);
+	A.registrations++;
 	pthread_mutex_unlock(&A.mu);
 	json_decref(m);
 	return respond_json(c, 201, ans);
@@ -845,6 +848,11 @@ static enum MHD_Result do_callback(struct MHD_Connection *c)
 	char why[600];
 	int r = oidc_sign_in(code, p.verifier, A.callback, p.nonce, &id, why, sizeof(why));
 	explicit_bzero(p.verifier, sizeof(p.verifier));
+	if (r != 0) {
+		pthread_mutex_lock(&A.mu);
+		(*(r == -EACCES ? &A.signins_refused : &A.signins_failed))++;
+		pthread_mutex_unlock(&A.mu);
+	}
 	if (r == -EACCES) {
 		log_warn("sign-in refused%s%s: %s", id.email[0] ? " for " : "", id.email, why);
 		return page(c, 403, "You may not use this server", why);
@@ -864,6 +872,7 @@ static enum MHD_Result do_callback(struct MHD_Connection *c)
 	}
 	if (cl)
 		cl->used = true;
+	A.signins_ok++;
 	struct code *k = code_slot(now);
 	memset(k, 0, sizeof(*k));
 	k->live = true;
@@ -1215,6 +1224,9 @@ bool auth_bearer(struct MHD_Connection *c, char *user, size_t cap, enum MHD_Resu
 			t++;
 		if (check_cached(t, strlen(t), time(NULL), user, cap) == 0)
 			return true;
+		pthread_mutex_lock(&A.mu);
+		A.tokens_refused++;
+		pthread_mutex_unlock(&A.mu);
 		snprintf(hdr + n, sizeof(hdr) - (size_t)n, ", error=\"invalid_token\", error_description=\"the "
 			 "access token is not valid here (expired, or not issued by this server for it)\"");
 	}
@@ -1224,6 +1236,44 @@ bool auth_bearer(struct MHD_Connection *c, char *user, size_t cap, enum MHD_Resu
 		     "sign in first (this server uses OAuth; your MCP client finds how from the "
 		     "WWW-Authenticate header)\"}}", hdr);
 	return false;
+}
+
+void auth_metrics(char **m, size_t *len)
+{
+	if (!A.on)
+		return;
+	pthread_mutex_lock(&A.mu);
+	int clients = 0, grants = 0;
+	for (int i = 0; i < AUTH_MAX_CLIENTS; i++)
+		clients += A.clients[i].live;
+	for (int i = 0; i < AUTH_MAX_GRANTS; i++)
+		grants += A.grants[i].live;
+	char *add = NULL;
+	int n = asprintf(&add,
+		"# HELP kode_gopher_signins_total Sign-ins through the provider, by result.\n"
+		"# TYPE kode_gopher_signins_total counter\n"
+		"kode_gopher_signins_total{result=\"ok\"} %lu\nkode_gopher_signins_total{result=\"refused\"} %lu\n"
+		"kode_gopher_signins_total{result=\"failed\"} %lu\n"
+		"# HELP kode_gopher_oauth_clients Registered OAuth clients (at most %d).\n# TYPE kode_gopher_oauth_clients gauge\n"
+		"kode_gopher_oauth_clients %d\n"
+		"# HELP kode_gopher_oauth_registrations_total Client registrations (RFC 7591).\n"
+		"# TYPE kode_gopher_oauth_registrations_total counter\nkode_gopher_oauth_registrations_total %lu\n"
+		"# HELP kode_gopher_oauth_grants Live sign-ins with a refresh token.\n# TYPE kode_gopher_oauth_grants gauge\n"
+		"kode_gopher_oauth_grants %d\n"
+		"# HELP kode_gopher_bearer_refused_total /mcp requests whose token was refused.\n"
+		"# TYPE kode_gopher_bearer_refused_total counter\nkode_gopher_bearer_refused_total %lu\n",
+		A.signins_ok, A.signins_refused, A.signins_failed, AUTH_MAX_CLIENTS, clients, A.registrations, grants,
+		A.tokens_refused);
+	pthread_mutex_unlock(&A.mu);
+	if (n < 0)
+		return;
+	char *nm = realloc(*m, *len + (size_t)n + 1);
+	if (nm) {
+		memcpy(nm + *len, add, (size_t)n + 1);
+		*m = nm;
+		*len += (size_t)n;
+	}
+	free(add);
 }
 
 /* ---- routing ---- */

@@ -129,6 +129,8 @@ bool auth_route(struct MHD_Connection *c, const char *url, const char *method, c
 /* auth_bearer - a /mcp request's token: true and the user's email, or false with the 401
  * queued in *q */
 bool auth_bearer(struct MHD_Connection *c, char *user, size_t cap, enum MHD_Result *q);
+/* auth_metrics - sign-in's series appended to the /metrics text in *m (nothing without sign-in) */
+void auth_metrics(char **m, size_t *len);
 /* auth_check_access - kode-gopher's access token at time now: 0 and its user, or -EACCES */
 int auth_check_access(const char *tok, size_t len, time_t now, char *user, size_t cap);
 /* auth_client_metadata_parse - a Client ID Metadata Document fetched from url, checked into

@@ -885,6 +885,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 		pthread_mutex_lock(&pool.mu);
 		pool_metrics(&m, &len);
 		pthread_mutex_unlock(&pool.mu);
+		auth_metrics(&m, &len);
 		enum MHD_Result q = reply(c, MHD_HTTP_OK, "text/plain; version=0.0.4", m, len, NULL, NULL);
 		free(m);
 		return q;

@@ -409,6 +409,12 @@ test('signin: 1000 registrations stay bounded, and clients already used keep wor
 		}
 	}
 	assert.ok(ok >= 256, `${ok} registrations answered`);
+	const m = await (await fetch(`${srv.base}/metrics`)).text();
+	assert.equal(Number(/^kode_gopher_oauth_clients (\d+)$/m.exec(m)?.[1]), 256, 'the registry is full, not over');
+	assert.ok(Number(/^kode_gopher_oauth_registrations_total (\d+)$/m.exec(m)?.[1]) >= 1000);
+	assert.ok(Number(/^kode_gopher_signins_total\{result="ok"\} (\d+)$/m.exec(m)?.[1]) >= 3);
+	assert.ok(Number(/^kode_gopher_signins_total\{result="refused"\} (\d+)$/m.exec(m)?.[1]) >= 3);
+	assert.ok(Number(/^kode_gopher_bearer_refused_total (\d+)$/m.exec(m)?.[1]) >= 6);
 	/* the oldest unused registrations made room: the first of the flood is gone */
 	const gone = await token({ grant_type: 'refresh_token', refresh_token: 'x'.repeat(64), client_id: early[0] });
 	assert.equal(gone.json.error, 'invalid_client');
