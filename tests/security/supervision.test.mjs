@@ -26,10 +26,13 @@ execFileSync(process.env.CC || 'cc', ['-shared', '-fPIC', '-o', SHIM,
 	path.join(REPO, 'tests', 'security', 'shim_worker.c')]);
 test.after(() => fs.rmSync(dir, { recursive: true, force: true }));
 
+/* an ASan build (make asan) refuses a preload ahead of its runtime unless told it is fine */
+const ASAN_OPTIONS = [process.env.ASAN_OPTIONS, 'verify_asan_link_order=0'].filter(Boolean).join(':');
+
 const starts = (log) => (log.match(/started worker pid \d+/g) || []).length;
 
 test('a worker that cannot lock down (prctl fails): serve --http stops starting workers and says why', T, async () => {
-	const s = await httpServe([], { env: { LD_PRELOAD: SHIM, KG_SHIM_NNP: 'fail' } });
+	const s = await httpServe([], { env: { ASAN_OPTIONS, LD_PRELOAD: SHIM, KG_SHIM_NNP: 'fail' } });
 	try {
 		await waitFor(() => /a configuration error .*no more workers will be started/.test(s.stderr),
 			{ timeout: 30_000, what: 'the configuration-error line' });
@@ -56,7 +59,7 @@ test('a worker that cannot lock down (prctl fails): serve --http stops starting 
 });
 
 test('a worker that dies while locking down: serve --http throttles (a handful of starts in 6 s, one line per interval)', T, async () => {
-	const s = await httpServe([], { env: { LD_PRELOAD: SHIM, KG_SHIM_NNP: 'crash' } });
+	const s = await httpServe([], { env: { ASAN_OPTIONS, LD_PRELOAD: SHIM, KG_SHIM_NNP: 'crash' } });
 	try {
 		await waitFor(() => /before serving any request: a start-up failure/.test(s.stderr),
 			{ timeout: 30_000, what: 'the start-up failure line' });
@@ -77,7 +80,7 @@ test('a worker that dies while locking down: serve --http throttles (a handful o
 });
 
 test('a worker that never says HELLO is killed at the deadline, and that counts as a start-up failure', T, async () => {
-	const s = await httpServe(['--workers-min-idle', '1'], { env: { LD_PRELOAD: SHIM, KG_SHIM_NNP: 'stall' } });
+	const s = await httpServe(['--workers-min-idle', '1'], { env: { ASAN_OPTIONS, LD_PRELOAD: SHIM, KG_SHIM_NNP: 'stall' } });
 	try {
 		await waitFor(() => /said no HELLO within \d+ ms/.test(s.stderr),
 			{ timeout: 60_000, what: 'the HELLO deadline line' });
@@ -91,7 +94,7 @@ test('a worker that never says HELLO is killed at the deadline, and that counts 
 test('stdio: a worker that cannot lock down ends serve with status 1 and the reason, after one start', T, async () => {
 	const root = fs.mkdtempSync(path.join(os.tmpdir(), 'kg-e2e-'));
 	const child = spawn(BIN, ['serve', '--log-level', 'info'], {
-		env: { ...process.env, KODE_GOPHER_SANDBOX_ROOT: root, LD_PRELOAD: SHIM, KG_SHIM_NNP: 'fail' },
+		env: { ...process.env, KODE_GOPHER_SANDBOX_ROOT: root, ASAN_OPTIONS, LD_PRELOAD: SHIM, KG_SHIM_NNP: 'fail' },
 		stdio: ['pipe', 'ignore', 'pipe'],
 	});
 	let stderr = '';

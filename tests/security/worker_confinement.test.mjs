@@ -44,8 +44,11 @@ test.after(() => {
 	fs.rmSync(dir, { recursive: true, force: true });
 });
 
+/* an ASan build (make asan) refuses a preload ahead of its runtime unless told it is fine */
+const ASAN_OPTIONS = [process.env.ASAN_OPTIONS, 'verify_asan_link_order=0'].filter(Boolean).join(':');
+
 const env = () => ({
-	LD_PRELOAD: SHIM, KUBECONFIG, GOOGLE_APPLICATION_CREDENTIALS: ADC,
+	ASAN_OPTIONS, LD_PRELOAD: SHIM, KUBECONFIG, GOOGLE_APPLICATION_CREDENTIALS: ADC,
 	KG_SHIM_PROBE: [...SECRETS, ...(CA ? [CA] : [])].join(':'), KG_SHIM_PROBE_PORT: String(port),
 });
 
