@@ -80,6 +80,11 @@ async function metrics(port) {
 
 const threads = (pid) => fs.readdirSync(`/proc/${pid}/task`).length;
 
+/* sanitized - a binary built by make asan: its allocator keeps freed memory in quarantine, so
+ * peak memory says nothing about what the process holds */
+const sanitized = (pid) => /libasan|libubsan/.test(fs.readFileSync(`/proc/${pid}/maps`, 'utf8'));
+const MEM_BOUND_KIB = 100 * 1024;
+
 test('session ids are bearer secrets: never whole in the accounting log, the server log or a process title; the log is 0600', T, async () => {
 	const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kg-acct-'));
 	try {
@@ -310,8 +315,10 @@ test('over HTTP a session\'s waiting calls are bounded: past the limit each gets
 		const w = workerPid(srv.pid);
 		const wk = memKiB(w), mk = memKiB(srv.pid);
 		t.diagnostic(`peak memory: worker ${wk} KiB, master ${mk} KiB (${refused.length} of ${N} refused)`);
-		assert.ok(wk < 100 * 1024, `the worker peaked at ${wk} KiB after ${N} calls of ${size >> 20} MiB`);
-		assert.ok(mk < 100 * 1024, `the master peaked at ${mk} KiB after ${N} calls of ${size >> 20} MiB`);
+		if (!sanitized(srv.pid)) {
+			assert.ok(wk < MEM_BOUND_KIB, `the worker peaked at ${wk} KiB after ${N} calls of ${size >> 20} MiB`);
+			assert.ok(mk < MEM_BOUND_KIB, `the master peaked at ${mk} KiB after ${N} calls of ${size >> 20} MiB`);
+		}
 		assert.equal((await del(srv.port, h)).status, 200);
 		await long;
 		await Promise.all(answers);
@@ -337,8 +344,10 @@ test('over stdio a session\'s queue is bounded the same way: errors past it, bou
 		const w = workerPid(s.pid);
 		const wk = memKiB(w), mk = memKiB(s.pid);
 		t.diagnostic(`peak memory: worker ${wk} KiB, master ${mk} KiB (${refused} of ${N} refused)`);
-		assert.ok(wk < 100 * 1024, `the worker peaked at ${wk} KiB after ${N} calls of 1 MiB`);
-		assert.ok(mk < 100 * 1024, `the master peaked at ${mk} KiB after ${N} calls of 1 MiB`);
+		if (!sanitized(s.pid)) {
+			assert.ok(wk < MEM_BOUND_KIB, `the worker peaked at ${wk} KiB after ${N} calls of 1 MiB`);
+			assert.ok(mk < MEM_BOUND_KIB, `the master peaked at ${mk} KiB after ${N} calls of 1 MiB`);
+		}
 	} finally {
 		await s.close();
 	}
