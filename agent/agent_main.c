@@ -21,6 +21,7 @@
 
 #include "agent/metadata.h"
 #include "agent/pipeline.h"
+#include "agent/runproc.h"
 #include "policy/seccomp.h"
 #include <linux/filter.h>
 #include "agent/server.h"
@@ -131,6 +132,41 @@ static int am_default_state(const char *app_dir, char *out, size_t cap)
 }
 
 /* agent_main - `kode-gopher agent` */
+/* am_isolation - the user's programs in namespaces of their own (agent/runproc.h): the agent's
+ * socket hidden, the state (binaries, go.mod, credentials) and the Go caches read-only but for
+ * the run directory the result is written to, a /tmp of each run's own */
+static void am_isolation(const char *listen, const char *state_dir, const char *runtime_dir,
+			 const char *modcache, const char *gocache)
+{
+	static char sockdir[PATH_MAX], rundir[PATH_MAX], mod[PATH_MAX], gc[PATH_MAX];
+	struct runproc_isolation iso = { .tmpfs = { "/tmp" } };
+	if (strncmp(listen, "unix:", 5) == 0 && strlen(listen + 5) < sizeof(sockdir)) {
+		strcpy(sockdir, listen + 5);
+		char *slash = strrchr(sockdir, '/');
+		if (slash && slash != sockdir) {
+			*slash = '\0';
+			iso.hide[0] = sockdir;
+		}
+	}
+	if ((size_t)snprintf(rundir, sizeof(rundir), "%s/run", state_dir) >= sizeof(rundir) ||
+	    (size_t)snprintf(mod, sizeof(mod), "%s/gomodcache", runtime_dir) >= sizeof(mod) ||
+	    (size_t)snprintf(gc, sizeof(gc), "%s/gocache", runtime_dir) >= sizeof(gc)) {
+		log_warn("the state or runtime path is too long for the programs' namespaces");
+		return;
+	}
+	am_mkdirs(rundir, 0700);
+	iso.readonly[0] = state_dir;
+	iso.readonly[1] = modcache ? modcache : mod;
+	iso.readonly[2] = gocache ? gocache : gc;
+	iso.writable[0] = rundir;
+	int r = runproc_isolation_init(&iso);
+	if (r == 0)
+		log_info("programs run in namespaces of their own (pid, mount, user, ipc)");
+	else
+		log_warn("programs cannot have namespaces of their own here (%s): they run beside "
+			 "the agent, kept from it only by the seccomp filter", strerror(-r));
+}
+
 int agent_main(int argc, char **argv)
 {
 	enum { OPT_LISTEN = 1, OPT_APP, OPT_STATE, OPT_RUNTIME, OPT_MODCACHE, OPT_GOCACHE, OPT_GO,
@@ -253,6 +289,7 @@ int agent_main(int argc, char **argv)
 		pcfg.user_filter = &user_filter;
 	else
 		log_warn("cannot compile the user programs' seccomp filter; running without it");
+	am_isolation(listen, state_dir, runtime_dir, modcache, gocache);
 
 	/* the metadata-server emulator, listening only while a run with metadata credentials
 	 * goes on (docs/credentials.md) */

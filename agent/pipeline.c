@@ -42,10 +42,10 @@
 #define PL_PERSIST         "persist"
 #define PL_GRACE_MS        2000
 #define PL_RESULT_MAX      (16 * 1024 * 1024)
+/* deepest nesting of a returned value (kodeGopherMaxDepth in runtime/main.go.tmpl) */
+#define PL_RESULT_MAX_DEPTH 512
 #define PL_CRASH_MAX       (256 * 1024)
 #define PL_STACK_MAX       (64 * 1024)
-#define PL_WIPE_MAX_DEPTH  64      /* deeper subtrees are moved up and wiped in a later pass */
-#define PL_WIPE_MAX_PASSES 100000
 #define PL_MAX_ENV         256
 #define PL_DOC_MAX_PKG     256
 #define PL_DOC_MAX_SYM     128
@@ -131,94 +131,42 @@ static int pl_cfg_init(const struct pipeline_config *in, struct pl_cfg *c)
 
 /* ---- wiping /app ---- */
 
-struct wipe {
-	int topfd;
-	unsigned spill;   /* subtrees moved to the top for a later pass */
-	unsigned failed;  /* entries that could not be removed */
-};
-
-static void wipe_dir(struct wipe *w, int dfd, int depth);
-
-/* wipe_entry - remove one name below dfd without following it, whatever it is */
-static void wipe_entry(struct wipe *w, int dfd, const char *name, int depth)
-{
-	struct stat st;
-	if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-		return;
-	if (!S_ISDIR(st.st_mode)) {
-		if (unlinkat(dfd, name, 0) == 0)
-			return;
-		if (errno == EACCES || errno == EPERM) {
-			/* a program may have made its directory read-only */
-			fchmod(dfd, 0700);
-			if (unlinkat(dfd, name, 0) == 0)
-				return;
-		}
-		w->failed++;
-		return;
-	}
-	if (depth >= PL_WIPE_MAX_DEPTH) {
-		/* keep the number of open descriptors bounded on a hostile deep tree */
-		char spill[64];
-		snprintf(spill, sizeof(spill), ".kg-wipe-%u-%u", (unsigned)getpid(), w->spill);
-		if (renameat(dfd, name, w->topfd, spill) == 0) {
-			w->spill++;
-			return;
-		}
-		w->failed++;
-		return;
-	}
-	int sub = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (sub < 0 && errno == EACCES) {
-		fchmodat(dfd, name, 0700, 0);
-		sub = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	}
-	if (sub < 0) {
-		/* replaced by a non-directory between fstatat and openat: unlink whatever it is */
-		if (unlinkat(dfd, name, 0) < 0)
-			w->failed++;
-		return;
-	}
-	fchmod(sub, 0700);
-	wipe_dir(w, sub, depth + 1);
-	close(sub);
-	if (unlinkat(dfd, name, AT_REMOVEDIR) < 0) {
-		if (errno == EACCES || errno == EPERM) {
-			fchmod(dfd, 0700);
-			if (unlinkat(dfd, name, AT_REMOVEDIR) == 0)
-				return;
-		}
-		w->failed++;
-	}
-}
-
-/* wipe_dir - remove everything below dfd (dfd itself stays) */
-static void wipe_dir(struct wipe *w, int dfd, int depth)
+/* wipe_below - remove everything below dfd (dfd itself stays), but a real directory named
+ * persist when keep_persist; never follows a link, bounded descriptors however deep
+ * (fs_rm_tree_at). Nothing of the program runs any more: its namespace died with it. Returns
+ * the number of entries that could not be removed. */
+static unsigned wipe_below(int dfd, bool keep_persist)
 {
 	int dup = fcntl(dfd, F_DUPFD_CLOEXEC, 0);
-	if (dup < 0)
-		return;
-	DIR *d = fdopendir(dup);
+	DIR *d = dup >= 0 ? fdopendir(dup) : NULL;
 	if (!d) {
-		close(dup);
-		return;
+		if (dup >= 0)
+			close(dup);
+		return 1;
 	}
 	/* the dup shares the offset with dfd, which an earlier pass left at the end */
 	rewinddir(d);
+	/* a program may have made it read-only or unlistable; it is the agent's own */
+	struct stat top;
+	if (fstat(dfd, &top) == 0 && (top.st_mode & 0700) != 0700)
+		fchmod(dfd, (top.st_mode & 07777) | 0700);
+	unsigned failed = 0;
 	struct dirent *de;
 	while ((de = readdir(d))) {
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
 			continue;
-		if (depth == 0 && strcmp(de->d_name, PL_PERSIST) == 0) {
+		if (keep_persist && strcmp(de->d_name, PL_PERSIST) == 0) {
 			struct stat st;
 			/* keep persist only if it is a real directory; a symlink named persist goes */
 			if (fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
 			    S_ISDIR(st.st_mode))
 				continue;
 		}
-		wipe_entry(w, dfd, de->d_name, depth);
+		if (fs_rm_tree_at(dfd, de->d_name) != 0)
+			failed++;
 	}
 	closedir(d);
+	return failed;
 }
 
 /* pl_wipe_app - empty app_dir except a real persist/ directory, creating both as needed */
@@ -229,16 +177,9 @@ static int pl_wipe_app(const char *app_dir)
 	int fd = open(app_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
-	struct wipe w = { .topfd = fd };
-	for (int pass = 0; pass < PL_WIPE_MAX_PASSES; pass++) {
-		unsigned spilled = w.spill;
-		w.failed = 0;
-		wipe_dir(&w, fd, 0);
-		if (w.spill == spilled)
-			break;
-	}
-	if (w.failed)
-		log_warn("%u entries under %s could not be removed", w.failed, app_dir);
+	unsigned failed = wipe_below(fd, true);
+	if (failed)
+		log_warn("%u entries under %s could not be removed", failed, app_dir);
 	int rc = 0;
 	if (mkdirat(fd, PL_PERSIST, 0755) < 0 && errno != EEXIST)
 		rc = -errno;
@@ -503,6 +444,16 @@ static json_t *load_result_file(int rundirfd, char *why, size_t whylen)
 		/* Go encodes uint64 and big.Int exactly; jansson's integers are 64-bit signed */
 		doc = json_loadb(data, len, JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL, &err);
 	free(data);
+	if (!doc && strstr(err.text, "depth")) {
+		/* the code's value, not the sandbox: the generated main checks the same limit first */
+		json_t *r = json_object();
+		json_object_set_new(r, "kind", json_string("unencodable"));
+		json_object_set_new(r, "message", json_sprintf(
+			"run returned a value nested too deeply (arrays and objects); a result may be "
+			"nested at most %d levels: flatten it, or write it to /app/persist and return its "
+			"path", PL_RESULT_MAX_DEPTH));
+		return r;
+	}
 	if (!doc) {
 		snprintf(why, whylen, "the result file is not valid JSON: %s", err.text);
 		return NULL;
@@ -752,8 +703,7 @@ static int pl_creds_dir(const struct pl_cfg *c, char *dir, size_t cap)
 	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
-	struct wipe w = { .topfd = fd };
-	wipe_dir(&w, fd, 1);
+	wipe_below(fd, false);
 	return fd;
 }
 
@@ -1230,8 +1180,7 @@ json_t *pipeline_execute(const struct pipeline_config *cfg, json_t *req,
 	/* 6. run */
 	int rfd = open(c.rundir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (rfd >= 0) {
-		struct wipe w = { .topfd = rfd };
-		wipe_dir(&w, rfd, 1);
+		wipe_below(rfd, false);
 		close(rfd);
 	}
 	rc = pl_creds_begin(cfg, &c, json_object_get(req, "credentials"), ctx, &pcr, err,
@@ -1265,6 +1214,7 @@ json_t *pipeline_execute(const struct pipeline_config *cfg, json_t *req,
 		.err_cap = c.output_cap,
 		.keep_tail = true,
 		.seccomp = c.user_filter,
+		.isolate = true,
 	};
 	struct runproc_result rr;
 	clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -12,6 +12,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <linux/capability.h>
+#include <sched.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -19,6 +21,7 @@
 #include <string.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -26,6 +29,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "ipc/fsutil.h"
 #include "ipc/log.h"
 
 #define RUNPROC_DEFAULT_CAP (1024 * 1024)
@@ -212,12 +216,13 @@ static int resolve_path(const char *argv0, const char *const *envp, char *out, s
 
 /* child_exec - runs in the forked child: async-signal-safe calls only, then execve */
 static void child_exec(const char *path, const struct runproc_opts *o, pid_t parent, int devnull,
-		       int outw, int errw, int report)
+		       int outw, int errw, int report, bool isolated)
 {
 	static const char *const empty_env[] = { NULL };
 	int e;
 
-	if (setsid() < 0)
+	/* isolated, we stay in the group of the namespace's init, which the agent signals */
+	if (!isolated && setsid() < 0)
 		goto fail;
 	/* PDEATHSIG fires when the forking thread ends: the pipeline thread waits for us, so the
 	 * child dies exactly when the agent (or that thread) dies. */
@@ -251,6 +256,18 @@ static void child_exec(const char *path, const struct runproc_opts *o, pid_t par
 			if (fd != report)
 				fcntl(fd, F_SETFD, FD_CLOEXEC);
 	}
+	/* in its own user namespace the program starts with every capability there (enough to
+	 * unmount what hides the agent's files): it keeps none, even as root after exec */
+	if (isolated) {
+		for (int cap = 0; cap <= 63; cap++)
+			prctl(PR_CAPBSET_DROP, cap, 0, 0, 0);
+		prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+		struct __user_cap_header_struct h = { _LINUX_CAPABILITY_VERSION_3, 0 };
+		struct __user_cap_data_struct d[2];
+		memset(d, 0, sizeof(d));
+		if (syscall(SYS_capset, &h, d) != 0)
+			goto fail;
+	}
 	/* the filter was compiled before the fork: installing it is two plain syscalls */
 	if (o->seccomp && (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
 			   prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, o->seccomp) < 0))
@@ -262,6 +279,229 @@ fail:
 		/* nothing more a dying child can do */
 	}
 	_exit(127);
+}
+
+/* ---- the program's own namespaces (runproc.h) ---- */
+
+#define ISO_CLONE_FLAGS (CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC)
+#define ISO_TMPFS_DEFAULT_BYTES (1ull << 30)
+
+struct iso_path {
+	char path[PATH_MAX];
+	unsigned long flags; /* fs_locked_flags, read before any fork */
+};
+
+/* Filled once by runproc_isolation_init, read-only afterwards: the forked init uses it with no
+ * allocation. */
+static struct {
+	bool on;
+	struct iso_path hide[RUNPROC_ISO_MAX_PATHS], ro[RUNPROC_ISO_MAX_PATHS],
+		rw[RUNPROC_ISO_MAX_PATHS], tmp[RUNPROC_ISO_MAX_PATHS];
+	size_t nhide, nro, nrw, ntmp;
+	char tmpfs_opts[64];
+	char uid_map[48], gid_map[48];
+} iso;
+
+/* iso_write - a small string into a /proc file; async-signal-safe; 0 or an errno */
+static int iso_write(const char *path, const char *text)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return errno;
+	size_t n = strlen(text);
+	ssize_t w = write(fd, text, n);
+	int e = w == (ssize_t)n ? 0 : (w < 0 ? errno : EIO);
+	close(fd);
+	return e;
+}
+
+/* iso_enter - first thing in the namespaces' init: our ids mapped, the program's view of the
+ * file system mounted. Async-signal-safe; 0 or an errno. */
+static int iso_enter(void)
+{
+	int e;
+	/* the agent is not dumpable, which leaves our /proc/self files to root: writing our own
+	 * id maps needs them to be ours (iso_init makes us undumpable again before the program) */
+	prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
+	if ((e = iso_write("/proc/self/uid_map", iso.uid_map)) != 0 ||
+	    (e = iso_write("/proc/self/setgroups", "deny")) != 0 ||
+	    (e = iso_write("/proc/self/gid_map", iso.gid_map)) != 0)
+		return e;
+	/* a /proc of this pid namespace: the agent and the jail are not in it */
+	if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0)
+		return errno;
+	for (size_t i = 0; i < iso.ntmp; i++)
+		if (mount("tmpfs", iso.tmp[i].path, "tmpfs", MS_NOSUID | MS_NODEV, iso.tmpfs_opts) != 0)
+			return errno;
+	/* writable places under read-only ones first, so the recursive binds below carry them */
+	for (size_t i = 0; i < iso.nrw; i++)
+		if (mount(iso.rw[i].path, iso.rw[i].path, NULL, MS_BIND | MS_REC, NULL) != 0)
+			return errno;
+	for (size_t i = 0; i < iso.nro; i++) {
+		if (mount(iso.ro[i].path, iso.ro[i].path, NULL, MS_BIND | MS_REC, NULL) != 0)
+			return errno;
+		if (mount(NULL, iso.ro[i].path, NULL,
+			  MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | iso.ro[i].flags, NULL) != 0)
+			return errno;
+	}
+	for (size_t i = 0; i < iso.nhide; i++)
+		if (mount("tmpfs", iso.hide[i].path, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY,
+			  "mode=0555,size=4k") != 0)
+			return errno;
+	return 0;
+}
+
+/* iso_close_except - close every descriptor but the few in keep (async-signal-safe): the init
+ * lives as long as the program and must not hold the agent's sockets or other runs' pipes */
+static void iso_close_except(int *keep, size_t n)
+{
+	for (size_t i = 1; i < n; i++)
+		for (size_t j = i; j > 0 && keep[j - 1] > keep[j]; j--) {
+			int t = keep[j];
+			keep[j] = keep[j - 1];
+			keep[j - 1] = t;
+		}
+	unsigned lo = 3;
+	for (size_t i = 0; i < n; i++) {
+		if (keep[i] < (int)lo)
+			continue;
+		if ((unsigned)keep[i] > lo)
+			syscall(SYS_close_range, lo, (unsigned)keep[i] - 1, 0);
+		lo = (unsigned)keep[i] + 1;
+	}
+	syscall(SYS_close_range, lo, ~0U, 0);
+}
+
+/* iso_report - tell the agent why the program could not start, and end */
+static void __attribute__((noreturn)) iso_report(int report, int e)
+{
+	if (write(report, &e, sizeof(e)) < 0) {
+		/* nothing more a dying child can do */
+	}
+	_exit(127);
+}
+
+/* iso_init - pid 1 of the program's namespaces: mount its view, start it (pid 2), reap
+ * whatever is orphaned to us, and end when the program ends, which ends everything else in
+ * the namespace. Its wait status goes to the agent through statusw. A raw clone of a
+ * threaded process: async-signal-safe calls only, no libc fork. */
+static void __attribute__((noreturn)) iso_init(const char *path, const struct runproc_opts *o,
+					      int devnull, int outw, int errw, int report, int statusw)
+{
+	if (setsid() < 0)
+		iso_report(report, errno);
+	/* no parent check possible from here (the agent's pid is not in this namespace): the
+	 * pipeline thread waits for us, so it cannot have gone before this line */
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	int keep[] = { devnull, outw, errw, report, statusw };
+	iso_close_except(keep, sizeof(keep) / sizeof(keep[0]));
+	int e = iso_enter();
+	if (e != 0)
+		iso_report(report, e);
+	/* our memory is a copy of the agent's: out of the program's reach (/proc/1/mem, ptrace) */
+	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+	int ip[2];
+	if (pipe2(ip, O_CLOEXEC) != 0)
+		iso_report(report, errno);
+	pid_t prog = (pid_t)syscall(SYS_clone, SIGCHLD, 0, 0, 0, 0);
+	if (prog < 0)
+		iso_report(report, errno);
+	if (prog == 0) {
+		close(ip[0]);
+		close(statusw);
+		close(report);
+		child_exec(path, o, 1, devnull, outw, errw, ip[1], true);
+	}
+	close(ip[1]);
+	close(outw);
+	close(errw);
+	close(devnull);
+	int child_errno = 0;
+	ssize_t got;
+	do
+		got = read(ip[0], &child_errno, sizeof(child_errno));
+	while (got < 0 && errno == EINTR);
+	close(ip[0]);
+	if (got == (ssize_t)sizeof(child_errno))
+		iso_report(report, child_errno ? child_errno : EIO);
+	close(report); /* started: the agent stops waiting for an exec error */
+	for (;;) {
+		int st;
+		pid_t w = waitpid(-1, &st, 0);
+		if (w == prog) {
+			if (write(statusw, &st, sizeof(st)) < 0) {
+				/* the agent then reports how we ended instead */
+			}
+			_exit(0);
+		}
+		if (w < 0 && errno != EINTR)
+			_exit(0);
+	}
+}
+
+/* iso_add - one configured path into a table, if it exists here */
+static void iso_add(struct iso_path *tab, size_t *n, const char *path)
+{
+	struct stat st;
+	if (!path || *n >= RUNPROC_ISO_MAX_PATHS || strlen(path) >= PATH_MAX || stat(path, &st) != 0 ||
+	    !S_ISDIR(st.st_mode))
+		return;
+	strcpy(tab[*n].path, path);
+	tab[*n].flags = fs_locked_flags(path);
+	(*n)++;
+}
+
+/* runproc_isolation_init - see runproc.h */
+int runproc_isolation_init(const struct runproc_isolation *cfg)
+{
+	memset(&iso, 0, sizeof(iso));
+	for (size_t i = 0; i < RUNPROC_ISO_MAX_PATHS; i++) {
+		iso_add(iso.hide, &iso.nhide, cfg->hide[i]);
+		iso_add(iso.ro, &iso.nro, cfg->readonly[i]);
+		iso_add(iso.rw, &iso.nrw, cfg->writable[i]);
+		iso_add(iso.tmp, &iso.ntmp, cfg->tmpfs[i]);
+	}
+	snprintf(iso.tmpfs_opts, sizeof(iso.tmpfs_opts), "mode=1777,size=%llu",
+		 cfg->tmpfs_bytes ? cfg->tmpfs_bytes : ISO_TMPFS_DEFAULT_BYTES);
+	snprintf(iso.uid_map, sizeof(iso.uid_map), "%u %u 1\n", (unsigned)getuid(), (unsigned)getuid());
+	snprintf(iso.gid_map, sizeof(iso.gid_map), "%u %u 1\n", (unsigned)getgid(), (unsigned)getgid());
+
+	/* try it: an init that builds the namespaces and the mounts, then ends */
+	int rep[2];
+	if (pipe2(rep, O_CLOEXEC) != 0)
+		return -errno;
+	pid_t pid = (pid_t)syscall(SYS_clone, SIGCHLD | ISO_CLONE_FLAGS, 0, 0, 0, 0);
+	if (pid == 0) {
+		close(rep[0]);
+		int e = iso_enter();
+		if (e != 0)
+			iso_report(rep[1], e);
+		_exit(0);
+	}
+	int e = pid < 0 ? errno : 0;
+	close(rep[1]);
+	if (pid > 0) {
+		ssize_t got;
+		do
+			got = read(rep[0], &e, sizeof(e));
+		while (got < 0 && errno == EINTR);
+		if (got != (ssize_t)sizeof(e))
+			e = 0;
+		int st = 0;
+		while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+			;
+		if (e == 0 && !(WIFEXITED(st) && WEXITSTATUS(st) == 0))
+			e = EIO;
+	}
+	close(rep[0]);
+	iso.on = e == 0;
+	return -e;
+}
+
+/* runproc_isolated - see runproc.h */
+bool runproc_isolated(void)
+{
+	return iso.on;
 }
 
 /* drain - read what is available on one pipe; closes it at EOF */
@@ -290,6 +530,8 @@ int runproc_run(const struct runproc_opts *o, struct runproc_result *r)
 {
 	char path[PATH_MAX];
 	int outp[2] = { -1, -1 }, errp[2] = { -1, -1 }, rep[2] = { -1, -1 }, devnull = -1;
+	int stp[2] = { -1, -1 }; /* isolated: the program's wait status, from its namespace's init */
+	bool isolated = o->isolate && iso.on;
 	struct cap_buf oc, ec;
 	int rc;
 
@@ -305,7 +547,7 @@ int runproc_run(const struct runproc_opts *o, struct runproc_result *r)
 
 	devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	if (devnull < 0 || pipe2(outp, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0 ||
-	    pipe2(rep, O_CLOEXEC) < 0) {
+	    pipe2(rep, O_CLOEXEC) < 0 || (isolated && pipe2(stp, O_CLOEXEC | O_NONBLOCK) < 0)) {
 		rc = -errno;
 		goto out_fds;
 	}
@@ -313,13 +555,22 @@ int runproc_run(const struct runproc_opts *o, struct runproc_result *r)
 	struct timespec start;
 	clock_gettime(CLOCK_MONOTONIC, &start);
 	pid_t parent = getpid();
-	pid_t pid = fork();
+	pid_t pid = isolated ? (pid_t)syscall(SYS_clone, SIGCHLD | ISO_CLONE_FLAGS, 0, 0, 0, 0)
+			     : fork();
 	if (pid < 0) {
 		rc = -errno;
 		goto out_fds;
 	}
+	if (pid == 0 && isolated) {
+		close(stp[0]);
+		iso_init(path, o, devnull, outp[1], errp[1], rep[1], stp[1]);
+	}
 	if (pid == 0)
-		child_exec(path, o, parent, devnull, outp[1], errp[1], rep[1]);
+		child_exec(path, o, parent, devnull, outp[1], errp[1], rep[1], false);
+	if (isolated) {
+		close(stp[1]);
+		stp[1] = -1;
+	}
 
 	close(outp[1]);
 	close(errp[1]);
@@ -451,6 +702,11 @@ int runproc_run(const struct runproc_opts *o, struct runproc_result *r)
 		usleep(10000);
 	}
 
+	/* isolated, the child we reaped was the namespace's init; the program's own status came
+	 * through the pipe, unless the init was killed (the deadline) before it could say it */
+	int prog_status;
+	if (isolated && read(stp[0], &prog_status, sizeof(prog_status)) == (ssize_t)sizeof(prog_status))
+		status = prog_status;
 	if (WIFEXITED(status)) {
 		r->exit_code = WEXITSTATUS(status);
 	} else if (WIFSIGNALED(status)) {
@@ -470,6 +726,8 @@ out_fds:
 			close(errp[i]);
 		if (rep[i] >= 0)
 			close(rep[i]);
+		if (stp[i] >= 0)
+			close(stp[i]);
 	}
 	if (devnull >= 0)
 		close(devnull);

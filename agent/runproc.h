@@ -30,7 +30,37 @@ struct runproc_opts {
 				   * false keeps only the head */
 	bool merge_stderr;        /* stderr goes into the stdout capture (compiler output) */
 	const struct sock_fprog *seccomp; /* installed in the child just before exec; NULL: none */
+	bool isolate;             /* in the program's own namespaces (runproc_isolation_init);
+				   * ignored where isolation is not available */
 };
+
+/*
+ * The user's program is isolated from the agent that starts it: it runs in its own user, pid,
+ * mount and ipc namespaces, below a small init (the agent's forked copy) that reaps and then
+ * exits with the program. So it cannot name, signal, ptrace or prlimit the agent (it sees only
+ * its own pids, with a fresh /proc), nothing it starts outlives it (when the program ends its
+ * namespace's init ends, and the kernel kills every process left in the namespace, setsid,
+ * double fork or not), its /tmp is a tmpfs of its own that goes with it, and the agent's files
+ * are read-only or hidden in its view.
+ */
+#define RUNPROC_ISO_MAX_PATHS 8
+struct runproc_isolation {
+	const char *hide[RUNPROC_ISO_MAX_PATHS];     /* an empty read-only tmpfs over each */
+	const char *readonly[RUNPROC_ISO_MAX_PATHS]; /* made read-only (with what is under it) */
+	const char *writable[RUNPROC_ISO_MAX_PATHS]; /* under a read-only one, stays writable */
+	const char *tmpfs[RUNPROC_ISO_MAX_PATHS];    /* a fresh tmpfs for each run (/tmp) */
+	unsigned long long tmpfs_bytes;              /* size of each fresh tmpfs; 0: 1 GiB */
+};
+
+/*
+ * runproc_isolation_init - remember the isolation for later runs with .isolate and try it once
+ * (a throwaway init in the namespaces, with every mount): 0 when it works here; a negative errno
+ * (the kernel or a container runtime refuses nested user namespaces, /proc cannot be mounted)
+ * and runs with .isolate go without, as before. Call once, before any thread runs a child.
+ */
+int runproc_isolation_init(const struct runproc_isolation *iso);
+/* runproc_isolated - did runproc_isolation_init succeed? */
+bool runproc_isolated(void);
 
 struct runproc_capture {
 	char *data;        /* NUL-terminated; may contain other NULs; never NULL after a run */

@@ -3,6 +3,14 @@
  */
 #include "ipc/fsutil.h"
 
+#include <dirent.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -52,4 +60,143 @@ int fs_read_fd(int fd, size_t max, char **data, size_t *len)
 	*data = buf;
 	*len = got;
 	return 0;
+}
+
+/* fs_locked_flags - see fsutil.h */
+unsigned long fs_locked_flags(const char *path)
+{
+	struct statvfs sv;
+	unsigned long f = 0;
+	if (statvfs(path, &sv) != 0)
+		return 0;
+	if (sv.f_flag & ST_NOSUID)
+		f |= MS_NOSUID;
+	if (sv.f_flag & ST_NODEV)
+		f |= MS_NODEV;
+	if (sv.f_flag & ST_NOEXEC)
+		f |= MS_NOEXEC;
+	if (sv.f_flag & ST_NOATIME)
+		f |= MS_NOATIME;
+	if (sv.f_flag & ST_NODIRATIME)
+		f |= MS_NODIRATIME;
+	if (sv.f_flag & ST_RELATIME)
+		f |= MS_RELATIME;
+	return f;
+}
+
+/* rm_scan - unlink what can go in the open directory dfd; *sub gets a non-empty subdirectory
+ * to descend into (true), or nothing is left but what would not go (false, *err set) */
+static bool rm_scan(int dfd, char *sub, size_t subcap, int *err)
+{
+	int dup_fd = dup(dfd);
+	DIR *d = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
+	if (!d) {
+		if (dup_fd >= 0)
+			close(dup_fd);
+		*err = -errno;
+		return false;
+	}
+	rewinddir(d);
+	bool descend = false;
+	struct dirent *e;
+	while (!descend && (e = readdir(d)) != NULL) {
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+			continue;
+		bool dir = e->d_type == DT_DIR;
+		if (e->d_type == DT_UNKNOWN) {
+			struct stat st;
+			dir = fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode);
+		}
+		if (!dir) {
+			if (unlinkat(dfd, e->d_name, 0) != 0 && errno != ENOENT && *err == 0)
+				*err = -errno;
+			continue;
+		}
+		if (unlinkat(dfd, e->d_name, AT_REMOVEDIR) == 0 || errno == ENOENT)
+			continue;
+		if (errno == ENOTEMPTY || errno == EEXIST) {
+			if (strlen(e->d_name) < subcap) {
+				strcpy(sub, e->d_name);
+				descend = true;
+			}
+			continue;
+		}
+		if (*err == 0)
+			*err = -errno;
+	}
+	closedir(d);
+	return descend;
+}
+
+/* fs_rm_tree_at - see fsutil.h */
+int fs_rm_tree_at(int parent, const char *name)
+{
+	int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0) {
+		if (errno == ENOENT)
+			return 0;
+		if (errno != ENOTDIR && errno != ELOOP && errno != EACCES)
+			return -errno;
+		if (errno == EACCES) {
+			/* a directory of mode 000 (or not ours): make it ours first */
+			struct stat st;
+			if (fstatat(parent, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode) &&
+			    fchmodat(parent, name, 0700, 0) == 0)
+				return fs_rm_tree_at(parent, name);
+			return -EACCES;
+		}
+		return unlinkat(parent, name, 0) == 0 || errno == ENOENT ? 0 : -errno;
+	}
+	struct stat top;
+	if (fstat(fd, &top) != 0) {
+		int e = -errno;
+		close(fd);
+		return e;
+	}
+	size_t depth = 0;
+	int err = 0;
+	char sub[NAME_MAX + 1];
+	for (;;) {
+		fchmod(fd, 0700); /* we may list it, and unlink in it */
+		int scan_err = 0;
+		if (rm_scan(fd, sub, sizeof(sub), &scan_err)) {
+			int next = openat(fd, sub, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			if (next < 0 && errno == EACCES && fchmodat(fd, sub, 0700, 0) == 0)
+				next = openat(fd, sub, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			if (next >= 0) {
+				close(fd);
+				fd = next;
+				depth++;
+				continue;
+			}
+			scan_err = -errno;
+		}
+		if (scan_err != 0) {
+			/* something here will not go: stop rather than loop on it */
+			err = scan_err;
+			break;
+		}
+		/* fd is empty now: climb; the parent's next scan removes it */
+		if (depth == 0)
+			break;
+		int up = openat(fd, "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (up < 0) {
+			err = -errno;
+			break;
+		}
+		close(fd);
+		fd = up;
+		depth--;
+		if (depth == 0) {
+			struct stat st;
+			if (fstat(fd, &st) != 0 || st.st_dev != top.st_dev || st.st_ino != top.st_ino) {
+				err = -ESTALE;
+				break;
+			}
+		}
+	}
+	close(fd);
+	if (err != 0)
+		return err;
+	return unlinkat(parent, name, AT_REMOVEDIR) == 0 || errno == ENOENT ? 0 : -errno;
 }

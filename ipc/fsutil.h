@@ -14,4 +14,17 @@ int fs_mkdir_p(const char *path, mode_t mode);
  * close fd. 0, -EINVAL (not a regular file), -EFBIG (over max), -ENOMEM or -errno */
 int fs_read_fd(int fd, size_t max, char **data, size_t *len);
 
+/* fs_locked_flags - the mount flags of path's file system that a bind remount inside a user
+ * namespace must keep (the kernel locks nosuid, nodev, noexec and the atime flags there) */
+unsigned long fs_locked_flags(const char *path);
+
+/*
+ * fs_rm_tree_at - remove name under the directory parent, and everything below it, however deep
+ * or odd: never follows a symlink, needs two descriptors whatever the depth (it climbs back with
+ * ".." and checks where it lands), makes unreadable or unwritable directories its own on the way.
+ * For trees nothing else writes to any more (a dead sandbox's). 0, or -errno of the first thing
+ * that could not be removed (-ESTALE: the tree moved under us).
+ */
+int fs_rm_tree_at(int parent, const char *name);
+
 #endif

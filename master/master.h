@@ -120,7 +120,6 @@ void spawn_child_setup(pid_t parent, bool stdout_to_stderr);
 int sandbox_local_spawn(struct worker *w, const struct serve_config *cfg, const char *name,
 			char *err, size_t errlen);
 void sandbox_local_release(struct worker *w);
-int sandbox_local_rm_tree(int parent, const char *name);
 /* sandbox_local_reaped - a child exited: is it some worker's sandbox? then forget it */
 bool sandbox_local_reaped(struct worker *w, pid_t pid, int status);
 /* sandbox_local_answer - REQ_SANDBOX, checked by master/monitor.c: spawn (else release) */

@@ -24,30 +24,8 @@
 #include "master/master.h"
 #include "policy/jail.h"
 
-/* sandbox_local_rm_tree - remove a directory tree without ever following a symlink out of it */
-int sandbox_local_rm_tree(int parent, const char *name)
-{
-	int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0)
-		return unlinkat(parent, name, 0) == 0 ? 0 : -errno;
-	DIR *d = fdopendir(fd);
-	if (!d) {
-		close(fd);
-		return -errno;
-	}
-	struct dirent *e;
-	while ((e = readdir(d)) != NULL) {
-		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-			continue;
-		if (e->d_type == DT_DIR || e->d_type == DT_UNKNOWN)
-			sandbox_local_rm_tree(dirfd(d), e->d_name);
-		else
-			unlinkat(dirfd(d), e->d_name, 0);
-	}
-	closedir(d);
-	return unlinkat(parent, name, AT_REMOVEDIR) == 0 ? 0 : -errno;
-}
-
+/* after a failed removal of a released sandbox, the wait before the one retry */
+#define SANDBOX_RM_RETRY_MS 100
 
 /* sandbox_kill - stop the agent's whole process group */
 static void sandbox_kill(struct worker *w)
@@ -74,8 +52,18 @@ void sandbox_local_release(struct worker *w)
 {
 	sandbox_kill(w);
 	if (w->sandbox_dir[0] && !w->sandbox_keep) {
-		sandbox_local_rm_tree(AT_FDCWD, w->sandbox_dir);
-		log_info("released sandbox %s", w->sandbox_name);
+		int r = fs_rm_tree_at(AT_FDCWD, w->sandbox_dir);
+		if (r != 0) {
+			/* the jail's last mounts may go a moment after its processes: once more */
+			usleep(SANDBOX_RM_RETRY_MS * 1000);
+			r = fs_rm_tree_at(AT_FDCWD, w->sandbox_dir);
+		}
+		if (r != 0)
+			log_error("sandbox %s could not be removed from %s: %s; remove it with "
+				  "`kode-gopher sandboxes rm %s`", w->sandbox_name, w->sandbox_dir,
+				  strerror(-r), w->sandbox_name);
+		else
+			log_info("released sandbox %s", w->sandbox_name);
 	}
 	w->sandbox_dir[0] = '\0';
 	w->sandbox_name[0] = '\0';

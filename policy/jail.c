@@ -122,9 +122,9 @@ static bool cg_join(const char *controller, const char *name, const char *knob, 
 /* jail_cgroup_remove - called by the master once the jail is gone */
 void jail_cgroup_remove(const char *name)
 {
-	static const char *const ctl[] = { "memory", "pids" };
+	static const char *const ctl[] = { "memory", "pids", "cpu" };
 	char dir[PATH_MAX];
-	for (size_t i = 0; i < 2; i++) {
+	for (size_t i = 0; i < sizeof(ctl) / sizeof(ctl[0]); i++) {
 		cg_path(dir, sizeof(dir), ctl[i], name);
 		rmdir(dir);
 	}
@@ -149,6 +149,12 @@ static bool jail_cgroups(const struct jail_opts *o)
 		snprintf(v, sizeof(v), "%ld", o->pids);
 		pids = cg_join("pids", o->name, "pids.max", v);
 	}
+	/* CPU by weight: a busy sandbox gets its share when others want theirs, and the server's
+	 * own processes (in the root group, weight 1024) come before any one sandbox */
+	snprintf(v, sizeof(v), "%d", JAIL_CPU_SHARES);
+	if (!cg_join("cpu", o->name, "cpu.shares", v))
+		log_warn("sandbox %s: the host does not let us weigh its CPU through cgroups; one busy "
+			 "sandbox can slow the others", o->name);
 	if (!mem || !pids)
 		log_warn("sandbox %s: the host does not let us set %s%s%s limits through cgroups; "
 			 "rlimits only", o->name, mem ? "" : "memory", !mem && !pids ? " and " : "",
@@ -235,34 +241,12 @@ static void touch(const char *path)
 	close(fd);
 }
 
-/* locked_flags - the flags a bind remount must keep (the kernel locks them in a user ns) */
-static unsigned long locked_flags(const char *path)
-{
-	struct statvfs sv;
-	unsigned long f = 0;
-	if (statvfs(path, &sv) != 0)
-		return 0;
-	if (sv.f_flag & ST_NOSUID)
-		f |= MS_NOSUID;
-	if (sv.f_flag & ST_NODEV)
-		f |= MS_NODEV;
-	if (sv.f_flag & ST_NOEXEC)
-		f |= MS_NOEXEC;
-	if (sv.f_flag & ST_NOATIME)
-		f |= MS_NOATIME;
-	if (sv.f_flag & ST_NODIRATIME)
-		f |= MS_NODIRATIME;
-	if (sv.f_flag & ST_RELATIME)
-		f |= MS_RELATIME;
-	return f;
-}
-
 /* bind - bind src onto dst (which exists), read-only unless rw */
 static void bind(const char *src, const char *dst, bool rw)
 {
 	if (mount(src, dst, NULL, MS_BIND | MS_REC, NULL) != 0)
 		die("bind %s: %s", src, strerror(errno));
-	unsigned long f = MS_BIND | MS_REMOUNT | MS_NOSUID | locked_flags(src);
+	unsigned long f = MS_BIND | MS_REMOUNT | MS_NOSUID | fs_locked_flags(src);
 	if (!rw)
 		f |= MS_RDONLY;
 	if (mount(NULL, dst, NULL, f, NULL) != 0 && !rw)

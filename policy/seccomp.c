@@ -15,6 +15,7 @@
 #include <sched.h>
 #include <seccomp.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <linux/filter.h>
@@ -22,6 +23,7 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <ucontext.h>
 #include <unistd.h>
@@ -157,7 +159,9 @@ int seccomp_worker_lockdown(const char *mode)
 
 /* ---- the sandbox's filters ---- */
 
-/* What user code never needs; EPERM so a program sees an error it can report, not a crash. */
+/* What user code never needs; EPERM so a program sees an error it can report, not a crash. The
+ * agent's filter leaves out the entries marked in agent_may (it builds the program's own
+ * namespaces, agent/runproc.c); the program's filter, stacked on the agent's, denies them all. */
 static const char *const jail_deny[] = {
 	"ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "mount", "umount2",
 	"pivot_root", "chroot", "unshare", "setns", "move_mount", "open_tree", "fsopen",
@@ -169,22 +173,42 @@ static const char *const jail_deny[] = {
 	"fanotify_init", "vhangup", "sethostname", "setdomainname", "personality", "uselib",
 	"nfsservctl", "_sysctl", "pciconfig_read", "pciconfig_write", "io_uring_setup",
 };
+/* the agent mounts the program's /proc, /tmp and read-only views in the program's own mount
+ * namespace (it has no capability anywhere else, so mount fails in the jail's) */
+static const char *const agent_may[] = { "mount" };
 
-int seccomp_jail_apply(void)
+/* clone's namespace flags; the agent may create the program's user, mount, pid and ipc ones */
+static const struct {
+	unsigned long flag;
+	bool agent_may;
+} ns_flags[] = {
+	{ CLONE_NEWUSER, true }, { CLONE_NEWNS, true }, { CLONE_NEWPID, true },
+	{ CLONE_NEWIPC, true },  { CLONE_NEWNET, false }, { CLONE_NEWUTS, false },
+	{ CLONE_NEWCGROUP, false },
+};
+
+/* agent_allowed - is this deny-list entry lifted for the agent? */
+static bool agent_allowed(const char *name)
 {
-	scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
-	if (!ctx)
-		return -ENOMEM;
+	for (size_t i = 0; i < sizeof(agent_may) / sizeof(agent_may[0]); i++)
+		if (strcmp(name, agent_may[i]) == 0)
+			return true;
+	return false;
+}
+
+/* sandbox_rules - the deny list into ctx: all of it for a program, less agent_may for the agent */
+static int sandbox_rules(scmp_filter_ctx ctx, bool agent)
+{
 	int r = 0;
 	uint32_t eperm = SCMP_ACT_ERRNO(EPERM);
 	for (size_t i = 0; r == 0 && i < sizeof(jail_deny) / sizeof(jail_deny[0]); i++)
-		r = add(ctx, eperm, jail_deny[i], 0, NULL);
+		if (!agent || !agent_allowed(jail_deny[i]))
+			r = add(ctx, eperm, jail_deny[i], 0, NULL);
 	/* new namespaces through clone: any CLONE_NEW* flag */
-	static const unsigned long ns_flags[] = { CLONE_NEWUSER, CLONE_NEWNS, CLONE_NEWPID,
-						  CLONE_NEWNET, CLONE_NEWUTS, CLONE_NEWIPC,
-						  CLONE_NEWCGROUP };
 	for (size_t i = 0; r == 0 && i < sizeof(ns_flags) / sizeof(ns_flags[0]); i++) {
-		struct scmp_arg_cmp f = SCMP_A0(SCMP_CMP_MASKED_EQ, ns_flags[i], ns_flags[i]);
+		if (agent && ns_flags[i].agent_may)
+			continue;
+		struct scmp_arg_cmp f = SCMP_A0(SCMP_CMP_MASKED_EQ, ns_flags[i].flag, ns_flags[i].flag);
 		r = add(ctx, eperm, "clone", 1, &f);
 	}
 	/* clone3's flags are out of a filter's reach: make libc fall back to clone */
@@ -197,6 +221,15 @@ int seccomp_jail_apply(void)
 	struct scmp_arg_cmp raw = SCMP_A1(SCMP_CMP_MASKED_EQ, 0xf, SOCK_RAW);
 	if (r == 0)
 		r = add(ctx, eperm, "socket", 1, &raw);
+	return r;
+}
+
+int seccomp_jail_apply(void)
+{
+	scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+	if (!ctx)
+		return -ENOMEM;
+	int r = sandbox_rules(ctx, true);
 	if (r == 0)
 		r = seccomp_load(ctx);
 	seccomp_release(ctx);
@@ -209,7 +242,7 @@ static scmp_filter_ctx user_rules(int agent_pid)
 	scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
 	if (!ctx)
 		return NULL;
-	int r = 0;
+	int r = sandbox_rules(ctx, false);
 	/* pids are ints in a 64-bit register: compare the low 32 bits */
 	const int32_t protect[] = { 1, -1, agent_pid, -agent_pid };
 	static const char *const calls[] = { "kill", "tgkill", "tkill", "rt_sigqueueinfo",
@@ -220,6 +253,26 @@ static scmp_filter_ctx user_rules(int agent_pid)
 							(scmp_datum_t)(uint32_t)protect[i]);
 			r = add(ctx, SCMP_ACT_ERRNO(EPERM), calls[c], 1, &a);
 		}
+	/* another process's limits, priority, scheduling or memory placement: the agent runs
+	 * as the same uid (the Go runtime raises its own RLIMIT_NOFILE: pid 0, itself) */
+	static const char *const self_only[] = { "prlimit64", "sched_setaffinity",
+						 "sched_setscheduler", "sched_setparam",
+						 "sched_setattr", "migrate_pages", "move_pages" };
+	struct scmp_arg_cmp other = SCMP_A0(SCMP_CMP_NE, 0);
+	for (size_t i = 0; r == 0 && i < sizeof(self_only) / sizeof(self_only[0]); i++)
+		r = add(ctx, SCMP_ACT_ERRNO(EPERM), self_only[i], 1, &other);
+	/* setpriority and ioprio_set name a process, a group or a whole uid (the agent's) */
+	struct scmp_arg_cmp not_process = SCMP_A0(SCMP_CMP_NE, PRIO_PROCESS);
+	struct scmp_arg_cmp not_self = SCMP_A1(SCMP_CMP_NE, 0);
+	struct scmp_arg_cmp not_ioprio_process = SCMP_A0(SCMP_CMP_NE, 1 /* IOPRIO_WHO_PROCESS */);
+	if (r == 0)
+		r = add(ctx, SCMP_ACT_ERRNO(EPERM), "setpriority", 1, &not_process);
+	if (r == 0)
+		r = add(ctx, SCMP_ACT_ERRNO(EPERM), "setpriority", 1, &not_self);
+	if (r == 0)
+		r = add(ctx, SCMP_ACT_ERRNO(EPERM), "ioprio_set", 1, &not_ioprio_process);
+	if (r == 0)
+		r = add(ctx, SCMP_ACT_ERRNO(EPERM), "ioprio_set", 1, &not_self);
 	if (r != 0) {
 		seccomp_release(ctx);
 		return NULL;

@@ -20,14 +20,17 @@ int seccomp_worker_lockdown(const char *mode);
  * seccomp_jail_apply - the filter on everything in a local sandbox (agent, go, user programs):
  * allow by default, and fail with EPERM what user code never needs: ptrace, mount and friends,
  * namespaces (unshare, setns, clone with CLONE_NEW*), bpf, perf_event_open, kexec, keyctl,
- * modules, raw and packet sockets, and the like. Needs no_new_privs (or CAP_SYS_ADMIN).
+ * modules, raw and packet sockets, and the like. Needs no_new_privs (or CAP_SYS_ADMIN). The
+ * agent keeps mount and clone with new user, mount, pid and ipc namespaces, for the program's
+ * own namespaces (agent/runproc.c); the program's filter below takes those away again.
  */
 int seccomp_jail_apply(void);
 
 /*
- * seccomp_user_apply - extra rules for the user's program itself, installed by the agent just
- * before exec: it may not signal (kill, tgkill, tkill, rt_sigqueueinfo, rt_tgsigqueueinfo, or a
- * pidfd) its parent (the agent), pid 1 of the sandbox, or everyone (-1).
+ * seccomp_user_apply - the user's program's filter, installed by the agent just before exec: the
+ * whole sandbox deny list (nothing lifted for it), and it may not signal (kill, tgkill, tkill,
+ * rt_sigqueueinfo, rt_tgsigqueueinfo, or a pidfd) its parent (the agent), pid 1, or everyone
+ * (-1), nor set another process's limits (prlimit64 with a pid).
  */
 int seccomp_user_apply(int agent_pid);
 

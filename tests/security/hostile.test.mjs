@@ -599,29 +599,25 @@ test('raw (AF_INET SOCK_RAW ICMP) and packet (AF_PACKET) sockets → EPERM', T, 
 	await nextCallWorks();
 });
 
-test('the agent\'s socket from user code: a second claim → 409, execute and doc without the secret → 401', T, async () => {
+test('the agent\'s socket is out of user code\'s reach: not in its view, by any path', T, async () => {
 	const value = await runOk({
 		code: snippet(
-			'\tc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{\n' +
-			'\t\tDialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {\n' +
-			'\t\t\treturn net.Dial("unix", "/kg/sock/agent.sock")\n\t\t}}}\n' +
 			'\tout := map[string]string{}\n' +
-			'\tdo := func(name, method, path, body string) {\n' +
-			'\t\treq, _ := http.NewRequest(method, "http://agent"+path, strings.NewReader(body))\n' +
-			'\t\treq.Header.Set("Content-Type", "application/json")\n' +
-			'\t\tif name == "execute with a guessed secret" {\n\t\t\treq.Header.Set("Authorization", "Bearer 0123456789abcdef0123456789abcdef")\n\t\t}\n' +
-			'\t\tresp, err := c.Do(req)\n\t\tif err != nil {\n\t\t\tout[name] = err.Error()\n\t\t\treturn\n\t\t}\n' +
-			'\t\tb, _ := io.ReadAll(resp.Body)\n\t\tresp.Body.Close()\n\t\tout[name] = fmt.Sprintf("%d %s", resp.StatusCode, b)\n\t}\n' +
-			'\tdo("claim", "POST", "/claim", `{"secret":"0123456789abcdef0123456789abcdef"}`)\n' +
-			'\tdo("execute", "POST", "/execute", `{"files":[{"path":"main.go","content":"package main\\nfunc main(){}\\n"}]}`)\n' +
-			'\tdo("execute with a guessed secret", "POST", "/execute", `{"files":[{"path":"main.go","content":"package main\\nfunc main(){}\\n"}]}`)\n' +
-			'\tdo("doc", "POST", "/doc", `{"package":"fmt"}`)\n' +
-			'\treturn out, nil', ['fmt', 'io', 'net', 'net/http', 'strings', 'time']),
+			'\tents, err := os.ReadDir("/kg/sock")\n' +
+			'\tout["list /kg/sock"] = fmt.Sprint(len(ents), err)\n' +
+			'\tfor _, p := range []string{"/kg/sock/agent.sock", "/proc/1/root/kg/sock/agent.sock", "/proc/self/root/kg/sock/agent.sock"} {\n' +
+			'\t\tc, err := net.DialTimeout("unix", p, 2*time.Second)\n' +
+			'\t\tif c != nil {\n\t\t\tc.Close()\n\t\t}\n' +
+			'\t\tout["dial "+p] = fmt.Sprint(err)\n\t}\n' +
+			'\tc, err := net.DialTimeout("unix", "@kode-gopher", 2*time.Second)\n' +
+			'\tif c != nil {\n\t\tc.Close()\n\t}\n' +
+			'\tout["dial abstract"] = fmt.Sprint(err)\n' +
+			'\treturn out, nil', ['fmt', 'net', 'os', 'time']),
 	});
-	assert.match(value.claim, /^409 .*already claimed/, JSON.stringify(value));
-	assert.match(value.execute, /^401 /, JSON.stringify(value));
-	assert.match(value['execute with a guessed secret'], /^401 .*does not match/, JSON.stringify(value));
-	assert.match(value.doc, /^401 /, JSON.stringify(value));
+	assert.equal(value['list /kg/sock'], '0 <nil>', JSON.stringify(value));
+	for (const [k, v] of Object.entries(value))
+		if (k.startsWith('dial'))
+			assert.match(v, /no such file or directory|permission denied|connection refused/, `${k}: ${v}`);
 	await nextCallWorks();
 });
 
