@@ -84,8 +84,8 @@ unsigned long fs_locked_flags(const char *path)
 	return f;
 }
 
-/* rm_scan - unlink what can go in the open directory dfd; *sub gets a non-empty subdirectory
- * to descend into (true), or nothing is left but what would not go (false, *err set) */
+/* rm_scan - unlink the non-directories in the open directory dfd; the first subdirectory goes
+ * to *sub (true), or there is none left (false); *err gets the first failure */
 static bool rm_scan(int dfd, char *sub, size_t subcap, int *err)
 {
 	int dup_fd = dup(dfd);
@@ -97,9 +97,9 @@ static bool rm_scan(int dfd, char *sub, size_t subcap, int *err)
 		return false;
 	}
 	rewinddir(d);
-	bool descend = false;
+	bool found = false;
 	struct dirent *e;
-	while (!descend && (e = readdir(d)) != NULL) {
+	while ((e = readdir(d)) != NULL) {
 		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
 			continue;
 		bool dir = e->d_type == DT_DIR;
@@ -107,25 +107,26 @@ static bool rm_scan(int dfd, char *sub, size_t subcap, int *err)
 			struct stat st;
 			dir = fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode);
 		}
-		if (!dir) {
-			if (unlinkat(dfd, e->d_name, 0) != 0 && errno != ENOENT && *err == 0)
-				*err = -errno;
-			continue;
-		}
-		if (unlinkat(dfd, e->d_name, AT_REMOVEDIR) == 0 || errno == ENOENT)
-			continue;
-		if (errno == ENOTEMPTY || errno == EEXIST) {
-			if (strlen(e->d_name) < subcap) {
+		if (dir) {
+			if (!found && strlen(e->d_name) < subcap) {
 				strcpy(sub, e->d_name);
-				descend = true;
+				found = true;
 			}
 			continue;
 		}
-		if (*err == 0)
+		if (unlinkat(dfd, e->d_name, 0) != 0 && errno != ENOENT && *err == 0)
 			*err = -errno;
 	}
 	closedir(d);
-	return descend;
+	return found;
+}
+
+/* rm_own - make the directory fd listable and writable for us, if it is not */
+static void rm_own(int fd)
+{
+	struct stat st;
+	if (fstat(fd, &st) == 0 && (st.st_mode & 0700) != 0700)
+		fchmod(fd, (st.st_mode & 07777) | 0700);
 }
 
 /* fs_rm_tree_at - see fsutil.h */
@@ -156,20 +157,36 @@ int fs_rm_tree_at(int parent, const char *name)
 	size_t depth = 0;
 	int err = 0;
 	char sub[NAME_MAX + 1];
+	dev_t left_dev = 0;
+	ino_t left_ino = 0; /* the empty directory we just climbed out of */
 	for (;;) {
-		fchmod(fd, 0700); /* we may list it, and unlink in it */
+		rm_own(fd);
 		int scan_err = 0;
 		if (rm_scan(fd, sub, sizeof(sub), &scan_err)) {
 			int next = openat(fd, sub, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 			if (next < 0 && errno == EACCES && fchmodat(fd, sub, 0700, 0) == 0)
 				next = openat(fd, sub, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-			if (next >= 0) {
-				close(fd);
-				fd = next;
-				depth++;
+			if (next < 0) {
+				err = -errno;
+				break;
+			}
+			struct stat st;
+			if (fstat(next, &st) == 0 && left_ino != 0 && st.st_ino == left_ino &&
+			    st.st_dev == left_dev) {
+				/* emptied on the way down: it goes now (no failed rmdir on the way) */
+				close(next);
+				left_ino = 0;
+				if (unlinkat(fd, sub, AT_REMOVEDIR) != 0 && errno != ENOENT) {
+					err = -errno;
+					break;
+				}
 				continue;
 			}
-			scan_err = -errno;
+			close(fd);
+			fd = next;
+			depth++;
+			left_ino = 0;
+			continue;
 		}
 		if (scan_err != 0) {
 			/* something here will not go: stop rather than loop on it */
@@ -179,6 +196,11 @@ int fs_rm_tree_at(int parent, const char *name)
 		/* fd is empty now: climb; the parent's next scan removes it */
 		if (depth == 0)
 			break;
+		struct stat here;
+		if (fstat(fd, &here) != 0) {
+			err = -errno;
+			break;
+		}
 		int up = openat(fd, "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 		if (up < 0) {
 			err = -errno;
@@ -187,6 +209,8 @@ int fs_rm_tree_at(int parent, const char *name)
 		close(fd);
 		fd = up;
 		depth--;
+		left_dev = here.st_dev;
+		left_ino = here.st_ino;
 		if (depth == 0) {
 			struct stat st;
 			if (fstat(fd, &st) != 0 || st.st_dev != top.st_dev || st.st_ino != top.st_ino) {

@@ -8,6 +8,7 @@
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -308,6 +309,93 @@ static void test_rusage(void **state)
 	runproc_result_free(&r);
 }
 
+/* ---- the program's own namespaces ---- */
+
+/* iso_ready - isolation set up for the tests below (a private /tmp), or skip with the reason */
+static bool iso_ready(void)
+{
+	static int state; /* 0 untried, 1 on, -1 refused */
+	if (state == 0) {
+		struct runproc_isolation iso = { .tmpfs = { "/tmp" } };
+		int rc = runproc_isolation_init(&iso);
+		state = rc == 0 ? 1 : -1;
+		if (rc != 0)
+			fprintf(stderr, "# isolation refused on this host: %s\n", strerror(-rc));
+	}
+	return state == 1;
+}
+
+/* count_marker - processes on the host whose command line holds "7777." and digits (the
+ * pattern's brackets keep the search from finding itself) */
+static int count_marker(const char *digits)
+{
+	char cmd[256];
+	snprintf(cmd, sizeof(cmd), "grep -l -a -e '7777[.]%s' /proc/[0-9]*/cmdline 2>/dev/null | wc -l",
+		 digits);
+	FILE *p = popen(cmd, "r");
+	int n = -1;
+	if (p) {
+		if (fscanf(p, "%d", &n) != 1)
+			n = -1;
+		pclose(p);
+	}
+	return n;
+}
+
+static void test_isolated_leaves_nothing(void **state)
+{
+	(void)state;
+	if (!iso_ready())
+		skip();
+	char digits[16], marker[64], script[512];
+	snprintf(digits, sizeof(digits), "%06d", (int)(getpid() % 1000000));
+	snprintf(marker, sizeof(marker), "7777.%s", digits);
+	/* every way to leave something behind that a shell has, then report our pid */
+	snprintf(script, sizeof(script),
+		 "sleep %s1 & setsid sleep %s2 & (setsid sleep %s3 &) ; "
+		 "(trap '' HUP TERM; exec sleep %s4) & echo $$; ls /proc | grep -c '^[0-9]'",
+		 marker, marker, marker, marker);
+	struct runproc_opts o = { .isolate = true, .timeout_ms = 20000 };
+	struct runproc_result r;
+	assert_int_equal(run_sh(script, &o, &r), 0);
+	assert_int_equal(r.exit_code, 0);
+	/* the shell is pid 2 of its own namespace (its init is 1) */
+	assert_true(strncmp(r.out.data, "2\n", 2) == 0);
+	assert_int_equal(count_marker(digits), 0);
+	runproc_result_free(&r);
+}
+
+static void test_isolated_status_and_tmp(void **state)
+{
+	(void)state;
+	if (!iso_ready())
+		skip();
+	struct runproc_opts o = { .isolate = true };
+	struct runproc_result r;
+	/* a /tmp of its own: what it writes is not on the host's, and is gone afterwards */
+	assert_int_equal(run_sh("echo x > /tmp/kg-runproc-iso && ls /tmp; exit 7", &o, &r), 0);
+	assert_int_equal(r.exit_code, 7);
+	assert_int_equal(r.signal, 0);
+	assert_string_equal(r.out.data, "kg-runproc-iso\n");
+	assert_int_not_equal(access("/tmp/kg-runproc-iso", F_OK), 0);
+	runproc_result_free(&r);
+	/* a program killed by a signal is reported so, not as its init's exit */
+	assert_int_equal(run_sh("kill -SEGV $$", &o, &r), 0);
+	assert_int_equal(r.signal, SIGSEGV);
+	runproc_result_free(&r);
+	/* the deadline kills the whole namespace */
+	o.timeout_ms = 300;
+	o.term_signal = SIGTERM;
+	assert_int_equal(run_sh("trap '' TERM; while :; do :; done", &o, &r), 0);
+	assert_true(r.timed_out);
+	assert_int_equal(r.signal, SIGKILL);
+	runproc_result_free(&r);
+	/* an exec failure is still an error of runproc_run */
+	const char *argv[] = { "/nonexistent/kg", NULL };
+	struct runproc_opts bad = { .argv = argv, .isolate = true };
+	assert_int_equal(runproc_run(&bad, &r), -ENOENT);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -327,6 +415,8 @@ int main(void)
 		cmocka_unit_test(test_env_cwd_and_fds),
 		cmocka_unit_test(test_exec_failure),
 		cmocka_unit_test(test_rusage),
+		cmocka_unit_test(test_isolated_leaves_nothing),
+		cmocka_unit_test(test_isolated_status_and_tmp),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
