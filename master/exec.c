@@ -46,7 +46,7 @@ static const char exec_usage[] =
 	"  --log-level LEVEL     server log level on stderr (default warn)\n"
 	"  --runtime-dir DIR     the precompiled Go caches (default " KG_RUNTIME_DIR ")\n"
 	"  --sandbox-root DIR    where sandboxes live\n"
-	"  --sandbox-network on|none, --sandbox-memory SIZE, --sandbox-pids N, --seccomp MODE\n"
+	"  --sandbox-network on|host|none, --sandbox-memory SIZE, --sandbox-pids N, --seccomp MODE\n"
 	"                        as for serve\n"
 	"  --credentials MODE    the program's Google credentials, as for serve (default adc when\n"
 	"                        an ADC file exists, else none); with --project, --scopes,\n"

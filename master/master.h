@@ -25,7 +25,7 @@ struct serve_config {
 	int max_timeout_s;
 	bool persistent;
 	const char *claim;        /* --claim NAME: reattach to a kept sandbox */
-	bool network;             /* --sandbox-network on (default) | none */
+	const char *network;      /* --sandbox-network on (default) | host | none */
 	long long memory;         /* --sandbox-memory, bytes */
 	int pids;                 /* --sandbox-pids */
 	/* the shared server (serve --http) */

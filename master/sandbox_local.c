@@ -141,7 +141,7 @@ int sandbox_local_spawn(struct worker *w, const struct serve_config *cfg, const 
 	const char *level = names[cfg->log_level];
 	char *argv[] = { "kode-gopher", "jail", "--dir", dir, "--name", (char *)name,
 			 "--runtime-dir", (char *)cfg->runtime_dir, "--memory", mem, "--pids", pids,
-			 "--network", cfg->network ? "on" : "none", "--log-level", (char *)level, "--",
+			 "--network", (char *)cfg->network, "--log-level", (char *)level, "--",
 			 "kode-gopher", "agent", "--listen", "unix:" JAIL_SOCK_DIR "/agent.sock",
 			 "--app-dir", JAIL_APP, "--state-dir", JAIL_STATE,
 			 "--runtime-dir", (char *)cfg->runtime_dir, "--gomodcache", modcache,

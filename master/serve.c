@@ -43,8 +43,11 @@ static const char serve_usage[] =
 	"                          as root, else ~/.local/state/kode-gopher/sandboxes)\n"
 	"  --timeout SECONDS       default run timeout of execute_go_code (default 60)\n"
 	"  --max-timeout SECONDS   largest timeout_seconds a call may ask for (default 300)\n"
-	"  --sandbox-network MODE  on (default): programs reach the network, e.g. Google's APIs;\n"
-	"                          none: the sandbox has no network at all\n"
+	"  --sandbox-network MODE  on (default): a network of its own per sandbox; programs reach\n"
+	"                          the outside (Google's APIs) through slirp4netns, never the\n"
+	"                          host's loopback or its other addresses; none: no network at\n"
+	"                          all; host: the host's network, loopback included (only for one\n"
+	"                          user on their own machine)\n"
 	"  --sandbox-memory SIZE   memory limit of a sandbox, builds included (default 4g)\n"
 	"  --sandbox-pids N        process and thread limit of a sandbox (default 512)\n"
 	"  --persistent            keep the sandbox when the session ends (reattach with --claim)\n"
@@ -161,7 +164,7 @@ void serve_config_defaults(struct serve_config *cfg)
 								 : serve_default_sandbox_root();
 	cfg->default_timeout_s = SERVE_DEFAULT_TIMEOUT_S;
 	cfg->max_timeout_s = SERVE_MAX_TIMEOUT_S;
-	cfg->network = true;
+	cfg->network = "on";
 	cfg->memory = 4ll << 30;
 	cfg->pids = 512;
 	cfg->session_timeout_s = 15 * 60;
@@ -270,11 +273,11 @@ int serve_config_option(struct serve_config *cfg, const char *name, const char *
 		}
 		cfg->seccomp = val;
 	} else if (strcmp(name, "sandbox-network") == 0) {
-		if (strcmp(val, "on") && strcmp(val, "none")) {
-			fprintf(stderr, "kode-gopher: --sandbox-network wants on or none\n");
+		if (strcmp(val, "on") && strcmp(val, "host") && strcmp(val, "none")) {
+			fprintf(stderr, "kode-gopher: --sandbox-network wants on, host or none\n");
 			return -1;
 		}
-		cfg->network = strcmp(val, "on") == 0;
+		cfg->network = val;
 	} else if (strcmp(name, "sandbox-memory") == 0) {
 		if (parse_bytes(val, &cfg->memory) != 0) {
 			fprintf(stderr, "kode-gopher: --sandbox-memory wants a size of at least 64m, "

@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 debs=(build-essential pkg-config libnng-dev libmsgpack-dev libcurl4-openssl-dev libjansson-dev
       libseccomp-dev libmicrohttpd-dev libssl-dev libyaml-dev libcmocka-dev clang libclang-rt-14-dev
       curl ca-certificates openssl iproute2 hyperfine
+      slirp4netns # each local sandbox's own network (policy/jail.c)
       chromium)   # the sign-in test's browser (tests/e2e/signin-browser.test.mjs, with playwright-core)
 missing=()
 for p in "${debs[@]}"; do
@@ -18,6 +19,15 @@ if ((${#missing[@]})); then
 	sudo=; [ "$(id -u)" = 0 ] || sudo=sudo
 	$sudo apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# slirp4netns (each local sandbox's own network) opens /dev/net/tun as the sandbox's uid, inside
+# the sandbox's namespaces: Debian's udev makes it 0666 (tun devices still need CAP_NET_ADMIN
+# over a network namespace); machines without udev leave the kernel's 0600.
+if [ -c /dev/net/tun ] && [ "$(stat -c %a /dev/net/tun)" != 666 ]; then
+	echo "install-deps: chmod 0666 /dev/net/tun (Debian's default), for the sandboxes' network" >&2
+	sudo=; [ "$(id -u)" = 0 ] || sudo=sudo
+	$sudo chmod 0666 /dev/net/tun
 fi
 
 # npm packages of the end-to-end tests (the official MCP SDK client).

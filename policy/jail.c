@@ -6,6 +6,7 @@
  *   A  jail (host pid namespace): cgroups (memory, pids) where the host lets us write them; as
  *      root, switch to this sandbox's own unprivileged host uid; unshare user, mount, pid, ipc,
  *      uts (and net with --network none) namespaces; map uid 1000 inside to that one host uid.
+ *      With --network on, also starts slirp4netns for B's network namespace (see "the network").
  *      Waits for B and exits with its status; killing A's process group kills the jail.
  *   B  pid 1 of the new pid namespace: builds the file system (tmpfs root, the host's /usr and a
  *      few /etc files read-only, per-session overlays on the base Go caches, /app, a private
@@ -47,9 +48,18 @@
 #include "policy/netif.h"
 #include "policy/seccomp.h"
 
+#define JAIL_SLIRP_MTU "65520"
+#define JAIL_SLIRP_DNS "10.0.2.3" /* slirp4netns's resolver, forwarding to the host's */
+
+enum jail_net {
+	JAIL_NET_ON,   /* a network namespace of its own, egress through slirp4netns */
+	JAIL_NET_HOST, /* the host's network namespace, loopback and all */
+	JAIL_NET_NONE, /* a network namespace of its own with only a loopback */
+};
+
 struct jail_opts {
 	const char *dir, *name, *runtime;
-	bool network;
+	enum jail_net network;
 	long long memory; /* bytes; 0: no limit */
 	long pids;
 	char **agent_argv;
@@ -65,7 +75,8 @@ static const char jail_usage[] =
 	"options:\n"
 	"  --memory BYTES     memory limit through the memory cgroup (default 4 GiB)\n"
 	"  --pids N           process limit through the pids cgroup and RLIMIT_NPROC (default 512)\n"
-	"  --network on|none  share the host's network (default) or have none\n"
+	"  --network MODE     on (default): a network of its own with egress through slirp4netns,\n"
+	"                     none of the host's addresses; host: the host's; none: no network\n"
 	"  --log-level LEVEL  debug, info, warn, error or off\n";
 
 /* die - the jail could not be built: say what failed, and exit 1 */
@@ -358,8 +369,19 @@ static void jail_fs(const struct jail_opts *o)
 					   "/etc/host.conf", "/etc/gai.conf", "/etc/services",
 					   "/etc/protocols", "/etc/localtime", "/etc/ssl",
 					   "/etc/ca-certificates", "/etc/pki" };
-	for (size_t i = 0; i < sizeof(etc) / sizeof(etc[0]); i++)
+	for (size_t i = 0; i < sizeof(etc) / sizeof(etc[0]); i++) {
+		/* a network of its own asks slirp4netns's resolver, which asks the host's */
+		if (o->network == JAIL_NET_ON && strcmp(etc[i], "/etc/resolv.conf") == 0)
+			continue;
 		bind_file_ro(etc[i]);
+	}
+	if (o->network == JAIL_NET_ON) {
+		FILE *rf = fopen(at("/etc/resolv.conf"), "w");
+		if (!rf)
+			die("write the sandbox's resolv.conf: %s", strerror(errno));
+		fputs("nameserver " JAIL_SLIRP_DNS "\n", rf);
+		fclose(rf);
+	}
 	FILE *f = fopen(at("/etc/passwd"), "w");
 	if (f) {
 		fprintf(f, "sandbox:x:%d:%d:kode-gopher sandbox:/app:/bin/sh\n", JAIL_UID, JAIL_UID);
@@ -487,17 +509,186 @@ static void jail_limits(const struct jail_opts *o, bool cgroups, bool own_uid)
 	}
 }
 
+/* ---- the network ---- */
+
+/*
+ * --network on: B makes a network namespace of its own, and slirp4netns (a user-space TCP/IP
+ * stack, what rootless container engines use) gives it a tap device whose traffic leaves from
+ * the host's namespace as ordinary sockets. --disable-host-loopback keeps the host's
+ * 127.0.0.0/8 out of reach (the server's port, other sessions' metadata emulators), and B adds
+ * an unreachable route for each of the host's other addresses, which slirp4netns would
+ * otherwise connect to. Programs have no capability over the namespace, so the routes stay.
+ *
+ * slirp4netns runs as the sandbox's uid in the host's user namespace, the owner of the jail's
+ * one, which is what lets it join B's namespaces: so it is forked (as slirp_helper) before A
+ * unshares, and told B's pid once B has its network namespace.
+ */
+
+struct jail_net_sync {
+	int pid[2];     /* A -> helper: B's pid */
+	int ready[2];   /* slirp4netns -> A: configured */
+	int exit_fd[2]; /* A holds the write end; slirp4netns ends when it closes */
+	int made[2];    /* B -> A: B has its network namespace */
+	int go[2];      /* A -> B: the network is configured */
+};
+
+static uint32_t jail_host_addrs[NETIF_MAX_HOST_ADDRS];
+static int jail_nhost_addrs;
+
+/* jail_slirp_path - the slirp4netns binary, or NULL */
+static const char *jail_slirp_path(void)
+{
+	static const char *const paths[] = { "/usr/bin/slirp4netns", "/usr/local/bin/slirp4netns",
+					     "/bin/slirp4netns" };
+	for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++)
+		if (access(paths[i], X_OK) == 0)
+			return paths[i];
+	return NULL;
+}
+
+/* slirp_helper - before A unshares: wait for B's pid, then become slirp4netns for it */
+static void __attribute__((noreturn)) slirp_helper(const char *slirp, struct jail_net_sync *ns)
+{
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	close(ns->pid[1]);
+	close(ns->ready[0]);
+	close(ns->exit_fd[1]);
+	int pid = 0;
+	ssize_t got;
+	do
+		got = read(ns->pid[0], &pid, sizeof(pid));
+	while (got < 0 && errno == EINTR);
+	if (got != (ssize_t)sizeof(pid) || pid <= 0)
+		_exit(1);
+	char ready[32], exitfd[32], userns[64], netns[64];
+	snprintf(ready, sizeof(ready), "--ready-fd=%d", ns->ready[1]);
+	snprintf(exitfd, sizeof(exitfd), "--exit-fd=%d", ns->exit_fd[0]);
+	snprintf(userns, sizeof(userns), "--userns-path=/proc/%d/ns/user", pid);
+	snprintf(netns, sizeof(netns), "/proc/%d/ns/net", pid);
+	fcntl(ns->ready[1], F_SETFD, 0);
+	fcntl(ns->exit_fd[0], F_SETFD, 0);
+	/* it reports its progress on both ("sent tapfd=5 for tap0"), and stdout may be MCP's; a
+	 * failure shows as the jail's own error */
+	int devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
+	if (devnull >= 0 && log_get_level() > LOG_LVL_DEBUG) {
+		dup2(devnull, STDOUT_FILENO);
+		dup2(devnull, STDERR_FILENO);
+	} else if (devnull >= 0) {
+		dup2(STDERR_FILENO, STDOUT_FILENO);
+	}
+	char *argv[] = { "slirp4netns", "--configure", "--mtu=" JAIL_SLIRP_MTU,
+			 "--disable-host-loopback", ready, exitfd, userns, "--netns-type=path", netns,
+			 "tap0", NULL };
+	execv(slirp, argv);
+	log_error("cannot run %s: %s", slirp, strerror(errno));
+	_exit(127);
+}
+
+/* jail_net_prepare - A, still in the host's namespaces: the host's addresses, the helper */
+static pid_t jail_net_prepare(struct jail_net_sync *ns)
+{
+	const char *slirp = jail_slirp_path();
+	if (!slirp)
+		die("--sandbox-network on needs slirp4netns, which gives each sandbox a network of its "
+		    "own (`apt-get install slirp4netns`); or use --sandbox-network none (no network) "
+		    "or host (the host's network, loopback included: for one user on their own machine)");
+	jail_nhost_addrs = netif_host_addrs(jail_host_addrs, NETIF_MAX_HOST_ADDRS);
+	if (jail_nhost_addrs < 0)
+		die("list the host's addresses: %s", strerror(-jail_nhost_addrs));
+	if (pipe2(ns->pid, O_CLOEXEC) || pipe2(ns->ready, O_CLOEXEC) || pipe2(ns->exit_fd, O_CLOEXEC) ||
+	    pipe2(ns->made, O_CLOEXEC) || pipe2(ns->go, O_CLOEXEC))
+		die("pipes for the sandbox's network: %s", strerror(errno));
+	pid_t helper = fork();
+	if (helper < 0)
+		die("fork slirp4netns: %s", strerror(errno));
+	if (helper == 0)
+		slirp_helper(slirp, ns);
+	close(ns->pid[0]);
+	close(ns->ready[1]);
+	close(ns->exit_fd[0]);
+	return helper;
+}
+
+/* jail_net_attach - A, B forked: wait for B's namespace, hand it to slirp4netns, wait until the
+ * network is up, let B go on. False when any of it failed (B is then told nothing and ends). */
+static bool jail_net_attach(struct jail_net_sync *ns, pid_t init)
+{
+	close(ns->made[1]);
+	close(ns->go[0]);
+	char c;
+	ssize_t got;
+	do
+		got = read(ns->made[0], &c, 1);
+	while (got < 0 && errno == EINTR);
+	if (got != 1)
+		return false;
+	int pid = (int)init;
+	if (write(ns->pid[1], &pid, sizeof(pid)) != (ssize_t)sizeof(pid))
+		return false;
+	do
+		got = read(ns->ready[0], &c, 1);
+	while (got < 0 && errno == EINTR);
+	if (got != 1) {
+		log_error("cannot build the sandbox: slirp4netns ended before the sandbox's network "
+			  "was up (it needs /dev/net/tun readable and writable by the sandbox's uid, "
+			  "mode 0666 as Debian sets it; --log-level debug shows its own error)");
+		return false;
+	}
+	return write(ns->go[1], "g", 1) == 1;
+}
+
+/* jail_net_enter - B, first thing: a network namespace of its own, configured by A's
+ * slirp4netns; then loopback up and the host's addresses unreachable */
+static void jail_net_enter(const struct jail_opts *o, struct jail_net_sync *ns)
+{
+	if (o->network != JAIL_NET_ON)
+		return;
+	close(ns->made[0]);
+	close(ns->go[1]);
+	if (unshare(CLONE_NEWNET) != 0)
+		die("a network namespace for the sandbox: %s", strerror(errno));
+	if (write(ns->made[1], "m", 1) != 1)
+		die("tell the jail the network namespace is made: %s", strerror(errno));
+	char c;
+	ssize_t got;
+	do
+		got = read(ns->go[0], &c, 1);
+	while (got < 0 && errno == EINTR);
+	if (got != 1)
+		die("the sandbox's network could not be set up");
+	close(ns->made[1]);
+	close(ns->go[0]);
+	for (int i = 0; i < jail_nhost_addrs; i++) {
+		int r = netif_unreachable(jail_host_addrs[i], 32);
+		if (r < 0)
+			die("keep the host's address %u.%u.%u.%u out of the sandbox's reach: %s",
+			    ((unsigned char *)&jail_host_addrs[i])[0], ((unsigned char *)&jail_host_addrs[i])[1],
+			    ((unsigned char *)&jail_host_addrs[i])[2], ((unsigned char *)&jail_host_addrs[i])[3],
+			    strerror(-r));
+	}
+	/* link-local, where a cloud VM's own metadata server (169.254.169.254) answers with the
+	 * server's identity: the sandbox's credentials come from its own emulator only */
+	const unsigned char link_local[4] = { 169, 254, 0, 0 };
+	uint32_t ll;
+	memcpy(&ll, link_local, sizeof(ll));
+	int r = netif_unreachable(ll, 16);
+	if (r < 0)
+		die("keep 169.254.0.0/16 out of the sandbox's reach: %s", strerror(-r));
+}
+
 /* ---- the three processes ---- */
 
 /* jail_init - B: pid 1 of the sandbox; build the file system, start the agent, reap */
-static int jail_init(const struct jail_opts *o, bool cgroups, bool own_uid)
+static int jail_init(const struct jail_opts *o, bool cgroups, bool own_uid,
+		     struct jail_net_sync *ns)
 {
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	jail_net_enter(o, ns);
 	jail_fs(o);
 	sethostname("kode-gopher-sandbox", 19);
 	/* a new network namespace starts with its loopback down; we still hold CAP_NET_ADMIN over
 	 * it, and programs and the metadata-server emulator want 127.0.0.0/8 */
-	int lo = o->network ? 0 : netif_up("lo");
+	int lo = o->network == JAIL_NET_HOST ? 0 : netif_up("lo");
 	if (lo < 0)
 		log_warn("the sandbox's loopback interface stays down: %s", strerror(-lo));
 	pid_t agent = fork();
@@ -537,7 +728,7 @@ static int jail_init(const struct jail_opts *o, bool cgroups, bool own_uid)
 
 int jail_main(int argc, char **argv)
 {
-	struct jail_opts o = { .memory = 4ll << 30, .pids = 512, .network = true };
+	struct jail_opts o = { .memory = 4ll << 30, .pids = 512, .network = JAIL_NET_ON };
 	enum log_level lvl = LOG_LVL_INFO;
 	static const struct option opts[] = {
 		{ "dir", required_argument, 0, 'd' },     { "name", required_argument, 0, 'n' },
@@ -554,7 +745,18 @@ int jail_main(int argc, char **argv)
 		case 'r': o.runtime = optarg; break;
 		case 'm': o.memory = atoll(optarg); break;
 		case 'p': o.pids = atol(optarg); break;
-		case 'N': o.network = strcmp(optarg, "none") != 0; break;
+		case 'N':
+			if (strcmp(optarg, "on") == 0)
+				o.network = JAIL_NET_ON;
+			else if (strcmp(optarg, "host") == 0)
+				o.network = JAIL_NET_HOST;
+			else if (strcmp(optarg, "none") == 0)
+				o.network = JAIL_NET_NONE;
+			else {
+				fputs(jail_usage, stderr);
+				return 2;
+			}
+			break;
 		case 'l': log_parse_level(optarg, &lvl); break;
 		case 'h': fputs(jail_usage, stdout); return 0;
 		default: fputs(jail_usage, stderr); return 2;
@@ -584,8 +786,10 @@ int jail_main(int argc, char **argv)
 		if (getppid() != parent)
 			_exit(1);
 	}
+	struct jail_net_sync ns;
+	pid_t slirp = o.network == JAIL_NET_ON ? jail_net_prepare(&ns) : 0;
 	int flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS;
-	if (!o.network)
+	if (o.network == JAIL_NET_NONE)
 		flags |= CLONE_NEWNET;
 	if (unshare(flags) != 0)
 		die("create namespaces: %s (user namespaces must be enabled: sysctl "
@@ -601,10 +805,17 @@ int jail_main(int argc, char **argv)
 	if (init < 0)
 		die("fork: %s", strerror(errno));
 	if (init == 0)
-		_exit(jail_init(&o, cgroups, root));
+		_exit(jail_init(&o, cgroups, root, &ns));
+	if (slirp > 0 && !jail_net_attach(&ns, init))
+		kill(init, SIGKILL);
 	int status;
 	while (waitpid(init, &status, 0) < 0 && errno == EINTR)
 		;
+	if (slirp > 0) {
+		kill(slirp, SIGKILL);
+		while (waitpid(slirp, NULL, 0) < 0 && errno == EINTR)
+			;
+	}
 	if (WIFSIGNALED(status))
 		return 128 + WTERMSIG(status);
 	return WEXITSTATUS(status);

@@ -465,7 +465,10 @@ test('metadata mode, user ADC: the refresh-token grant outside, Go libraries fin
 });
 
 test('metadata mode: a Cloud Storage client sends the minted token to its endpoint', T, async () => {
-	const s = await session(['--credentials', 'metadata', '--token-endpoint', `${base}/token`],
+	/* the bucket endpoint is this test's server on the host's loopback, which a sandbox with a
+	 * network of its own cannot reach (tests/security/network.test.mjs): share the host's */
+	const s = await session(['--credentials', 'metadata', '--token-endpoint', `${base}/token`,
+		'--sandbox-network', 'host'],
 		{ GOOGLE_APPLICATION_CREDENTIALS: userAdc() });
 	const n = storageBearers.length;
 	assert.equal(ok(await run(s, storage(`https://127.0.0.1:${tokenServer.address().port}`))), 'kg-bucket');

@@ -639,11 +639,17 @@ const GET = (url) => snippet(
 	'\tif err != nil {\n\t\treturn nil, err\n\t}\n\tdefer resp.Body.Close()\n' +
 	'\tb, err := io.ReadAll(resp.Body)\n\treturn string(b), err', ['io', 'net/http', 'time']);
 
-test('network: the default sandbox reaches the host\'s 127.0.0.1; --sandbox-network none does not', T, async () => {
+test('network: the default sandbox cannot reach the host\'s 127.0.0.1; --sandbox-network host can, none has nothing', T, async () => {
 	const srv = await httpServer();
 	try {
 		const url = `http://127.0.0.1:${srv.port}/from-the-sandbox`;
-		const value = await runOk({ code: GET(url) });
+		const [res0, st0] = await run({ code: GET(url) });
+		assert.equal(res0.isError, true, show(st0));
+		assert.match(st0.result.message, /connection refused/, show(st0));
+		assert.deepEqual(srv.hits, [], 'no request arrived from a sandbox with a network of its own');
+
+		const host = await connect({ args: ['--sandbox-network', 'host'] });
+		const value = await runOk({ code: GET(url) }, host);
 		assert.equal(value, 'hello from the host');
 		assert.deepEqual(srv.hits, ['/from-the-sandbox']);
 
