@@ -129,8 +129,9 @@ static void rm_own(int fd)
 		fchmod(fd, (st.st_mode & 07777) | 0700);
 }
 
-/* fs_rm_tree_at - see fsutil.h */
-int fs_rm_tree_at(int parent, const char *name)
+/* rm_deep - remove parent/name with two descriptors whatever its depth: climbs back with ".."
+ * and rescans, so it costs more per directory than rm_near; for what lies below RM_NEAR_LEVELS */
+static int rm_deep(int parent, const char *name)
 {
 	int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0) {
@@ -143,7 +144,7 @@ int fs_rm_tree_at(int parent, const char *name)
 			struct stat st;
 			if (fstatat(parent, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode) &&
 			    fchmodat(parent, name, 0700, 0) == 0)
-				return fs_rm_tree_at(parent, name);
+				return rm_deep(parent, name);
 			return -EACCES;
 		}
 		return unlinkat(parent, name, 0) == 0 || errno == ENOENT ? 0 : -errno;
@@ -223,4 +224,64 @@ int fs_rm_tree_at(int parent, const char *name)
 	if (err != 0)
 		return err;
 	return unlinkat(parent, name, AT_REMOVEDIR) == 0 || errno == ENOENT ? 0 : -errno;
+}
+
+/* The first levels of a tree go depth-first with a descriptor each, in one pass like rm -rf
+ * (a sandbox's cache layers hold hundreds of directories); below them rm_deep takes over, so a
+ * hostile tree costs at most RM_NEAR_LEVELS + 3 descriptors. */
+#define RM_NEAR_LEVELS 16
+
+/* rm_near - empty the open directory fd (at level) and remove it as parent/name */
+static int rm_near(int parent, const char *name, int fd, int level)
+{
+	rm_own(fd);
+	int dup_fd = dup(fd);
+	DIR *d = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
+	if (!d) {
+		if (dup_fd >= 0)
+			close(dup_fd);
+		close(fd);
+		return -errno;
+	}
+	int err = 0;
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL) {
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+			continue;
+		if (e->d_type != DT_DIR && e->d_type != DT_UNKNOWN) {
+			if (unlinkat(fd, e->d_name, 0) != 0 && errno != ENOENT && err == 0)
+				err = -errno;
+			continue;
+		}
+		int r;
+		if (level + 1 >= RM_NEAR_LEVELS) {
+			r = rm_deep(fd, e->d_name);
+		} else {
+			int sub = openat(fd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			if (sub < 0 && errno == EACCES && fchmodat(fd, e->d_name, 0700, 0) == 0)
+				sub = openat(fd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			if (sub >= 0)
+				r = rm_near(fd, e->d_name, sub, level + 1);
+			else if (errno == ENOTDIR || errno == ELOOP) /* DT_UNKNOWN: not a directory */
+				r = unlinkat(fd, e->d_name, 0) == 0 || errno == ENOENT ? 0 : -errno;
+			else
+				r = errno == ENOENT ? 0 : -errno;
+		}
+		if (r != 0 && err == 0)
+			err = r;
+	}
+	closedir(d);
+	close(fd);
+	if (err != 0)
+		return err;
+	return unlinkat(parent, name, AT_REMOVEDIR) == 0 || errno == ENOENT ? 0 : -errno;
+}
+
+/* fs_rm_tree_at - see fsutil.h */
+int fs_rm_tree_at(int parent, const char *name)
+{
+	int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return rm_deep(parent, name); /* not a directory, absent, or mode 000 */
+	return rm_near(parent, name, fd, 0);
 }

@@ -20,8 +20,9 @@ unsigned long fs_locked_flags(const char *path);
 
 /*
  * fs_rm_tree_at - remove name under the directory parent, and everything below it, however deep
- * or odd: never follows a symlink, needs two descriptors whatever the depth (it climbs back with
- * ".." and checks where it lands), makes unreadable or unwritable directories its own on the way.
+ * or odd: never follows a symlink, needs a bounded number of descriptors whatever the depth
+ * (past the first levels it climbs back with ".." and checks where it lands), makes unreadable
+ * or unwritable directories its own on the way.
  * For trees nothing else writes to any more (a dead sandbox's). 0, or -errno of the first thing
  * that could not be removed (-ESTALE: the tree moved under us).
  */

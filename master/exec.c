@@ -699,6 +699,15 @@ int sandboxes_main(int argc, char **argv)
 			continue;
 		}
 		int dfd = open(root, O_RDONLY | O_DIRECTORY);
+		struct stat st;
+		if (dfd >= 0 && fstatat(dfd, argv[i], &st, AT_SYMLINK_NOFOLLOW) != 0 && errno == ENOENT) {
+			/* the remover takes a missing tree for removed; a person asked for this one */
+			fprintf(stderr, "kode-gopher sandboxes: there is no sandbox %s in %s "
+				"(`kode-gopher sandboxes list` shows them)\n", argv[i], root);
+			close(dfd);
+			rc = 1;
+			continue;
+		}
 		int r = dfd < 0 ? -errno : fs_rm_tree_at(dfd, argv[i]);
 		if (dfd >= 0)
 			close(dfd);

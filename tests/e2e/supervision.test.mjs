@@ -8,6 +8,7 @@
  * tests/run.sh (node --test).
  */
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
 import test from 'node:test';
 
 import {
@@ -135,36 +136,37 @@ function footprint(s) {
 	return [...new Set([s.pid, ...descendants(s.pid), ...procsMatching(s.sandboxRoot)])];
 }
 
-/* closeAndTime - end the client's stdin; how long serve took to exit */
-async function closeAndTime(s) {
+/* closeAndWait - end the client's stdin, as a client does, and wait for serve to exit by itself
+ * (not the SDK's close(), which would SIGTERM it 2 s on); how long it took, for the diagnostic.
+ * How fast is bench/'s business: removing a sandbox's directory is bound by the disk. */
+async function closeAndWait(s) {
 	const t0 = Date.now();
-	await s.transport.close(); // stdin EOF; SIGTERM only after 2 s without an exit
+	s.transport._process.stdin.end();
+	await waitFor(() => !isAlive(s.pid), { timeout: 60_000, interval: 20, what: 'serve to exit after stdin EOF' });
 	return Date.now() - t0;
 }
 
-test('stdin EOF while idle: serve and all its children exit within about a second', T, async () => {
+test('stdin EOF while idle: serve and all its children exit, leaving nothing', T, async (t) => {
 	const s = await connect();
 	const res = await callTool(s.client, 'execute_go_code', { code: QUICK(4) }, Q);
 	assert.equal(sc(res)?.result?.value, 4, JSON.stringify(sc(res)));
 	const procs = footprint(s);
 	assert.ok(procs.length >= 3, `serve, worker and agent: ${procs.map((p) => `${p}:${cmdline(p)}`).join(', ')}`);
-	const ms = await closeAndTime(s);
-	assert.ok(ms < 1500, `serve took ${ms} ms to exit after stdin EOF`);
-	await waitFor(() => procs.every((p) => !isAlive(p)), { timeout: 1000, what: 'every process to exit' })
-		.catch(() => assert.fail(`left running: ${procs.filter(isAlive).map((p) => `${p}:${cmdline(p)}`).join(', ')}`));
+	t.diagnostic(`serve exited ${await closeAndWait(s)} ms after stdin EOF`);
+	assert.deepEqual(procs.filter(isAlive).map((p) => `${p}:${cmdline(p)}`), [], 'left running');
 	assert.deepEqual(procsMatching(s.sandboxRoot), []);
+	assert.deepEqual(fs.readdirSync(s.sandboxRoot), [], 'the sandbox was removed');
 });
 
-test('stdin EOF during a running call: everything exits within about a second', T, async () => {
+test('stdin EOF during a running call: everything exits, leaving nothing', T, async (t) => {
 	const s = await connect();
 	const { call } = await startSleeper(s);
 	const procs = footprint(s);
-	const ms = await closeAndTime(s);
+	t.diagnostic(`serve exited ${await closeAndWait(s)} ms after stdin EOF`);
 	await call.catch(() => {});
-	assert.ok(ms < 1500, `serve took ${ms} ms to exit after stdin EOF`);
-	await waitFor(() => procs.every((p) => !isAlive(p)), { timeout: 1000, what: 'every process to exit' })
-		.catch(() => assert.fail(`left running: ${procs.filter(isAlive).map((p) => `${p}:${cmdline(p)}`).join(', ')}`));
+	assert.deepEqual(procs.filter(isAlive).map((p) => `${p}:${cmdline(p)}`), [], 'left running');
 	assert.deepEqual(procsMatching(s.sandboxRoot), [], 'nothing runs in the sandbox root');
+	assert.deepEqual(fs.readdirSync(s.sandboxRoot), [], 'the sandbox was removed');
 });
 
 test('SIGTERM: serve exits and takes its children with it', T, async () => {
