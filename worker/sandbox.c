@@ -7,8 +7,10 @@
  * one-time claim handshake that sets the bearer secret. Used by worker/call.c.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -19,6 +21,31 @@
 static struct agent_endpoint sandbox_ep;
 static char sandbox_path[600];
 static bool sandbox_claimed;
+/* The agent's socket, pinned once it answers (before any user code has run in the sandbox):
+ * every later connection goes to that inode through /proc/self/fd, so nothing that renames
+ * or replaces the path later (a symlink to a host socket) can redirect the session. */
+static int sandbox_sock_fd = -1;
+static char sandbox_pinned[64];
+
+/* sandbox_pin - hold the socket at sandbox_path and connect through the descriptor from now */
+static int sandbox_pin(char *err, size_t errlen)
+{
+	int fd = open(sandbox_path, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	struct stat st;
+	if (fd < 0 || fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) {
+		snprintf(err, errlen, "the sandbox's socket %s is not a socket (%s)", sandbox_path,
+			 fd < 0 ? strerror(errno) : "something else is there");
+		if (fd >= 0)
+			close(fd);
+		return -EPROTO;
+	}
+	if (sandbox_sock_fd >= 0)
+		close(sandbox_sock_fd);
+	sandbox_sock_fd = fd;
+	snprintf(sandbox_pinned, sizeof(sandbox_pinned), "/proc/self/fd/%d", fd);
+	sandbox_ep.unix_path = sandbox_pinned;
+	return 0;
+}
 
 /* sandbox_request - send REQ_SANDBOX (mm_sandbox); the answer is taken by sandbox_wait_answer */
 void sandbox_request(struct session *s, const char *op)
@@ -109,7 +136,7 @@ static int sandbox_claim(struct session *s, char *err, size_t errlen)
 			snprintf(err, errlen, "the sandbox did not start: its agent never answered");
 		return r;
 	}
-	if ((r = agent_client_claim(&sandbox_ep, err, errlen)) != 0)
+	if ((r = sandbox_pin(err, errlen)) != 0 || (r = agent_client_claim(&sandbox_ep, err, errlen)) != 0)
 		return r;
 	sandbox_claimed = true;
 	return 0;

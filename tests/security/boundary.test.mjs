@@ -14,6 +14,7 @@
 import assert from 'node:assert/strict';
 import { randomInt } from 'node:crypto';
 import fs from 'node:fs';
+import net from 'node:net';
 import path from 'node:path';
 import test from 'node:test';
 
@@ -406,4 +407,29 @@ test('each sandbox has a CPU weight of its own where the host has the cgroup v1 
 	const [, st] = await runOk(NEXT, s);
 	const shares = fs.readFileSync(`/sys/fs/cgroup/cpu/kode-gopher/${st.sandbox}/cpu.shares`, 'utf8').trim();
 	assert.equal(shares, '512');
+});
+
+test('the worker\'s channel to its agent cannot be redirected: a symlink planted at the socket\'s path later gets nothing', T, async () => {
+	const s = await connect();
+	const [, st] = await runOk(NEXT, s);
+	const sockDir = path.join(s.sandboxRoot, st.sandbox, 'sock');
+	const sock = path.join(sockDir, 'agent.sock');
+	assert.ok(fs.statSync(sock).isSocket(), `${sock} is the agent's socket`);
+	// what a sandbox that could write there would do: move the socket away, and point its
+	// path at a listener that would collect the next call's files and the bearer secret
+	const heard = [];
+	const trap = net.createServer((c) => c.on('data', (d) => heard.push(d.toString())));
+	const trapPath = path.join(s.sandboxRoot, 'trap.sock');
+	await new Promise((r) => trap.listen(trapPath, r));
+	try {
+		fs.renameSync(sock, path.join(sockDir, 'moved.sock'));
+		fs.symlinkSync(trapPath, sock);
+		const [value, st2] = await runOk(NEXT, s);
+		assert.equal(value.answer, 42);
+		assert.equal(st2.sandbox, st.sandbox, 'the same agent answered');
+		assert.deepEqual(heard, [], 'nothing reached the planted socket');
+	} finally {
+		await new Promise((r) => trap.close(r));
+		await s.close();
+	}
 });
