@@ -8,7 +8,7 @@
  * (pods whose controller is an agents.x-k8s.io Sandbox) and, for each that has an IP and no
  * deletion timestamp, runs
  *
- *   kode-gopher jail --dir AGENTS/<pod uid> --name k8s-<pod uid> ... --network on --
+ *   kode-gopher jail --dir AGENTS/<pod uid> --name k8s-<pod uid> ... --network host --
  *       kode-gopher agent --listen tcp:POD_IP:PORT ...
  *
  * the way master/sandbox_local.c (sandbox_local_spawn) starts a local sandbox, but on the pod's
@@ -131,7 +131,7 @@ function startAgent(pod) {
 	const argv = [
 		'--pdeathsig', 'KILL', '--', /* the sandbox dies with the fixture, as with the master */
 		BIN, 'jail', '--dir', dir, '--name', cgroupName(uid), '--runtime-dir', RUNTIME,
-		'--memory', MEMORY, '--pids', PIDS, '--network', 'on', '--log-level', 'info', '--',
+		'--memory', MEMORY, '--pids', PIDS, '--network', 'host', '--log-level', 'info', '--',
 		'kode-gopher', 'agent', '--listen', `tcp:${host}:${port}`,
 		'--app-dir', '/app', '--state-dir', '/kg/state', '--runtime-dir', RUNTIME,
 		'--gomodcache', `${RUNTIME}/gomodcache`, '--gocache', `${RUNTIME}/gocache`,
