@@ -12,6 +12,7 @@
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -135,11 +136,11 @@ static int am_default_state(const char *app_dir, char *out, size_t cap)
 /* am_isolation - the user's programs in namespaces of their own (agent/runproc.h): the agent's
  * socket hidden, the state (binaries, go.mod, credentials) and the Go caches read-only but for
  * the run directory the result is written to, a /tmp of each run's own */
-static void am_isolation(const char *listen, const char *state_dir, const char *runtime_dir,
-			 const char *modcache, const char *gocache)
+static void am_isolation(const char *listen, const char *app_dir, const char *state_dir,
+			 const char *runtime_dir, const char *modcache, const char *gocache)
 {
 	static char sockdir[PATH_MAX], rundir[PATH_MAX], mod[PATH_MAX], gc[PATH_MAX];
-	struct runproc_isolation iso = { .tmpfs = { "/tmp" } };
+	struct runproc_isolation iso = { 0 };
 	if (strncmp(listen, "unix:", 5) == 0 && strlen(listen + 5) < sizeof(sockdir)) {
 		strcpy(sockdir, listen + 5);
 		char *slash = strrchr(sockdir, '/');
@@ -159,6 +160,14 @@ static void am_isolation(const char *listen, const char *state_dir, const char *
 	iso.readonly[1] = modcache ? modcache : mod;
 	iso.readonly[2] = gocache ? gocache : gc;
 	iso.writable[0] = rundir;
+	/* a /tmp of each run's own, unless the agent's own directories are there (an agent run by
+	 * hand with --app-dir /tmp/...): the program must still see them */
+	const char *const ours[] = { app_dir, state_dir, iso.readonly[1], iso.readonly[2] };
+	bool under_tmp = false;
+	for (size_t i = 0; i < sizeof(ours) / sizeof(ours[0]); i++)
+		under_tmp |= strcmp(ours[i], "/tmp") == 0 || strncmp(ours[i], "/tmp/", 5) == 0;
+	if (!under_tmp)
+		iso.tmpfs[0] = "/tmp";
 	int r = runproc_isolation_init(&iso);
 	if (r == 0)
 		log_info("programs run in namespaces of their own (pid, mount, user, ipc)");
@@ -289,7 +298,7 @@ int agent_main(int argc, char **argv)
 		pcfg.user_filter = &user_filter;
 	else
 		log_warn("cannot compile the user programs' seccomp filter; running without it");
-	am_isolation(listen, state_dir, runtime_dir, modcache, gocache);
+	am_isolation(listen, app_dir, state_dir, runtime_dir, modcache, gocache);
 
 	/* the metadata-server emulator, listening only while a run with metadata credentials
 	 * goes on (docs/credentials.md) */

@@ -396,6 +396,11 @@ static void jail_fs(const struct jail_opts *o)
 		fclose(f);
 	}
 
+	/* /tmp before the caches: a --runtime-dir under /tmp is then bound inside it, not hidden */
+	mkdirs(at("/tmp"), 01777);
+	if (mount("tmpfs", at("/tmp"), "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=1g") != 0)
+		die("tmpfs /tmp: %s", strerror(errno));
+
 	/* the Go caches: the base read-only, this session's writes in an overlay */
 	mkdirs(at(o->runtime), 0755);
 	bind(o->runtime, at(o->runtime), false);
@@ -423,9 +428,6 @@ static void jail_fs(const struct jail_opts *o)
 		bind(p, at(rw[i].target), true);
 	}
 
-	mkdirs(at("/tmp"), 01777);
-	if (mount("tmpfs", at("/tmp"), "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=1g") != 0)
-		die("tmpfs /tmp: %s", strerror(errno));
 	mkdirs(at("/dev"), 0755);
 	if (mount("tmpfs", at("/dev"), "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755,size=64k") != 0)
 		die("tmpfs /dev: %s", strerror(errno));
