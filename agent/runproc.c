@@ -12,7 +12,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <linux/capability.h>
 #include <sched.h>
 #include <poll.h>
 #include <signal.h>
@@ -31,6 +30,7 @@
 
 #include "ipc/fsutil.h"
 #include "ipc/log.h"
+#include "policy/caps.h"
 
 #define RUNPROC_DEFAULT_CAP (1024 * 1024)
 /* After a run, how long we wait for its process group's leftovers to be reaped. */
@@ -258,15 +258,9 @@ static void child_exec(const char *path, const struct runproc_opts *o, pid_t par
 	}
 	/* in its own user namespace the program starts with every capability there (enough to
 	 * unmount what hides the agent's files): it keeps none, even as root after exec */
-	if (isolated) {
-		for (int cap = 0; cap <= 63; cap++)
-			prctl(PR_CAPBSET_DROP, cap, 0, 0, 0);
-		prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
-		struct __user_cap_header_struct h = { _LINUX_CAPABILITY_VERSION_3, 0 };
-		struct __user_cap_data_struct d[2];
-		memset(d, 0, sizeof(d));
-		if (syscall(SYS_capset, &h, d) != 0)
-			goto fail;
+	if (isolated && (e = caps_drop_all()) != 0) {
+		errno = -e;
+		goto fail;
 	}
 	/* the filter was compiled before the fork: installing it is two plain syscalls */
 	if (o->seccomp && (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||

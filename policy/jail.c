@@ -24,7 +24,6 @@
 #include <getopt.h>
 #include <grp.h>
 #include <limits.h>
-#include <linux/capability.h>
 #include <openssl/rand.h>
 #include <sched.h>
 #include <signal.h>
@@ -45,6 +44,7 @@
 
 #include "ipc/fsutil.h"
 #include "ipc/log.h"
+#include "policy/caps.h"
 #include "policy/netif.h"
 #include "policy/seccomp.h"
 
@@ -464,14 +464,9 @@ static void jail_fs(const struct jail_opts *o)
 /* drop_caps - no capabilities, now or after any exec */
 static void drop_caps(void)
 {
-	for (int cap = 0; cap <= 63; cap++)
-		prctl(PR_CAPBSET_DROP, cap, 0, 0, 0);
-	prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
-	struct __user_cap_header_struct h = { _LINUX_CAPABILITY_VERSION_3, 0 };
-	struct __user_cap_data_struct d[2];
-	memset(d, 0, sizeof(d));
-	if (syscall(SYS_capset, &h, d) != 0)
-		die("drop capabilities: %s", strerror(errno));
+	int r = caps_drop_all();
+	if (r != 0)
+		die("drop capabilities: %s", strerror(-r));
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
 		die("no_new_privs: %s", strerror(errno));
 }
