@@ -610,12 +610,29 @@ int exec_main(int argc, char **argv)
 
 static const char sandboxes_usage[] =
 	"usage: kode-gopher sandboxes list [--sandbox-root DIR]\n"
-	"       kode-gopher sandboxes rm NAME... [--sandbox-root DIR]\n"
+	"       kode-gopher sandboxes rm [--force] NAME... [--sandbox-root DIR]\n"
 	"\n"
 	"List or remove the sandboxes kept by `exec --keep` and `serve --persistent`. list prints\n"
 	"one line per sandbox: its name, has-persist when /app/persist holds something, and in-use\n"
-	"or idle. The default DIR is serve's default --sandbox-root ($KODE_GOPHER_SANDBOX_ROOT if\n"
-	"set).\n";
+	"(a session holds it) or idle. rm refuses a sandbox in use unless --force. Both first remove\n"
+	"what sessions killed before they could release left behind (sandboxes that were not kept).\n"
+	"The default DIR is serve's default --sandbox-root ($KODE_GOPHER_SANDBOX_ROOT if set).\n";
+
+/* sandboxes_has_persist - does root/name/app/persist hold anything? */
+static bool sandboxes_has_persist(const char *root, const char *name)
+{
+	char p[PATH_MAX];
+	snprintf(p, sizeof(p), "%s/%s/app/persist", root, name);
+	DIR *d = opendir(p);
+	if (!d)
+		return false;
+	struct dirent *e;
+	bool any = false;
+	while (!any && (e = readdir(d)) != NULL)
+		any = strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+	closedir(d);
+	return any;
+}
 
 int sandboxes_main(int argc, char **argv)
 {
@@ -623,9 +640,11 @@ int sandboxes_main(int argc, char **argv)
 	serve_config_defaults(&cfg);
 	const char *root = cfg.sandbox_root;
 	static const struct option opts[] = {
-		{ "sandbox-root", required_argument, 0, 'r' }, { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 }
+		{ "sandbox-root", required_argument, 0, 'r' }, { "force", no_argument, 0, 'f' },
+		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 }
 	};
 	int c, idx;
+	bool force = false;
 	if (cli_check_long("sandboxes", argc, argv, opts) != 0)
 		return 2;
 	opterr = 0;
@@ -633,6 +652,10 @@ int sandboxes_main(int argc, char **argv)
 		if (c == 'h') {
 			fputs(sandboxes_usage, stdout);
 			return 0;
+		}
+		if (c == 'f') {
+			force = true;
+			continue;
 		}
 		if (c != 'r') {
 			cli_bad_option("sandboxes", opts, c, cli_word(argv, argc, optind, optopt));
@@ -644,6 +667,8 @@ int sandboxes_main(int argc, char **argv)
 		}
 		root = optarg;
 	}
+	/* what sessions killed before they could release left here goes first */
+	sandbox_local_sweep(root);
 	const char *cmd = optind < argc ? argv[optind] : NULL;
 	if (!cmd || (strcmp(cmd, "list") && strcmp(cmd, "rm"))) {
 		if (cmd)
@@ -667,15 +692,10 @@ int sandboxes_main(int argc, char **argv)
 		while (d && (e = readdir(d)) != NULL) {
 			if (e->d_name[0] == '.')
 				continue;
-			char p[PATH_MAX];
-			struct stat st;
-			snprintf(p, sizeof(p), "%s/%s/app/persist", root, e->d_name);
-			bool live = false;
-			char sock[PATH_MAX];
-			snprintf(sock, sizeof(sock), "%s/%s/agent.sock", root, e->d_name);
-			live = access(sock, F_OK) == 0;
-			printf("%s\t%s\t%s\n", e->d_name, stat(p, &st) == 0 ? "has-persist" : "-",
-			       live ? "in-use" : "idle");
+			long holder;
+			bool live = sandbox_local_in_use(root, e->d_name, &holder);
+			printf("%s\t%s\t%s\n", e->d_name, sandboxes_has_persist(root, e->d_name) ?
+			       "has-persist" : "-", live ? "in-use" : "idle");
 			shown++;
 		}
 		if (d)
@@ -704,6 +724,14 @@ int sandboxes_main(int argc, char **argv)
 			/* the remover takes a missing tree for removed; a person asked for this one */
 			fprintf(stderr, "kode-gopher sandboxes: there is no sandbox %s in %s "
 				"(`kode-gopher sandboxes list` shows them)\n", argv[i], root);
+			close(dfd);
+			rc = 1;
+			continue;
+		}
+		long holder;
+		if (!force && sandbox_local_in_use(root, argv[i], &holder)) {
+			fprintf(stderr, "kode-gopher sandboxes: %s is in use by a session (kode-gopher pid "
+				"%ld); end it first, or remove it anyway with --force\n", argv[i], holder);
 			close(dfd);
 			rc = 1;
 			continue;

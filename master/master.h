@@ -75,6 +75,7 @@ struct worker {
 	char sandbox_name[64];
 	char sandbox_dir[512];
 	bool sandbox_keep;
+	int sandbox_lock;         /* descriptor + 1 of <dir>/lock, flocked while in use; 0: none */
 	/* its SandboxClaim (Kubernetes backend), deleted by the master if the worker dies with it */
 	char claim[254];
 	bool claim_keep;
@@ -124,6 +125,11 @@ void sandbox_local_release(struct worker *w);
 bool sandbox_local_reaped(struct worker *w, pid_t pid, int status);
 /* sandbox_local_answer - REQ_SANDBOX, checked by master/monitor.c: spawn (else release) */
 void sandbox_local_answer(struct worker *w, uint32_t seq, bool spawn, const struct serve_config *cfg);
+/* sandbox_local_in_use - is root/name held by a live session? *holder gets its pid (or 0) */
+bool sandbox_local_in_use(const char *root, const char *name, long *holder);
+/* sandbox_local_sweep - remove what sessions that ended without releasing (killed) left in
+ * root: only directories with a lock file nobody holds and no kept marker */
+void sandbox_local_sweep(const char *root);
 
 /* master/sig.c: handlers only set flags and poke a pipe */
 int sig_init(void);

@@ -49,6 +49,7 @@ static void release_later(struct worker *w)
 	}
 	to_release[nrelease++] = *w;
 	w->sandbox_pid = 0;
+	w->sandbox_lock = 0;
 	w->sandbox_dir[0] = '\0';
 	w->sandbox_name[0] = '\0';
 }

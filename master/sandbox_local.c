@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -26,6 +27,120 @@
 
 /* after a failed removal of a released sandbox, the wait before the one retry */
 #define SANDBOX_RM_RETRY_MS 100
+
+/* ---- in use, kept, left behind ---- */
+
+/*
+ * A sandbox directory in use holds <dir>/lock, flocked by the master of its session (the
+ * descriptor lives as long as the session's sandbox; a killed master drops it by dying). A
+ * kept sandbox (--persistent, exec --keep) also has <dir>/kept. So a second session cannot
+ * attach to a sandbox in use, `sandboxes rm` can tell, and a directory with a lock nobody holds
+ * and no kept marker was left by a session that never released it: the next start sweeps it.
+ * Directories from before this scheme have no lock file and are never swept.
+ */
+#define SANDBOX_LOCK "lock"
+#define SANDBOX_KEPT "kept"
+
+/* lock_read_pid - the holder's pid written in an open lock file, or 0 */
+static long lock_read_pid(int fd)
+{
+	char buf[24] = "";
+	ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+	return n > 0 ? strtol(buf, NULL, 10) : 0;
+}
+
+/* sandbox_lock - hold dir's lock for w; a fresh lock file is made locked under a temporary name
+ * and renamed into place, so a sweep never sees an unheld lock of a sandbox being born */
+static int sandbox_lock(struct worker *w, const char *dir, const char *name, char *err, size_t errlen)
+{
+	char path[600], tmp[640];
+	snprintf(path, sizeof(path), "%s/" SANDBOX_LOCK, dir);
+	int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+	bool fresh = fd < 0 && errno == ENOENT;
+	if (fresh) {
+		snprintf(tmp, sizeof(tmp), "%s/." SANDBOX_LOCK ".%d", dir, (int)getpid());
+		fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+	}
+	if (fd < 0) {
+		snprintf(err, errlen, "cannot lock the sandbox %s: %s", name, strerror(errno));
+		return -errno;
+	}
+	if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+		long holder = lock_read_pid(fd);
+		close(fd);
+		if (holder > 0)
+			snprintf(err, errlen, "sandbox %s is in use by another session (kode-gopher pid %ld); "
+				 "end that session first", name, holder);
+		else
+			snprintf(err, errlen, "sandbox %s is in use by another session; end that session "
+				 "first", name);
+		return -EBUSY;
+	}
+	char pid[24];
+	int n = snprintf(pid, sizeof(pid), "%d\n", (int)getpid());
+	if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)n, 0) != n ||
+	    (fresh && rename(tmp, path) != 0)) {
+		snprintf(err, errlen, "cannot lock the sandbox %s: %s", name, strerror(errno));
+		close(fd);
+		if (fresh)
+			unlink(tmp);
+		return -EIO;
+	}
+	w->sandbox_lock = fd + 1;
+	return 0;
+}
+
+/* sandbox_local_in_use - see master.h */
+bool sandbox_local_in_use(const char *root, const char *name, long *holder)
+{
+	char path[PATH_MAX];
+	*holder = 0;
+	snprintf(path, sizeof(path), "%s/%s/" SANDBOX_LOCK, root, name);
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return false;
+	bool busy = flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+	if (busy)
+		*holder = lock_read_pid(fd);
+	close(fd);
+	return busy;
+}
+
+/* sandbox_local_sweep - see master.h */
+void sandbox_local_sweep(const char *root)
+{
+	int rfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *d = rfd >= 0 ? fdopendir(rfd) : NULL;
+	if (!d) {
+		if (rfd >= 0)
+			close(rfd);
+		return;
+	}
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL) {
+		if (e->d_name[0] == '.')
+			continue;
+		char lock[PATH_MAX], kept[PATH_MAX];
+		snprintf(lock, sizeof(lock), "%s/" SANDBOX_LOCK, e->d_name);
+		snprintf(kept, sizeof(kept), "%s/" SANDBOX_KEPT, e->d_name);
+		if (faccessat(rfd, kept, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
+			continue;
+		int fd = openat(rfd, lock, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		if (fd < 0)
+			continue; /* no lock file: not ours to judge */
+		if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+			int r = fs_rm_tree_at(rfd, e->d_name);
+			if (r == 0)
+				log_info("removed sandbox %s, left in %s by a session that ended without "
+					 "releasing it", e->d_name, root);
+			else
+				log_warn("sandbox %s in %s was left by an ended session and could not be "
+					 "removed: %s", e->d_name, root, strerror(-r));
+		}
+		close(fd);
+	}
+	closedir(d);
+}
 
 /* sandbox_kill - stop the agent's whole process group */
 static void sandbox_kill(struct worker *w)
@@ -65,6 +180,9 @@ void sandbox_local_release(struct worker *w)
 		else
 			log_info("released sandbox %s", w->sandbox_name);
 	}
+	if (w->sandbox_lock > 0)
+		close(w->sandbox_lock - 1);
+	w->sandbox_lock = 0;
 	w->sandbox_dir[0] = '\0';
 	w->sandbox_name[0] = '\0';
 }
@@ -129,6 +247,17 @@ int sandbox_local_spawn(struct worker *w, const struct serve_config *cfg, const 
 		snprintf(err, errlen, "cannot create the sandbox directory %s: %s", dir, strerror(-r));
 		return r;
 	}
+	if ((r = sandbox_lock(w, dir, name, err, errlen)) != 0)
+		return r;
+	char kept[620];
+	snprintf(kept, sizeof(kept), "%s/" SANDBOX_KEPT, dir);
+	if (cfg->persistent) {
+		int kfd = open(kept, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+		if (kfd >= 0)
+			close(kfd);
+	} else {
+		unlink(kept); /* a kept sandbox claimed without --persistent goes at session end */
+	}
 	unlink(sock);
 
 	static const char *const names[] = { "debug", "info", "warn", "error", "off" };
@@ -153,6 +282,8 @@ int sandbox_local_spawn(struct worker *w, const struct serve_config *cfg, const 
 	if (pid < 0) {
 		r = -errno;
 		snprintf(err, errlen, "cannot start a sandbox: %s", strerror(errno));
+		close(w->sandbox_lock - 1);
+		w->sandbox_lock = 0;
 		return r;
 	}
 	if (pid == 0) {

@@ -524,6 +524,15 @@ int serve_main(int argc, char **argv)
 	if (!cfg.kubernetes && (serve_runtime_check(cfg.runtime_dir) != 0 ||
 				serve_sandbox_root_check(cfg.sandbox_root) != 0))
 		return 2;
+	if (cfg.http && !cfg.kubernetes && (cfg.claim || cfg.persistent)) {
+		fprintf(stderr, "kode-gopher serve: --%s names one kept sandbox for one session; with "
+			"--http every client's session gets a sandbox of its own, so it is refused here "
+			"(use it with stdio serve or exec)\n", cfg.claim ? "claim" : "persistent");
+		return 2;
+	}
+	/* what sessions killed before they could release left in the root */
+	if (!cfg.kubernetes)
+		sandbox_local_sweep(cfg.sandbox_root);
 	if (cfg.http) {
 		if (!cfg.accounting_log)
 			cfg.accounting_log = "off";

@@ -276,6 +276,9 @@ test('sandboxes list: says so when there are none; --sandbox-root names where', 
 	assert.equal(r.stdout, '', 'stdout stays an (empty) list for scripts');
 	assert.match(r.stderr, new RegExp(`^no kept sandboxes in ${empty} `));
 	fs.mkdirSync(path.join(empty, 'sb-one', 'app', 'persist'), { recursive: true });
+	const bare = await kg(['sandboxes', 'list', `--sandbox-root=${empty}`]);
+	assert.equal(bare.stdout, 'sb-one\t-\tidle\n', 'an empty /app/persist is not has-persist');
+	fs.writeFileSync(path.join(empty, 'sb-one', 'app', 'persist', 'data'), 'x');
 	const one = await kg(['sandboxes', 'list', `--sandbox-root=${empty}`]);
 	assert.equal(one.stdout, 'sb-one\thas-persist\tidle\n');
 	assert.equal(one.stderr, '');
