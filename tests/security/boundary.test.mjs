@@ -118,7 +118,7 @@ func run(ctx context.Context) (any, error) {
 	start("spinner", c)
 	// return only once every one of them runs (the shells' children start on their own time)
 	seen := 0
-	for i := 0; i < 400 && seen < 6; i++ {
+	for i := 0; i < 1200 && seen < 6; i++ { // up to 30 s on a loaded machine
 		seen = 0
 		ents, _ := os.ReadDir("/proc")
 		for _, e := range ents {

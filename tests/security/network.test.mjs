@@ -64,8 +64,9 @@ async function crossSession(args) {
 		// warm both (the first call builds), so the overlap below is about the dial only
 		await run(a, listenIn(port, 1));
 		await run(b, dial(`127.0.0.1:${port}`, 1));
-		const pa = run(a, listenIn(port, 15000));
-		const [, sb] = await run(b, dial(`127.0.0.1:${port}`, 12000));
+		// generous windows: a's listener must be up within b's dialling on a loaded machine
+		const pa = run(a, listenIn(port, 30000));
+		const [, sb] = await run(b, dial(`127.0.0.1:${port}`, 25000));
 		const [, sa] = await pa;
 		return [sa.result.value, sb.result.value];
 	} finally {
