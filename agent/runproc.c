@@ -492,11 +492,6 @@ int runproc_isolation_init(const struct runproc_isolation *cfg)
 	return -e;
 }
 
-/* runproc_isolated - see runproc.h */
-bool runproc_isolated(void)
-{
-	return iso.on;
-}
 
 /* drain - read what is available on one pipe; closes it at EOF */
 static int drain(int *fd, struct cap_buf *c, char *buf, size_t buflen)

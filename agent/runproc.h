@@ -59,8 +59,6 @@ struct runproc_isolation {
  * and runs with .isolate go without, as before. Call once, before any thread runs a child.
  */
 int runproc_isolation_init(const struct runproc_isolation *iso);
-/* runproc_isolated - did runproc_isolation_init succeed? */
-bool runproc_isolated(void);
 
 struct runproc_capture {
 	char *data;        /* NUL-terminated; may contain other NULs; never NULL after a run */
