@@ -121,6 +121,11 @@ void spawn_child_setup(pid_t parent, bool stdout_to_stderr);
 int sandbox_local_spawn(struct worker *w, const struct serve_config *cfg, const char *name,
 			char *err, size_t errlen);
 void sandbox_local_release(struct worker *w);
+/* sandbox_local_release_later - SIGKILL w's sandbox now and take it off w; reaping it and
+ * removing its cgroups and directory happen on a background thread at low priority */
+void sandbox_local_release_later(struct worker *w);
+/* sandbox_local_drain - wait until every release_later is done (in parallel when many) */
+void sandbox_local_drain(void);
 /* sandbox_local_reaped - a child exited: is it some worker's sandbox? then forget it */
 bool sandbox_local_reaped(struct worker *w, pid_t pid, int status);
 /* sandbox_local_answer - REQ_SANDBOX, checked by master/monitor.c: spawn (else release) */

@@ -28,73 +28,6 @@
 
 struct pool pool;
 
-/* Sandboxes of workers that ended, released by the main loop outside pool.mu: killing a jail,
- * removing its cgroups and its directory take long enough to stall every HTTP request. */
-static struct worker *to_release;
-static size_t nrelease, caprelease;
-
-/* release_later - take w's sandbox off its slot, to be released without the lock (under mu) */
-static void release_later(struct worker *w)
-{
-	if (!w->sandbox_dir[0] && w->sandbox_pid <= 0)
-		return;
-	if (nrelease == caprelease) {
-		caprelease = caprelease ? caprelease * 2 : 16;
-		struct worker *n = realloc(to_release, caprelease * sizeof(*n));
-		if (!n) {
-			sandbox_local_release(w); /* no memory: do it now */
-			return;
-		}
-		to_release = n;
-	}
-	to_release[nrelease++] = *w;
-	w->sandbox_pid = 0;
-	w->sandbox_lock = 0;
-	w->sandbox_dir[0] = '\0';
-	w->sandbox_name[0] = '\0';
-}
-
-struct release_job {
-	struct worker *batch;
-	size_t n, next;
-	pthread_mutex_t mu;
-};
-
-/* release_thread - take sandboxes off a shared batch until none is left */
-static void *release_thread(void *arg)
-{
-	struct release_job *j = arg;
-	for (;;) {
-		pthread_mutex_lock(&j->mu);
-		size_t i = j->next++;
-		pthread_mutex_unlock(&j->mu);
-		if (i >= j->n)
-			return NULL;
-		sandbox_local_release(&j->batch[i]);
-	}
-}
-
-/* release_now - what release_later queued (without mu); a big batch (a shutdown) in parallel */
-static void release_now(void)
-{
-	pthread_mutex_lock(&pool.mu);
-	struct release_job j = { .batch = to_release, .n = nrelease };
-	to_release = NULL;
-	nrelease = caprelease = 0;
-	pthread_mutex_unlock(&pool.mu);
-	pthread_mutex_init(&j.mu, NULL);
-	pthread_t t[8];
-	int nt = 0;
-	for (; j.n > 2 && nt < 8 && (size_t)nt < j.n / 2; nt++)
-		if (pthread_create(&t[nt], NULL, release_thread, &j) != 0)
-			break;
-	release_thread(&j);
-	for (int k = 0; k < nt; k++)
-		pthread_join(t[k], NULL);
-	pthread_mutex_destroy(&j.mu);
-	free(j.batch);
-}
-
 /* pool_wake - make the main loop look again (new slot to poll, a session to end) */
 void pool_wake(void)
 {
@@ -618,7 +551,7 @@ static void slot_died(int i, int status, const struct rusage *ru)
 			pthread_cond_broadcast(&p->cv);
 		}
 	s->w.pid = 0;
-	release_later(&s->w);
+	sandbox_local_release_later(&s->w);
 	spawn_stop(&s->w, 0); /* closes its channel */
 	s->state = SLOT_FREE;
 	s->quota_held = false;
@@ -722,7 +655,6 @@ void pool_loop(void)
 			pool_reap();
 		pool_timers();
 		pthread_mutex_unlock(&pool.mu);
-		release_now();
 		if (sig & SIG_TERM)
 			break;
 	}
@@ -769,14 +701,12 @@ void pool_shutdown(void)
 		struct slot *s = &pool.slots[i];
 		if (s->state == SLOT_FREE)
 			continue;
-		release_later(&s->w);
+		sandbox_local_release_later(&s->w);
 		spawn_stop(&s->w, 300);
 		s->state = SLOT_FREE;
 	}
 	pthread_mutex_unlock(&pool.mu);
-	release_now();
-	pthread_mutex_lock(&pool.mu);
-	pthread_mutex_unlock(&pool.mu);
+	sandbox_local_drain();
 	spawn_runtime_dir_remove(pool.rundir);
 	if (pool.acct && pool.acct != stderr)
 		fclose(pool.acct);

@@ -11,12 +11,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -24,6 +26,7 @@
 #include "ipc/fsutil.h"
 #include "master/master.h"
 #include "policy/jail.h"
+#include "policy/limits.h"
 
 /* after a failed removal of a released sandbox, the wait before the one retry */
 #define SANDBOX_RM_RETRY_MS 100
@@ -142,49 +145,178 @@ void sandbox_local_sweep(const char *root)
 	closedir(d);
 }
 
-/* sandbox_kill - stop the agent's whole process group */
-static void sandbox_kill(struct worker *w)
+/* ---- releasing: the signal now, the waiting and removing after ---- */
+
+/* What a release still has to do once the agent has been sent SIGKILL: reap it, remove its
+ * cgroups and (unless kept) its directory, drop its lock. Nothing here signals: the pid may
+ * have been reaped by the master's main loop meanwhile (wait4(-1)) and even reused. */
+struct sandbox_gone {
+	pid_t pid;
+	char name[64];
+	char dir[512];
+	bool keep;
+	int lock; /* descriptor + 1, or 0 */
+};
+
+/* sandbox_signal - SIGKILL the agent's whole process group; what is left to do goes to g */
+static void sandbox_signal(struct worker *w, struct sandbox_gone *g)
 {
 	if (w->sandbox_pid > 0) {
 		kill(-w->sandbox_pid, SIGKILL);
 		kill(w->sandbox_pid, SIGKILL);
-		waitpid(w->sandbox_pid, NULL, 0);
-		w->sandbox_pid = 0;
 	}
+	g->pid = w->sandbox_pid;
+	snprintf(g->name, sizeof(g->name), "%s", w->sandbox_name);
+	snprintf(g->dir, sizeof(g->dir), "%s", w->sandbox_dir);
+	g->keep = w->sandbox_keep;
+	g->lock = w->sandbox_lock;
+	w->sandbox_pid = 0;
+	w->sandbox_lock = 0;
+	w->sandbox_dir[0] = '\0';
+	w->sandbox_name[0] = '\0';
+}
+
+/* sandbox_finish - the slow part of a release: wait, remove cgroups and directory, unlock */
+static void sandbox_finish(struct sandbox_gone *g)
+{
+	if (g->pid > 0)
+		waitpid(g->pid, NULL, 0); /* ECHILD when the main loop reaped it first */
 	/* the jail's pid namespace empties a moment after its init dies */
-	for (int i = 0; w->sandbox_name[0] && i < 20; i++) {
-		jail_cgroup_remove(w->sandbox_name);
+	for (int i = 0; g->name[0] && i < 20; i++) {
+		jail_cgroup_remove(g->name);
 		char p[600];
-		snprintf(p, sizeof(p), "/sys/fs/cgroup/pids/kode-gopher/%s", w->sandbox_name);
+		snprintf(p, sizeof(p), "/sys/fs/cgroup/pids/kode-gopher/%s", g->name);
 		if (access(p, F_OK) != 0)
 			break;
 		usleep(5000);
 	}
-}
-
-/* sandbox_local_release - kill the worker's sandbox and remove it unless it is kept */
-void sandbox_local_release(struct worker *w)
-{
-	sandbox_kill(w);
-	if (w->sandbox_dir[0] && !w->sandbox_keep) {
-		int r = fs_rm_tree_at(AT_FDCWD, w->sandbox_dir);
+	if (g->dir[0] && !g->keep) {
+		int r = fs_rm_tree_at(AT_FDCWD, g->dir);
 		if (r != 0) {
 			/* the jail's last mounts may go a moment after its processes: once more */
 			usleep(SANDBOX_RM_RETRY_MS * 1000);
-			r = fs_rm_tree_at(AT_FDCWD, w->sandbox_dir);
+			r = fs_rm_tree_at(AT_FDCWD, g->dir);
 		}
 		if (r != 0)
 			log_error("sandbox %s could not be removed from %s: %s; remove it with "
-				  "`kode-gopher sandboxes rm %s`", w->sandbox_name, w->sandbox_dir,
-				  strerror(-r), w->sandbox_name);
+				  "`kode-gopher sandboxes rm %s`", g->name, g->dir, strerror(-r), g->name);
 		else
-			log_info("released sandbox %s", w->sandbox_name);
+			log_info("released sandbox %s", g->name);
 	}
-	if (w->sandbox_lock > 0)
-		close(w->sandbox_lock - 1);
-	w->sandbox_lock = 0;
-	w->sandbox_dir[0] = '\0';
-	w->sandbox_name[0] = '\0';
+	if (g->lock > 0)
+		close(g->lock - 1);
+}
+
+/* sandbox_local_release - kill the worker's sandbox and remove it unless it is kept; returns
+ * when all is done (stdio sessions, exec, a kept sandbox about to be attached again) */
+void sandbox_local_release(struct worker *w)
+{
+	struct sandbox_gone g;
+	sandbox_signal(w, &g);
+	sandbox_finish(&g);
+}
+
+/*
+ * Releases in the background (the shared server): killing a jail is a signal, but reaping it,
+ * removing its cgroups and deleting its directory (a fresh sandbox's cache layers already hold
+ * a thousand files) took 0.3-0.9 s, on the thread that routes every session's messages. So
+ * the master signals at once and a thread of its own, at a lower CPU priority than serving,
+ * does the rest; a sandbox's name is never reused meanwhile (fresh names are random; a kept one
+ * is released synchronously before it is attached again).
+ */
+static struct {
+	pthread_mutex_t mu;
+	pthread_cond_t work, idle;
+	struct sandbox_gone *q;
+	size_t n, cap;
+	int busy;      /* releases being finished */
+	int threads;   /* threads running */
+	bool draining; /* helpers may exit when the queue is empty */
+} bg = { .mu = PTHREAD_MUTEX_INITIALIZER, .work = PTHREAD_COND_INITIALIZER,
+	 .idle = PTHREAD_COND_INITIALIZER };
+
+/* bg_thread - finish queued releases; the first thread lives on, drain helpers do not */
+static void *bg_thread(void *arg)
+{
+	bool helper = arg != NULL;
+	/* serving comes first: nice applies to this thread alone (and to what it starts: nothing) */
+	if (setpriority(PRIO_PROCESS, (id_t)gettid(), SANDBOX_RELEASE_NICE) != 0)
+		log_debug("release thread: cannot lower its priority: %s", strerror(errno));
+	pthread_mutex_lock(&bg.mu);
+	for (;;) {
+		while (bg.n == 0 && !(helper && bg.draining))
+			pthread_cond_wait(&bg.work, &bg.mu);
+		if (bg.n == 0)
+			break;
+		struct sandbox_gone g = bg.q[--bg.n];
+		bg.busy++;
+		pthread_mutex_unlock(&bg.mu);
+		sandbox_finish(&g);
+		pthread_mutex_lock(&bg.mu);
+		bg.busy--;
+		if (bg.n == 0 && bg.busy == 0)
+			pthread_cond_broadcast(&bg.idle);
+	}
+	bg.threads--;
+	pthread_mutex_unlock(&bg.mu);
+	return NULL;
+}
+
+/* bg_start - one more thread (detached); false if none could be made */
+static bool bg_start(bool helper)
+{
+	pthread_t t;
+	pthread_attr_t a;
+	pthread_attr_init(&a);
+	pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+	bool ok = pthread_create(&t, &a, bg_thread, helper ? (void *)1 : NULL) == 0;
+	pthread_attr_destroy(&a);
+	if (ok)
+		bg.threads++;
+	return ok;
+}
+
+/* sandbox_local_release_later - see master.h */
+void sandbox_local_release_later(struct worker *w)
+{
+	if (!w->sandbox_dir[0] && w->sandbox_pid <= 0 && !w->sandbox_lock)
+		return;
+	struct sandbox_gone g;
+	sandbox_signal(w, &g);
+	pthread_mutex_lock(&bg.mu);
+	bool queued = false;
+	if (bg.n == bg.cap) {
+		size_t cap = bg.cap ? bg.cap * 2 : 16;
+		struct sandbox_gone *q = realloc(bg.q, cap * sizeof(*q));
+		if (q) {
+			bg.q = q;
+			bg.cap = cap;
+		}
+	}
+	if (bg.n < bg.cap && (bg.threads > 0 || bg_start(false))) {
+		bg.q[bg.n++] = g;
+		pthread_cond_signal(&bg.work);
+		queued = true;
+	}
+	pthread_mutex_unlock(&bg.mu);
+	if (!queued)
+		sandbox_finish(&g); /* no memory or no thread: do it here */
+}
+
+/* sandbox_local_drain - see master.h */
+void sandbox_local_drain(void)
+{
+	pthread_mutex_lock(&bg.mu);
+	/* a big batch (a shutdown): finish in parallel, each release mostly waits on the kernel */
+	bg.draining = true;
+	for (size_t k = 1; k < bg.n / 2 && k < SANDBOX_RELEASE_THREADS; k++)
+		if (!bg_start(true))
+			break;
+	pthread_cond_broadcast(&bg.work);
+	while (bg.n > 0 || bg.busy > 0)
+		pthread_cond_wait(&bg.idle, &bg.mu);
+	bg.draining = false;
+	pthread_mutex_unlock(&bg.mu);
 }
 
 /* sandbox_local_reaped - the agent died by itself: the worker finds out on its next request */
@@ -306,8 +438,6 @@ void sandbox_local_answer(struct worker *w, uint32_t seq, bool spawn, const stru
 	char err[256] = "", sock[600] = "";
 	bool ok = false;
 	if (spawn) {
-		/* a second spawn replaces a dead or stuck sandbox: the old one goes first */
-		sandbox_local_release(w);
 		/* --claim NAME: the first sandbox is that one, and if it dies it is tried once
 		 * more before the session carries on in a fresh one */
 		const char *want = NULL;
@@ -315,11 +445,17 @@ void sandbox_local_answer(struct worker *w, uint32_t seq, bool spawn, const stru
 			want = cfg->claim;
 			w->claim_attempts++;
 		}
+		/* a second spawn replaces a dead or stuck sandbox: the old one goes first, and
+		 * wholly before a kept one of the same name is locked again */
+		if (want && strcmp(want, w->sandbox_name) == 0)
+			sandbox_local_release(w);
+		else
+			sandbox_local_release_later(w);
 		ok = sandbox_local_spawn(w, cfg, want, err, sizeof(err)) == 0;
 		if (ok)
 			snprintf(sock, sizeof(sock), "%s/sock/agent.sock", w->sandbox_dir);
 	} else {
-		sandbox_local_release(w);
+		sandbox_local_release_later(w);
 		ok = true;
 	}
 	struct ipc_buf b;

@@ -20,4 +20,9 @@
 #define WORKER_LEAVE_LOCAL_MS 800
 #define WORKER_LEAVE_KUBE_MS 6000
 
+/* Released sandboxes are reaped and removed by a background thread of the master at this nice
+ * value (serving runs at 0); a shutdown drains them with up to this many threads. */
+#define SANDBOX_RELEASE_NICE 10
+#define SANDBOX_RELEASE_THREADS 8
+
 #endif
