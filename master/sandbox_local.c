@@ -239,8 +239,9 @@ static struct {
 static void *bg_thread(void *arg)
 {
 	bool helper = arg != NULL;
-	/* serving comes first: nice applies to this thread alone (and to what it starts: nothing) */
-	if (setpriority(PRIO_PROCESS, (id_t)gettid(), SANDBOX_RELEASE_NICE) != 0)
+	/* serving comes first: nice applies to this thread alone. Drain helpers (a shutdown,
+	 * nothing left to serve) keep the normal priority, or a loaded host would stall exit. */
+	if (!helper && setpriority(PRIO_PROCESS, (id_t)gettid(), SANDBOX_RELEASE_NICE) != 0)
 		log_debug("release thread: cannot lower its priority: %s", strerror(errno));
 	pthread_mutex_lock(&bg.mu);
 	for (;;) {
@@ -313,7 +314,15 @@ void sandbox_local_drain(void)
 		if (!bg_start(true))
 			break;
 	pthread_cond_broadcast(&bg.work);
-	while (bg.n > 0 || bg.busy > 0)
+	while (bg.n > 0) { /* this thread helps too */
+		struct sandbox_gone g = bg.q[--bg.n];
+		bg.busy++;
+		pthread_mutex_unlock(&bg.mu);
+		sandbox_finish(&g);
+		pthread_mutex_lock(&bg.mu);
+		bg.busy--;
+	}
+	while (bg.busy > 0)
 		pthread_cond_wait(&bg.idle, &bg.mu);
 	bg.draining = false;
 	pthread_mutex_unlock(&bg.mu);
