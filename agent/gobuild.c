@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "agent/diag.h"
@@ -122,6 +123,58 @@ static char **go_env(const struct gobuild_env *e, bool online)
 	return b.v;
 }
 
+/* write_all - write(2) until done */
+static int write_all(int fd, const char *p, size_t n)
+{
+	while (n) {
+		ssize_t w = write(fd, p, n);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0)
+			return -errno;
+		p += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+/*
+ * hold_trim - tell the go command its build cache was trimmed just now, before each command.
+ *
+ * At exit a go command trims GOCACHE when GOCACHE/trim.txt is more than a day old, removing
+ * every entry unused for five days by its mtime. In a sandbox GOCACHE is this session's overlay
+ * on the base cache (`make runtime`, often days old): a trim there deletes the base's entries
+ * from the session's view (whiteouts in the upper layer) and the next build starts from
+ * nothing. Trimming the base is the operator's business (make runtime), never a session's.
+ * Written under a temporary name and renamed: a rename replaces a base-only trim.txt without
+ * copying it up, which the kernel refuses for a root-owned base in the sandbox's user namespace.
+ */
+static void hold_trim(const struct gobuild_env *e)
+{
+	if (!e->gocache || !*e->gocache)
+		return;
+	char path[PATH_MAX], tmp[PATH_MAX], now[24];
+	if (pathf(path, sizeof(path), "%s/trim.txt", e->gocache) != 0 ||
+	    pathf(tmp, sizeof(tmp), "%s/.trim.txt.kg%d", e->gocache, (int)getpid()) != 0)
+		return;
+	int n = snprintf(now, sizeof(now), "%lld", (long long)time(NULL));
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+	int r = fd < 0 ? -errno : write_all(fd, now, (size_t)n);
+	if (fd >= 0 && close(fd) != 0 && r == 0)
+		r = -errno;
+	if (r == 0 && rename(tmp, path) != 0)
+		r = -errno;
+	if (r != 0) {
+		if (fd >= 0)
+			unlink(tmp);
+		static bool said;
+		if (!said)
+			log_warn("cannot hold off the go command's trim of %s, so it may trim the base "
+				 "cache's entries from this sandbox's view: %s", e->gocache, strerror(-r));
+		said = true;
+	}
+}
+
 /* run_go - one go command in dir with the standard limits */
 static int run_go(const struct gobuild_env *e, bool online, const char *dir,
 		  const char *const *argv, int timeout_ms, size_t cap, bool merge,
@@ -130,6 +183,7 @@ static int run_go(const struct gobuild_env *e, bool online, const char *dir,
 	char **env = go_env(e, online);
 	if (!env)
 		return -ENOMEM;
+	hold_trim(e);
 	struct runproc_opts o = {
 		.argv = argv,
 		.envp = (const char *const *)env,
@@ -190,21 +244,6 @@ static int read_at(int dirfd, const char *name, size_t max, char **data, size_t 
 	int rc = fs_read_fd(fd, max, data, len);
 	close(fd);
 	return rc;
-}
-
-/* write_all - write(2) until done */
-static int write_all(int fd, const char *p, size_t n)
-{
-	while (n) {
-		ssize_t w = write(fd, p, n);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w < 0)
-			return -errno;
-		p += w;
-		n -= (size_t)w;
-	}
-	return 0;
 }
 
 /* write_at - create name below dirfd; excl refuses an existing name, otherwise the file is

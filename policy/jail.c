@@ -39,7 +39,6 @@
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "ipc/fsutil.h"
@@ -408,16 +407,7 @@ static void jail_fs(const struct jail_opts *o)
 	overlay(p, o->dir, "gomod", p);
 	snprintf(p, sizeof(p), "%s/gocache", o->runtime);
 	overlay(p, o->dir, "gocache", p);
-	/* go trims cache entries unused for 5 days, judged by trim.txt: in a fresh layer over an
-	 * older base that would delete most of the base. Say a trim just happened. */
-	char trim[PATH_MAX + 16], now[32];
-	snprintf(trim, sizeof(trim), "%s/trim.txt", at(p));
-	snprintf(now, sizeof(now), "%lld\n", (long long)time(NULL));
-	FILE *tf = fopen(trim, "w");
-	if (tf) {
-		fputs(now, tf);
-		fclose(tf);
-	}
+	/* the agent keeps the go command from trimming the base's entries (agent/gobuild.c) */
 
 	/* the session's own directories */
 	static const struct { const char *sub, *target; } rw[] = {
