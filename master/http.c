@@ -686,6 +686,7 @@ static enum MHD_Result post_initialize(struct MHD_Connection *c, struct req *rq,
 				 pool_unavailable() ? 0 : ra);
 	}
 	struct slot *s = &pool.slots[i];
+	spawn_prestart_done(&s->w);
 	spawn_random_hex(s->w.session, SESSION_ID_HEX / 2);
 	snprintf(s->user, sizeof(s->user), "%s", user); /* "local" with --auth none */
 	snprintf(s->peer, sizeof(s->peer), "%s", peer);

@@ -111,6 +111,7 @@ void spawn_runtime_dir_remove(const char *dir);
 int spawn_worker(struct worker *w, const struct serve_config *cfg, const char *runtime_dir,
 		 unsigned n, const char *session);
 int spawn_send(struct worker *w, struct ipc_buf *b);
+void spawn_prestart_done(const struct worker *w);
 void spawn_stop(struct worker *w, int grace_ms);
 const char *spawn_describe_status(int status, char *buf, size_t cap);
 double spawn_now(void);

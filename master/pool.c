@@ -125,18 +125,24 @@ int pool_init(const struct serve_config *cfg)
 	return 0;
 }
 
-/* slot_spawn - start a worker ahead of need */
+/* slot_spawn - start a worker ahead of need (under mu, which it drops around the fork: only
+ * the main loop acts on a starting slot, so HTTP threads keep serving meanwhile) */
 static void slot_spawn(int i)
 {
 	struct slot *s = &pool.slots[i];
 	memset(s, 0, sizeof(*s));
-	if (spawn_worker(&s->w, pool.cfg, pool.rundir, ++pool.nspawned, "-") != 0) {
+	s->state = SLOT_STARTING;
+	s->w.recv_fd = -1;
+	unsigned n = ++pool.nspawned;
+	pthread_mutex_unlock(&pool.mu);
+	int r = spawn_worker(&s->w, pool.cfg, pool.rundir, n, "-");
+	pthread_mutex_lock(&pool.mu);
+	if (r != 0) {
 		log_error("cannot start a worker; trying again later");
 		spawn_start_failed(&pool.throttle);
 		s->state = SLOT_FREE;
 		return;
 	}
-	s->state = SLOT_STARTING;
 	s->opened = spawn_now();
 }
 

@@ -283,6 +283,7 @@ void sandbox_local_release_later(struct worker *w)
 	if (!w->sandbox_dir[0] && w->sandbox_pid <= 0 && !w->sandbox_lock)
 		return;
 	struct sandbox_gone g;
+	log_info("releasing sandbox %s of session %.8s…", w->sandbox_name, w->session);
 	sandbox_signal(w, &g);
 	pthread_mutex_lock(&bg.mu);
 	bool queued = false;

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -237,6 +238,10 @@ int spawn_worker(struct worker *w, const struct serve_config *cfg, const char *r
 	if (pid == 0) {
 		/* child: only async-signal-safe calls until exec */
 		spawn_child_setup(parent, false);
+		/* a worker started ahead of need yields to serving while it starts; root can give
+		 * the priority back when a session takes it (spawn_prestart_done), others could not */
+		if (strcmp(session, "-") == 0 && geteuid() == 0)
+			setpriority(PRIO_PROCESS, 0, WORKER_PRESTART_NICE);
 		char *argv[64] = { "kode-gopher", "worker", "--ipc", url, "--session", (char *)session,
 				   "--log-level", level, "--seccomp", (char *)cfg->seccomp,
 				   "--timeout", tmo, "--max-timeout", maxtmo, NULL };
@@ -272,6 +277,26 @@ int spawn_worker(struct worker *w, const struct serve_config *cfg, const char *r
 	w->started = spawn_now();
 	log_info("started worker pid %d for session %.8s…", (int)pid, session);
 	return 0;
+}
+
+/* spawn_prestart_done - a session took this pre-started worker: every thread of it back to
+ * the normal priority (nice is per thread on Linux; twice, for a thread born meanwhile) */
+void spawn_prestart_done(const struct worker *w)
+{
+	if (w->pid <= 0 || geteuid() != 0)
+		return;
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)w->pid);
+	for (int pass = 0; pass < 2; pass++) {
+		DIR *d = opendir(path);
+		if (!d)
+			return;
+		struct dirent *e;
+		while ((e = readdir(d)) != NULL)
+			if (e->d_name[0] != '.')
+				setpriority(PRIO_PROCESS, (id_t)atoi(e->d_name), 0);
+		closedir(d);
+	}
 }
 
 /* spawn_send - send to a worker; a failure means the worker is gone. A queue full of messages

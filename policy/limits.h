@@ -25,4 +25,8 @@
 #define SANDBOX_RELEASE_NICE 10
 #define SANDBOX_RELEASE_THREADS 8
 
+/* Workers started ahead of need (the shared server's warm pool) run their start-up at this nice
+ * value, as root, and get 0 back when a session takes them. */
+#define WORKER_PRESTART_NICE 10
+
 #endif
