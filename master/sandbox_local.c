@@ -235,6 +235,19 @@ static struct {
 } bg = { .mu = PTHREAD_MUTEX_INITIALIZER, .work = PTHREAD_COND_INITIALIZER,
 	 .idle = PTHREAD_COND_INITIALIZER };
 
+/* bg_finish_one - take one queued release and finish it without the lock (under bg.mu) */
+static void bg_finish_one(void)
+{
+	struct sandbox_gone g = bg.q[--bg.n];
+	bg.busy++;
+	pthread_mutex_unlock(&bg.mu);
+	sandbox_finish(&g);
+	pthread_mutex_lock(&bg.mu);
+	bg.busy--;
+	if (bg.n == 0 && bg.busy == 0)
+		pthread_cond_broadcast(&bg.idle);
+}
+
 /* bg_thread - finish queued releases; the first thread lives on, drain helpers do not */
 static void *bg_thread(void *arg)
 {
@@ -249,14 +262,7 @@ static void *bg_thread(void *arg)
 			pthread_cond_wait(&bg.work, &bg.mu);
 		if (bg.n == 0)
 			break;
-		struct sandbox_gone g = bg.q[--bg.n];
-		bg.busy++;
-		pthread_mutex_unlock(&bg.mu);
-		sandbox_finish(&g);
-		pthread_mutex_lock(&bg.mu);
-		bg.busy--;
-		if (bg.n == 0 && bg.busy == 0)
-			pthread_cond_broadcast(&bg.idle);
+		bg_finish_one();
 	}
 	bg.threads--;
 	pthread_mutex_unlock(&bg.mu);
@@ -315,14 +321,8 @@ void sandbox_local_drain(void)
 		if (!bg_start(true))
 			break;
 	pthread_cond_broadcast(&bg.work);
-	while (bg.n > 0) { /* this thread helps too */
-		struct sandbox_gone g = bg.q[--bg.n];
-		bg.busy++;
-		pthread_mutex_unlock(&bg.mu);
-		sandbox_finish(&g);
-		pthread_mutex_lock(&bg.mu);
-		bg.busy--;
-	}
+	while (bg.n > 0) /* this thread helps too */
+		bg_finish_one();
 	while (bg.busy > 0)
 		pthread_cond_wait(&bg.idle, &bg.mu);
 	bg.draining = false;
