@@ -21,10 +21,11 @@ VERSION  := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 CFLAGS_BASE := -std=gnu11 -Wall -Wextra -Werror -D_GNU_SOURCE -I. \
 	-DKG_VERSION='"$(VERSION)"' -DKG_RUNTIME_DIR='"$(RUNTIME_DIR)"'
 CFLAGS   ?= -O2 -g
-LIBS     := -lnng -lmsgpackc -lcurl -ljansson -lseccomp -lmicrohttpd -lcrypto -lyaml -lpthread
+include sources.mk
+LIBS     := $(KG_LIBS)
 
-SRC      := $(sort $(wildcard ipc/*.c policy/*.c agent/*.c worker/*.c master/*.c))
-ASM      := $(sort $(wildcard runtime/*.S))
+SRC      := $(KG_SRC)
+ASM      := $(KG_ASM)
 LIB_SRC  := $(filter-out master/main.c,$(SRC))
 OBJ      := $(SRC:%.c=$(BUILD)/%.o) $(ASM:%.S=$(BUILD)/%.o)
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(ASM:%.S=$(BUILD)/%.o)

@@ -15,6 +15,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "lib/secret.h"
+
 #define MD_PREFIX "/computeMetadata/v1/"
 
 static const char md_text[] = "application/text";
@@ -48,15 +50,6 @@ static char *md_field(json_t *o, const char *key, size_t max, bool *bad)
 	if (!s)
 		*bad = true;
 	return s;
-}
-
-/* md_free_secret - wipe and free a string that may be a token */
-static void md_free_secret(char *s)
-{
-	if (s) {
-		OPENSSL_cleanse(s, strlen(s));
-		free(s);
-	}
 }
 
 /* md_cmp - qsort comparator for strings */
@@ -130,7 +123,7 @@ void metadata_view_free(struct metadata_view *v)
 	free(v->scopes_key);
 	for (size_t i = 0; i < v->ntokens; i++) {
 		free(v->tokens[i].scopes);
-		md_free_secret(v->tokens[i].access_token);
+		secret_free(v->tokens[i].access_token);
 	}
 	memset(v, 0, sizeof(*v));
 }
@@ -155,13 +148,13 @@ int metadata_view_add_token(struct metadata_view *v, const char *scopes_key,
 	char *k = strdup(scopes_key), *t = strdup(access_token);
 	if (!k || !t) {
 		free(k);
-		md_free_secret(t);
+		secret_free(t);
 		return -ENOMEM;
 	}
 	struct metadata_token *mt = &v->tokens[slot];
 	if (slot < v->ntokens) {
 		free(mt->scopes);
-		md_free_secret(mt->access_token);
+		secret_free(mt->access_token);
 	} else {
 		v->ntokens++;
 	}

@@ -19,7 +19,6 @@
 #include <errno.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
-#include <openssl/crypto.h>
 #include <openssl/rand.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -31,6 +30,8 @@
 #include <unistd.h>
 
 #include "ipc/log.h"
+#include "lib/mono.h"
+#include "lib/secret.h"
 
 #define MS_CONN_LIMIT     32
 #define MS_CONN_TIMEOUT_S 60
@@ -61,29 +62,12 @@ struct metadata_server {
 	struct ms_pending pending[METADATA_MAX_PENDING];
 };
 
-/* ms_now - CLOCK_MONOTONIC seconds */
-static double ms_now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-/* ms_free_secret - wipe and free */
-static void ms_free_secret(char *s)
-{
-	if (s) {
-		OPENSSL_cleanse(s, strlen(s));
-		free(s);
-	}
-}
-
 /* ms_pending_clear - forget one settled request */
 static void ms_pending_clear(struct ms_pending *p)
 {
 	free(p->key);
 	free(p->error);
-	ms_free_secret(p->id_token);
+	secret_free(p->id_token);
 	memset(p, 0, sizeof(*p));
 }
 
@@ -224,9 +208,7 @@ static struct ms_pending *ms_fetch(struct metadata_server *s, const struct metad
 		s->ev(s->ev_ctx, ev);
 	}
 	p->waiters++;
-	struct timespec until;
-	clock_gettime(CLOCK_MONOTONIC, &until);
-	until.tv_sec += METADATA_FETCH_TIMEOUT_MS / 1000;
+	struct timespec until = mono_after(METADATA_FETCH_TIMEOUT_MS);
 	while (!p->done && s->live)
 		if (pthread_cond_timedwait(&s->cv, &s->mu, &until) == ETIMEDOUT)
 			break;
@@ -277,7 +259,7 @@ static enum MHD_Result ms_access(void *cls, struct MHD_Connection *c, const char
 		pthread_mutex_unlock(&s->mu);
 		return ms_send_text(c, 503, "The program's run has ended.\n");
 	}
-	int rc = metadata_answer(&s->view, &rq, ms_now(), METADATA_MIN_LIFETIME, &r);
+	int rc = metadata_answer(&s->view, &rq, mono_s(), METADATA_MIN_LIFETIME, &r);
 	if (rc < 0) {
 		pthread_mutex_unlock(&s->mu);
 		return ms_send_text(c, 503, "Out of memory.\n");
@@ -308,13 +290,13 @@ static enum MHD_Result ms_access(void *cls, struct MHD_Connection *c, const char
 		pthread_mutex_unlock(&s->mu);
 		ret = tok ? ms_send(c, 200, "application/text", tok, strlen(tok))
 			  : ms_send_text(c, 503, "Out of memory.\n");
-		ms_free_secret(tok);
+		secret_free(tok);
 	} else {
 		/* the token is in the view now; answer as if it had been there, taking it however
 		 * short its life (a source may have nothing fresher) */
 		ms_release(p);
 		struct metadata_response again;
-		rc = metadata_answer(&s->view, &rq, ms_now(), 1, &again);
+		rc = metadata_answer(&s->view, &rq, mono_s(), 1, &again);
 		pthread_mutex_unlock(&s->mu);
 		if (rc < 0)
 			ret = ms_send_text(c, 503, "Out of memory.\n");
@@ -482,7 +464,7 @@ int metadata_server_deliver(struct metadata_server *s, json_t *answer, char *err
 		    json_integer_value(jexp) > 86400 * 7 ||
 		    metadata_view_add_token(&s->view, p->key, json_string_value(jat),
 					    json_string_value(json_object_get(answer, "token_type")),
-					    ms_now() + (double)json_integer_value(jexp)) < 0) {
+					    mono_s() + (double)json_integer_value(jexp)) < 0) {
 			snprintf(err, errlen, "an access token answer needs access_token (visible "
 				 "ASCII) and a positive expires_in");
 			rc = -EINVAL;

@@ -329,7 +329,7 @@ struct timings {
 static json_t *finish(json_t *o, const char *phase, const char *mode, struct timings *t,
 		      const struct timespec *t0)
 {
-	t->total_ms = runproc_elapsed_ms(t0);
+	t->total_ms = mono_since_ms(t0);
 	json_object_set_new(o, "phase", json_string(phase));
 	json_object_set_new(o, "mode", mode ? json_string(mode) : json_null());
 	json_object_set_new(o, "build_ms", json_integer(t->tidy_ms + t->build_ms));
@@ -784,11 +784,8 @@ static int pl_creds_begin(const struct pipeline_config *cfg, const struct pl_cfg
 			snprintf(err, errlen, "this agent has no metadata-server emulator");
 			return -ENOTSUP;
 		}
-		struct timespec now;
-		clock_gettime(CLOCK_MONOTONIC, &now);
 		struct metadata_view v;
-		int rc = metadata_view_from_json(creds, (double)now.tv_sec + (double)now.tv_nsec / 1e9,
-						 &v, err, errlen);
+		int rc = metadata_view_from_json(creds, mono_s(), &v, err, errlen);
 		if (rc < 0)
 			return rc;
 		char host[64];
@@ -1012,7 +1009,7 @@ json_t *pipeline_execute(const struct pipeline_config *cfg, json_t *req,
 	rc = pl_wipe_app(c.app_dir);
 	if (rc < 0)
 		return internal_result("%s could not be prepared: %s", c.app_dir, strerror(-rc));
-	long wipe_ms = runproc_elapsed_ms(&ts);
+	long wipe_ms = mono_since_ms(&ts);
 
 	/* 2. normalize */
 	progress_say(progress, ctx, "normalize", "checking the files");
@@ -1031,7 +1028,7 @@ json_t *pipeline_execute(const struct pipeline_config *cfg, json_t *req,
 	if (rc == 0)
 		rc = normalize(in, nin, &nr, err, sizeof(err));
 	free(in);
-	tm.normalize_ms = runproc_elapsed_ms(&ts);
+	tm.normalize_ms = mono_since_ms(&ts);
 	if (rc < 0) {
 		json_object_set_new(o, "result", kind_msg("normalize_error",
 							  rc == -ENOMEM ? "out of memory" : err));
@@ -1083,7 +1080,7 @@ json_t *pipeline_execute(const struct pipeline_config *cfg, json_t *req,
 		o = internal_result("go.mod could not be written: %s", strerror(-rc));
 		goto out;
 	}
-	tm.write_ms = wipe_ms + runproc_elapsed_ms(&ts);
+	tm.write_ms = wipe_ms + mono_since_ms(&ts);
 
 	/* 4. the binary cache */
 	if ((rc = gobuild_cache_key(nr.files, nr.nfiles, &mf, goversion, hex)) < 0) {
@@ -1104,7 +1101,7 @@ json_t *pipeline_execute(const struct pipeline_config *cfg, json_t *req,
 							     : "go build");
 		clock_gettime(CLOCK_MONOTONIC, &ts);
 		rc = gobuild_build(&c.env, c.app_dir, c.state_dir, hex, &br, &built);
-		tm.build_ms += runproc_elapsed_ms(&ts);
+		tm.build_ms += mono_since_ms(&ts);
 		if (rc < 0) {
 			json_decref(o);
 			o = internal_result("go build could not be started: %s", strerror(-rc));
@@ -1124,7 +1121,7 @@ json_t *pipeline_execute(const struct pipeline_config *cfg, json_t *req,
 		clock_gettime(CLOCK_MONOTONIC, &ts);
 		char *why = NULL, *tlog = NULL;
 		rc = gobuild_resolve(&c.env, c.app_dir, pkgs, npkgs, &why, &tlog);
-		tm.tidy_ms += runproc_elapsed_ms(&ts);
+		tm.tidy_ms += mono_since_ms(&ts);
 		if (tlog) {
 			size_t tl = 0;
 			char *clean = diag_clean_output(tlog, strlen(tlog), c.app_dir, &tl);
@@ -1219,7 +1216,7 @@ json_t *pipeline_execute(const struct pipeline_config *cfg, json_t *req,
 	struct runproc_result rr;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	rc = runproc_run(&ro, &rr);
-	tm.run_ms = runproc_elapsed_ms(&ts);
+	tm.run_ms = mono_since_ms(&ts);
 	pl_creds_end(cfg, &pcr);
 	if (rc < 0) {
 		json_decref(o);

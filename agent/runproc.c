@@ -54,14 +54,6 @@ struct cap_buf {
 	uint64_t total;
 };
 
-/* runproc_elapsed_ms - milliseconds on the monotonic clock since *start */
-long runproc_elapsed_ms(const struct timespec *start)
-{
-	struct timespec now;
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	return (long)(now.tv_sec - start->tv_sec) * 1000 + (now.tv_nsec - start->tv_nsec) / 1000000;
-}
-
 /* runproc_signame - "SIGKILL" for SIGKILL, "SIG<n>" for a number without a name; thread-safe */
 const char *runproc_signame(int sig)
 {
@@ -595,7 +587,7 @@ int runproc_run(const struct runproc_opts *o, struct runproc_result *r)
 	rc = 0;
 
 	while (!exited || outp[0] >= 0 || errp[0] >= 0) {
-		long now = runproc_elapsed_ms(&start);
+		long now = mono_since_ms(&start);
 		long wait_ms = -1;
 		if (!exited) {
 			if (stage == 0 && deadline >= 0)
@@ -648,13 +640,13 @@ int runproc_run(const struct runproc_opts *o, struct runproc_result *r)
 				kill(-pid, SIGKILL);
 				while (wait4(pid, &status, 0, &ru) < 0 && errno == EINTR)
 					;
-				r->wall_ms = runproc_elapsed_ms(&start);
+				r->wall_ms = mono_since_ms(&start);
 				exited = true;
 				drain_until = r->wall_ms + RUNPROC_DRAIN_MS;
 				continue;
 			}
 		}
-		now = runproc_elapsed_ms(&start);
+		now = mono_since_ms(&start);
 		if (!exited && stage == 0 && deadline >= 0 && now >= deadline) {
 			r->timed_out = true;
 			if (o->term_signal > 0)
@@ -679,7 +671,7 @@ int runproc_run(const struct runproc_opts *o, struct runproc_result *r)
 		kill(-pid, SIGKILL);
 		while (wait4(pid, &status, 0, &ru) < 0 && errno == EINTR)
 			;
-		r->wall_ms = runproc_elapsed_ms(&start);
+		r->wall_ms = mono_since_ms(&start);
 	}
 	if (pidfd >= 0)
 		close(pidfd);

@@ -14,6 +14,8 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "lib/mono.h" /* mono_since_ms for the durations callers time */
+
 struct sock_fprog;
 
 struct runproc_opts {
@@ -88,7 +90,5 @@ void runproc_result_free(struct runproc_result *r);
 /* runproc_signame - "SIGKILL" for SIGKILL, "SIG<n>" for a number without a name; thread-safe */
 const char *runproc_signame(int sig);
 
-/* runproc_elapsed_ms - milliseconds on the monotonic clock since *start */
-long runproc_elapsed_ms(const struct timespec *start);
 
 #endif

@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "ipc/log.h"
+#include "lib/mono.h"
 
 #define SRV_STREAM_BLOCK     (64 * 1024)
 #define SRV_PROGRESS_QUEUE   (4u * 1024 * 1024) /* queued progress bytes before we drop some */
@@ -100,20 +101,6 @@ struct srv_req {
 	char *body;
 	size_t len, cap;
 };
-
-/* srv_now_plus - CLOCK_MONOTONIC now + ms, for condvar deadlines */
-static struct timespec srv_now_plus(int ms)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	t.tv_sec += ms / 1000;
-	t.tv_nsec += (long)(ms % 1000) * 1000000L;
-	if (t.tv_nsec >= 1000000000L) {
-		t.tv_sec++;
-		t.tv_nsec -= 1000000000L;
-	}
-	return t;
-}
 
 /* srv_before - a < b for monotonic timespecs */
 static bool srv_before(const struct timespec *a, const struct timespec *b)
@@ -296,7 +283,7 @@ static void *srv_job_run(void *arg)
 {
 	struct srv_job *job = arg;
 	struct agent_server *s = job->srv;
-	struct timespec t0, t1;
+	struct timespec t0;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 
 	json_t *res = s->h.execute(s->h.ctx, job->req, srv_job_progress, job);
@@ -317,8 +304,7 @@ static void *srv_job_run(void *arg)
 		srv_job_push(job, ev, false);
 	}
 
-	clock_gettime(CLOCK_MONOTONIC, &t1);
-	long ms = (t1.tv_sec - t0.tv_sec) * 1000L + (t1.tv_nsec - t0.tv_nsec) / 1000000L;
+	long ms = mono_since_ms(&t0);
 	pthread_mutex_lock(&job->mu);
 	job->done = true;
 	bool abandoned = job->abandoned;
@@ -353,7 +339,7 @@ static ssize_t srv_stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 					job->progress_bytes -= l->len;
 				free(l);
 			}
-			job->next_beat = srv_now_plus(job->srv->heartbeat_ms);
+			job->next_beat = mono_after(job->srv->heartbeat_ms);
 			pthread_mutex_unlock(&job->mu);
 			return (ssize_t)n;
 		}
@@ -366,12 +352,12 @@ static ssize_t srv_stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 			/* no terminating chunk: the client must see an interrupted call */
 			return MHD_CONTENT_READER_END_WITH_ERROR;
 		}
-		struct timespec poll = srv_now_plus(SRV_POLL_MS);
+		struct timespec poll = mono_after(SRV_POLL_MS);
 		if (!srv_before(&job->next_beat, &poll)) {
 			pthread_cond_timedwait(&job->cv, &job->mu, &poll);
 			continue;
 		}
-		struct timespec now = srv_now_plus(0);
+		struct timespec now = mono_after(0);
 		if (srv_before(&now, &job->next_beat)) {
 			pthread_cond_timedwait(&job->cv, &job->mu, &job->next_beat);
 			continue;
@@ -679,7 +665,7 @@ static enum MHD_Result srv_execute(struct agent_server *s, struct MHD_Connection
 	job->srv = s;
 	job->req = req;
 	job->refs = 2; /* the thread and the response */
-	job->next_beat = srv_now_plus(s->heartbeat_ms);
+	job->next_beat = mono_after(s->heartbeat_ms);
 
 	struct MHD_Response *resp = MHD_create_response_from_callback(
 		MHD_SIZE_UNKNOWN, SRV_STREAM_BLOCK, srv_stream_read, job, srv_stream_free);

@@ -368,7 +368,7 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *out, size_t max)
 			x->last = true;
 			if (p->alen)
 				sse_event(x, p->answer, p->alen);
-		} else if (p->gone || spawn_now() > x->deadline) {
+		} else if (p->gone || mono_s() > x->deadline) {
 			char *b = p->gone ? gone_answer(p) : rpc_error(p->id, -32603, "timed out waiting for the worker");
 			x->last = true;
 			if (b)
@@ -395,8 +395,8 @@ static void sse_free(void *cls)
 static enum MHD_Result answer_pending(struct MHD_Connection *c, struct pending *p, bool sse_ok,
 				      const char *origin, const char *sid)
 {
-	double deadline = spawn_now() + HTTP_WAIT_S;
-	while (!p->done && !p->gone && !(p->accepted && sse_ok) && spawn_now() < deadline)
+	double deadline = mono_s() + HTTP_WAIT_S;
+	while (!p->done && !p->gone && !(p->accepted && sse_ok) && mono_s() < deadline)
 		wait_on(p, 1);
 	if (!p->done && !p->gone && p->accepted && sse_ok) {
 		struct sse *x = calloc(1, sizeof(*x));
@@ -570,7 +570,7 @@ static void body_plan(struct MHD_Connection *c, const char *url, const char *met
 /* retry_after - seconds until an open session's idle timeout frees a worker (under mu) */
 static int retry_after(void)
 {
-	double now = spawn_now(), best = HTTP_RETRY_AFTER_MAX_S;
+	double now = mono_s(), best = HTTP_RETRY_AFTER_MAX_S;
 	for (int i = 0; i < pool.nslots; i++) {
 		const struct slot *s = &pool.slots[i];
 		if (s->state == SLOT_ENDING || s->state == SLOT_STARTING)
@@ -601,7 +601,7 @@ static bool worker_coming(void)
  * sessions of that user (by_user) or peer address; NULL: any. True if one was ended. */
 static bool evict_unused(const char *key, bool by_user)
 {
-	double now = spawn_now(), min_idle = pool.cfg->unused_session_timeout_s / 4.0;
+	double now = mono_s(), min_idle = pool.cfg->unused_session_timeout_s / 4.0;
 	if (min_idle > HTTP_EVICT_MIN_IDLE_S)
 		min_idle = HTTP_EVICT_MIN_IDLE_S;
 	int best = -1;
@@ -670,8 +670,8 @@ static enum MHD_Result post_initialize(struct MHD_Connection *c, struct req *rq,
 	int i = -1;
 	if (!worker_coming())
 		evict_unused(NULL, false);
-	for (double until = spawn_now() + HTTP_WORKER_WAIT_S; i < 0 && worker_coming() &&
-	     !pool_unavailable() && !pool.stopping && spawn_now() < until;)
+	for (double until = mono_s() + HTTP_WORKER_WAIT_S; i < 0 && worker_coming() &&
+	     !pool_unavailable() && !pool.stopping && mono_s() < until;)
 		i = pool_take_idle(0.25);
 	if (i < 0) {
 		int ra = retry_after();
@@ -690,7 +690,7 @@ static enum MHD_Result post_initialize(struct MHD_Connection *c, struct req *rq,
 	spawn_random_hex(s->w.session, SESSION_ID_HEX / 2);
 	snprintf(s->user, sizeof(s->user), "%s", user); /* "local" with --auth none */
 	snprintf(s->peer, sizeof(s->peer), "%s", peer);
-	s->opened = spawn_now();
+	s->opened = mono_s();
 	struct ipc_buf b;
 	if (ipc_pack_note_assign(&b, 0, s->w.session, s->user) == 0)
 		spawn_send(&s->w, &b);
@@ -701,8 +701,8 @@ static enum MHD_Result post_initialize(struct MHD_Connection *c, struct req *rq,
 		return reply_rpc(c, MHD_HTTP_INTERNAL_SERVER_ERROR, request_id(rq), -32603,
 				 "The worker for this session is gone; try again.", origin, 0);
 	}
-	double deadline = spawn_now() + 60;
-	while (!p->done && !p->gone && spawn_now() < deadline)
+	double deadline = mono_s() + 60;
+	while (!p->done && !p->gone && mono_s() < deadline)
 		wait_on(p, 1);
 	if (p->done && s->initialized && s->state == SLOT_OPENING) {
 		char sid[SESSION_ID_HEX + 1];

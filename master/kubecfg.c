@@ -478,12 +478,10 @@ static char *kc_exec_run(char *err, size_t errlen)
 	}
 	size_t cap = 0;
 	bool timed_out = false, too_big = false;
-	struct timespec t0, now;
+	struct timespec t0;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (;;) {
-		clock_gettime(CLOCK_MONOTONIC, &now);
-		long left = KC_EXEC_TIMEOUT_S * 1000L - ((now.tv_sec - t0.tv_sec) * 1000L +
-							  (now.tv_nsec - t0.tv_nsec) / 1000000);
+		long left = KC_EXEC_TIMEOUT_S * 1000L - mono_since_ms(&t0);
 		struct pollfd pf = { .fd = out[0], .events = POLLIN };
 		if (left <= 0 || poll(&pf, 1, (int)left) == 0) {
 			timed_out = true;

@@ -12,6 +12,7 @@
 
 #include "ipc/chan.h"
 #include "ipc/log.h"
+#include "lib/mono.h"
 
 #define SESSION_ID_HEX 32 /* 128 random bits */
 
@@ -114,7 +115,6 @@ int spawn_send(struct worker *w, struct ipc_buf *b);
 void spawn_prestart_done(const struct worker *w);
 void spawn_stop(struct worker *w, int grace_ms);
 const char *spawn_describe_status(int status, char *buf, size_t cap);
-double spawn_now(void);
 void spawn_random_hex(char *out, size_t nbytes);
 void spawn_child_setup(pid_t parent, bool stdout_to_stderr);
 

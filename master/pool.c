@@ -143,7 +143,7 @@ static void slot_spawn(int i)
 		s->state = SLOT_FREE;
 		return;
 	}
-	s->opened = spawn_now();
+	s->opened = mono_s();
 }
 
 /* pool_avail - keep min-idle workers ready, within max-workers, unless throttled */
@@ -169,7 +169,7 @@ static void pool_avail(void)
 /* pool_take_idle - an idle worker for a new session, waiting up to wait_s (under mu) */
 int pool_take_idle(double wait_s)
 {
-	double until = spawn_now() + wait_s;
+	double until = mono_s() + wait_s;
 	for (;;) {
 		if (pool.throttle.stopped[0])
 			return -1; /* no worker will come: pool_unavailable says why */
@@ -179,7 +179,7 @@ int pool_take_idle(double wait_s)
 				pool_wake(); /* start a replacement */
 				return i;
 			}
-		double left = until - spawn_now();
+		double left = until - mono_s();
 		if (left <= 0 || pool.stopping)
 			return -1;
 		pool.waiting++;
@@ -224,7 +224,7 @@ void pool_end_session(int i, const char *reason)
 		acct_write(json_pack("{s:s, s:s, s:s, s:i, s:i, s:f, s:s}", "event", "session_end",
 				     "user", s->user, "session", acct_session(s, sid, sizeof(sid)),
 				     "worker_pid", (int)s->w.pid, "calls", (int)s->calls, "duration_s",
-				     (double)(long)((spawn_now() - s->opened) * 10) / 10, "reason", reason));
+				     (double)(long)((mono_s() - s->opened) * 10) / 10, "reason", reason));
 	struct ipc_buf b;
 	if (s->w.hello && ipc_pack_req_shutdown(&b, 0, reason) == 0)
 		spawn_send(&s->w, &b);
@@ -233,7 +233,7 @@ void pool_end_session(int i, const char *reason)
 	s->quota_held = false;
 	s->state = SLOT_ENDING;
 	/* a Kubernetes worker deletes its SandboxClaim on the way out: give it time for that */
-	s->kill_at = spawn_now() + (pool.cfg->kubernetes ? WORKER_LEAVE_KUBE_MS : WORKER_LEAVE_LOCAL_MS) / 1000.0;
+	s->kill_at = mono_s() + (pool.cfg->kubernetes ? WORKER_LEAVE_KUBE_MS : WORKER_LEAVE_LOCAL_MS) / 1000.0;
 	pool_wake();
 }
 
@@ -262,7 +262,7 @@ struct pending *pool_send(int i, const char *msg, size_t len)
 	p->bytes = len;
 	s->inflight_bytes += len;
 	s->inflight++;
-	s->last_active = spawn_now();
+	s->last_active = mono_s();
 	return p;
 }
 
@@ -278,7 +278,7 @@ void pool_pending_free(struct pending *p)
 	if (s->inflight > 0)
 		s->inflight--;
 	s->inflight_bytes -= p->bytes <= s->inflight_bytes ? p->bytes : s->inflight_bytes;
-	s->last_active = spawn_now();
+	s->last_active = mono_s();
 	while (p->q) {
 		struct event *e = p->q;
 		p->q = e->next;
@@ -539,7 +539,7 @@ static void slot_died(int i, int status, const struct rusage *ru)
 		acct_write(json_pack("{s:s, s:s, s:s, s:i, s:i, s:f, s:s, s:I, s:I, s:I}", "event",
 				     "session_end", "user", s->user, "session", acct_session(s, sid, sizeof(sid)),
 				     "worker_pid", (int)s->w.pid, "calls", (int)s->calls, "duration_s",
-				     (double)(long)((spawn_now() - s->opened) * 10) / 10, "reason", why,
+				     (double)(long)((mono_s() - s->opened) * 10) / 10, "reason", why,
 				     "worker_cpu_user_ms",
 				     (json_int_t)(ru->ru_utime.tv_sec * 1000 + ru->ru_utime.tv_usec / 1000),
 				     "worker_cpu_sys_ms",
@@ -598,7 +598,7 @@ double pool_idle_limit(const struct slot *s)
 /* pool_timers - idle sessions end; lingering workers are killed */
 static void pool_timers(void)
 {
-	double now = spawn_now();
+	double now = mono_s();
 	for (int i = 0; i < pool.nslots; i++) {
 		struct slot *s = &pool.slots[i];
 		if (s->state == SLOT_SESSION && s->inflight == 0 && !s->busy &&

@@ -27,14 +27,6 @@
 #include "master/monitor.h"
 #include "policy/limits.h"
 
-/* spawn_now - monotonic seconds */
-double spawn_now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* spawn_ended - see master.h (Postfix's master_spawn.c: a child that dies before serving
  * anything is a start-up failure, and nginx's "do not respawn" exit) */
 bool spawn_ended(struct spawn_throttle *t, const struct worker *w, int status, bool served,
@@ -56,7 +48,7 @@ bool spawn_ended(struct spawn_throttle *t, const struct worker *w, int status, b
 	}
 	if (served)
 		return false;
-	double now = spawn_now();
+	double now = mono_s();
 	spawn_start_failed(t);
 	t->failures++;
 	if (now >= t->logged_until) {
@@ -75,7 +67,7 @@ void spawn_start_failed(struct spawn_throttle *t)
 	t->backoff_s = t->backoff_s ? t->backoff_s * 2 : WORKER_START_BACKOFF_FIRST_MS / 1000.0;
 	if (t->backoff_s > WORKER_START_BACKOFF_MAX_MS / 1000.0)
 		t->backoff_s = WORKER_START_BACKOFF_MAX_MS / 1000.0;
-	t->until = spawn_now() + t->backoff_s;
+	t->until = mono_s() + t->backoff_s;
 }
 
 /* spawn_served - see master.h */
@@ -88,7 +80,7 @@ void spawn_served(struct spawn_throttle *t)
 /* spawn_may_start - see master.h */
 bool spawn_may_start(const struct spawn_throttle *t)
 {
-	return !t->stopped[0] && spawn_now() >= t->until;
+	return !t->stopped[0] && mono_s() >= t->until;
 }
 
 /* spawn_hello_overdue - see master.h */
@@ -274,7 +266,7 @@ int spawn_worker(struct worker *w, const struct serve_config *cfg, const char *r
 		_exit(127);
 	}
 	__atomic_store_n(&w->pid, pid, __ATOMIC_SEQ_CST);
-	w->started = spawn_now();
+	w->started = mono_s();
 	log_info("started worker pid %d for session %.8s…", (int)pid, session);
 	return 0;
 }

@@ -381,7 +381,7 @@ int stdio_serve(const struct serve_config *cfg)
 			p[np++] = (struct pollfd){ .fd = STDIN_FILENO, .events = POLLIN };
 		}
 		int timeout = -1;
-		double now = spawn_now();
+		double now = mono_s();
 		if (r->w.pid <= 0 && !r->eof) {
 			double wait = r->throttle.until - now;
 			timeout = wait > 0 ? (int)(wait * 1000) + 1 : 0;
@@ -404,7 +404,7 @@ int stdio_serve(const struct serve_config *cfg)
 			relay_read_stdin(r);
 		if (r->eof || r->done)
 			break;
-		if (spawn_hello_overdue(&r->w, spawn_now()))
+		if (spawn_hello_overdue(&r->w, mono_s()))
 			mon_end(&r->w, "said no HELLO within %d ms of its start", WORKER_HELLO_TIMEOUT_MS);
 		if (r->w.pid <= 0 && spawn_may_start(&r->throttle))
 			relay_start_worker(r);

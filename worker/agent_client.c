@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "ipc/log.h"
+#include "lib/mono.h"
 
 #define AC_CONNECT_TIMEOUT_MS 10000L
 #define AC_CLAIM_TIMEOUT_MS   15000L
@@ -595,21 +596,13 @@ int agent_client_health(const struct agent_endpoint *ep, int timeout_ms, char *e
 	return rc;
 }
 
-/* ac_monotonic_ms - a clock for deadlines */
-static long long ac_monotonic_ms(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
-
 /* agent_client_wait_idle - until /health says busy:false */
 int agent_client_wait_idle(const struct agent_endpoint *ep, int timeout_ms, char *err,
 			   size_t errlen)
 {
-	long long deadline = ac_monotonic_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+	long long deadline = mono_ms() + (timeout_ms > 0 ? timeout_ms : 0);
 	for (;;) {
-		long long left = deadline - ac_monotonic_ms();
+		long long left = deadline - mono_ms();
 		struct ac_xfer x = { .kind = AC_HEALTH, .max = AGENT_CLIENT_MAX_LINE };
 		int rc = ac_call(ep, "/health", NULL, 0, left > 5000 ? 5000 : left > 100 ? left : 100,
 				 &x, err, errlen);
@@ -626,7 +619,7 @@ int agent_client_wait_idle(const struct agent_endpoint *ep, int timeout_ms, char
 		ac_xfer_free(&x);
 		if (rc < 0 || idle)
 			return rc;
-		if (ac_monotonic_ms() + 50 > deadline) {
+		if (mono_ms() + 50 > deadline) {
 			snprintf(err, errlen, "the sandbox is still busy with an earlier call after "
 				 "%d ms", timeout_ms);
 			return -ETIMEDOUT;

@@ -18,6 +18,7 @@
 
 #include <openssl/crypto.h>
 
+#include "lib/mono.h"
 #include "worker/agent_client.h"
 #include "worker/creds.h"
 #include "worker/worker.h"
@@ -237,12 +238,11 @@ static json_t *call_agent(struct session *s, struct job *j, json_t *req, bool do
 	json_t *res = NULL;
 	void *ctx[2] = { s, j };
 	bool retried = false;
-	struct timespec t0, t1;
+	struct timespec t0;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	int r = sandbox_get(s, &ep, err, sizeof(err));
-	clock_gettime(CLOCK_MONOTONIC, &t1);
 	/* the first call of a session claims the (warm) sandbox: what that cost */
-	long claim_ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+	long claim_ms = mono_since_ms(&t0);
 	for (int attempt = 0; r == 0; attempt++) {
 		r = call_once(ep, j, req, doc, ctx, &res, err, sizeof(err));
 		if (r == 0 || !sandbox_lost(r) || attempt == 1 || j->cancel)
@@ -253,8 +253,7 @@ static json_t *call_agent(struct session *s, struct job *j, json_t *req, bool do
 		/* the fresh sandbox is claimed too, and the call waited for it */
 		clock_gettime(CLOCK_MONOTONIC, &t0);
 		r = sandbox_replace(s, &ep, err, sizeof(err));
-		clock_gettime(CLOCK_MONOTONIC, &t1);
-		claim_ms += (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+		claim_ms += mono_since_ms(&t0);
 	}
 	if (r == -ECANCELED || j->cancel)
 		return NULL;

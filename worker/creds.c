@@ -30,6 +30,8 @@
 #include <unistd.h>
 
 #include "ipc/log.h"
+#include "lib/mono.h"
+#include "lib/secret.h"
 
 #define CR_CACHE        8        /* tokens kept per kind */
 #define CR_HTTP_MAX     (1u << 20)
@@ -94,23 +96,6 @@ struct cr_minted {
 };
 
 /* ---- small helpers ---- */
-
-/* cr_now - CLOCK_MONOTONIC seconds */
-static double cr_now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-/* cr_free_secret - wipe and free a string */
-static void cr_free_secret(char *s)
-{
-	if (s) {
-		OPENSSL_cleanse(s, strlen(s));
-		free(s);
-	}
-}
 
 /* cr_visible - visible ASCII only, 1..max bytes */
 static bool cr_visible(const char *s, size_t max)
@@ -382,7 +367,7 @@ static void cr_cache_clear(struct creds *c)
 		struct cr_tok *t[2] = { &c->access[i], &c->ident[i] };
 		for (int k = 0; k < 2; k++) {
 			free(t[k]->key);
-			cr_free_secret(t[k]->value);
+			secret_free(t[k]->value);
 			memset(t[k], 0, sizeof(*t[k]));
 		}
 	}
@@ -402,7 +387,7 @@ void creds_free(struct creds *c)
 	free(c->host_numeric);
 	free(c->host_universe);
 	free(c->host_email);
-	cr_free_secret(c->user_token);
+	secret_free(c->user_token);
 	free(c->user_email);
 	pthread_mutex_destroy(&c->mu);
 	free(c);
@@ -416,16 +401,16 @@ int creds_set_user_token(struct creds *c, const char *token, long expires_in, co
 	char *t = token ? strdup(token) : NULL;
 	char *e = email ? strdup(email) : NULL;
 	if ((token && !t) || (email && !e)) {
-		cr_free_secret(t);
+		secret_free(t);
 		free(e);
 		return -ENOMEM;
 	}
 	pthread_mutex_lock(&c->mu);
-	cr_free_secret(c->user_token);
+	secret_free(c->user_token);
 	free(c->user_email);
 	c->user_token = t;
 	c->user_email = e;
-	c->user_expires = cr_now() + (double)expires_in;
+	c->user_expires = mono_s() + (double)expires_in;
 	cr_cache_clear(c);
 	pthread_mutex_unlock(&c->mu);
 	return 0;
@@ -829,7 +814,7 @@ static int cr_form(char **body, const char *name, const char *value)
 	curl_free(enc);
 	if (n < 0)
 		return -ENOMEM;
-	cr_free_secret(*body);
+	secret_free(*body);
 	*body = next;
 	return 0;
 }
@@ -953,14 +938,14 @@ static int cr_refresh(const struct creds *c, const struct cr_src *s, struct cr_m
 	if (cr_form(&form, "grant_type", "refresh_token") || cr_form(&form, "client_id", s->client_id) ||
 	    cr_form(&form, "client_secret", s->client_secret) ||
 	    cr_form(&form, "refresh_token", s->refresh_token)) {
-		cr_free_secret(form);
+		secret_free(form);
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
 	struct cr_http h;
 	int rc = cr_http(cr_token_endpoint(c, s), "application/x-www-form-urlencoded", form, NULL,
 			 &h, err, errlen);
-	cr_free_secret(form);
+	secret_free(form);
 	if (rc < 0) {
 		*status = 503;
 		return rc;
@@ -1005,14 +990,14 @@ static int cr_jwt_grant(const struct creds *c, const struct cr_src *s, const cha
 	char *form = NULL;
 	if (cr_form(&form, "grant_type", "urn:ietf:params:oauth:grant-type:jwt-bearer") ||
 	    cr_form(&form, "assertion", jwt)) {
-		cr_free_secret(jwt);
-		cr_free_secret(form);
+		secret_free(jwt);
+		secret_free(form);
 		return -ENOMEM;
 	}
-	cr_free_secret(jwt);
+	secret_free(jwt);
 	struct cr_http h;
 	rc = cr_http(endpoint, "application/x-www-form-urlencoded", form, NULL, &h, err, errlen);
-	cr_free_secret(form);
+	secret_free(form);
 	if (rc < 0) {
 		*status = 503;
 		return rc;
@@ -1147,7 +1132,7 @@ static int cr_iam(const struct creds *c, const char *url_from_file, const char *
 	struct cr_http h;
 	int rc = cr_http(url, "application/json", body, hdr, &h, err, errlen);
 	free(body);
-	cr_free_secret(auth);
+	secret_free(auth);
 	if (rc < 0) {
 		*status = 503;
 		return rc;
@@ -1194,8 +1179,8 @@ static int cr_mint_via_iam(struct creds *c, const struct cr_src *base, const cha
 	if (rc == 0)
 		rc = cr_iam(c, url_from_file, target, src.token, delegates, scopes, audience, m,
 			    status, err, errlen);
-	cr_free_secret(src.token);
-	cr_free_secret(src.id_token);
+	secret_free(src.token);
+	secret_free(src.id_token);
 	return rc;
 }
 
@@ -1233,14 +1218,14 @@ static int cr_mint(struct creds *c, const struct cr_src *s, const char *scopes,
 			*status = 404;
 			return -ENOTSUP;
 		}
-		if (!c->user_token || c->user_expires - cr_now() < 5) {
+		if (!c->user_token || c->user_expires - mono_s() < 5) {
 			snprintf(err, errlen, "this session has no signed-in Google user token (yet): "
 				 "--credentials user needs the user to sign in to the server");
 			*status = 403;
 			return -EACCES;
 		}
 		m->token = strdup(c->user_token);
-		m->expires_in = (long)(c->user_expires - cr_now());
+		m->expires_in = (long)(c->user_expires - mono_s());
 		return m->token ? 0 : -ENOMEM;
 	}
 	return -EINVAL;
@@ -1260,7 +1245,7 @@ static bool cr_can_identity(const struct creds *c, const struct cr_src *s)
 /* cr_cache_find - a cached token for key with more than margin seconds left */
 static struct cr_tok *cr_cache_find(struct cr_tok *tab, const char *key, double margin)
 {
-	double now = cr_now();
+	double now = mono_s();
 	for (size_t i = 0; i < CR_CACHE; i++)
 		if (tab[i].key && strcmp(tab[i].key, key) == 0 && tab[i].expires - now > margin)
 			return &tab[i];
@@ -1286,15 +1271,15 @@ static void cr_cache_put(struct cr_tok *tab, const char *key, const struct cr_mi
 	char *k = strdup(key), *v = strdup(m->token);
 	if (!k || !v) {
 		free(k);
-		cr_free_secret(v);
+		secret_free(v);
 		return;
 	}
 	free(tab[slot].key);
-	cr_free_secret(tab[slot].value);
+	secret_free(tab[slot].value);
 	tab[slot].key = k;
 	tab[slot].value = v;
 	snprintf(tab[slot].type, sizeof(tab[slot].type), "%s", m->type);
-	tab[slot].expires = cr_now() + (double)m->expires_in;
+	tab[slot].expires = mono_s() + (double)m->expires_in;
 }
 
 /* cr_secrets - the secrets a sentence must never carry (views, valid while s and c live) */
@@ -1342,7 +1327,7 @@ static void cr_scrub_all(const struct creds *c, const struct cr_src *s, char *ms
 			creds_scrub(msg, cap, one);
 		}
 		if (copy)
-			cr_free_secret(copy);
+			secret_free(copy);
 	}
 }
 
@@ -1364,7 +1349,7 @@ static int cr_get(struct creds *c, const char *scopes, const char *audience, boo
 	memset(fresh, 0, sizeof(*fresh));
 	*tok = NULL;
 	*status = 503;
-	double now = cr_now();
+	double now = mono_s();
 	if (c->fail_until > now && strcmp(c->fail_key, key) == 0) {
 		*status = c->fail_status;
 		snprintf(err, errlen, "%s", c->fail_msg);
@@ -1402,8 +1387,8 @@ static int cr_get(struct creds *c, const char *scopes, const char *audience, boo
 		cr_cache_put(tab, key, fresh);
 		struct cr_tok *cached = cr_cache_find(tab, key, 0);
 		if (cached) {
-			cr_free_secret(fresh->token);
-			cr_free_secret(fresh->id_token);
+			secret_free(fresh->token);
+			secret_free(fresh->id_token);
 			memset(fresh, 0, sizeof(*fresh));
 			*tok = cached;
 		}
@@ -1561,13 +1546,13 @@ json_t *creds_for_call(struct creds *c)
 	int rc = cr_get(c, scopes, NULL, false, false, &tok, &fresh, &status, err, sizeof(err));
 	if (rc == 0) {
 		const char *value = tok ? tok->value : fresh.token;
-		long left = tok ? (long)(tok->expires - cr_now()) : fresh.expires_in;
+		long left = tok ? (long)(tok->expires - mono_s()) : fresh.expires_in;
 		json_object_set_new(o, "access_token", json_string(value));
 		json_object_set_new(o, "token_type", json_string(tok ? tok->type : fresh.type));
 		json_object_set_new(o, "expires_in", json_integer(left > 0 ? left : 1));
 	}
-	cr_free_secret(fresh.token);
-	cr_free_secret(fresh.id_token);
+	secret_free(fresh.token);
+	secret_free(fresh.id_token);
 	struct cr_src *s = NULL;
 	char ignored[CR_MSG];
 	if (cr_src_for_mode(c, &s, ignored, sizeof(ignored)) < 0)
@@ -1656,14 +1641,14 @@ json_t *creds_answer(struct creds *c, json_t *event)
 			if (identity) {
 				out = json_pack("{s:O, s:s}", "id", id, "id_token", value);
 			} else {
-				long left = tok ? (long)(tok->expires - cr_now()) : fresh.expires_in;
+				long left = tok ? (long)(tok->expires - mono_s()) : fresh.expires_in;
 				out = json_pack("{s:O, s:s, s:s, s:I}", "id", id, "access_token", value,
 						"token_type", tok ? tok->type : fresh.type, "expires_in",
 						(json_int_t)(left > 0 ? left : 1));
 			}
 		}
-		cr_free_secret(fresh.token);
-		cr_free_secret(fresh.id_token);
+		secret_free(fresh.token);
+		secret_free(fresh.id_token);
 		pthread_mutex_unlock(&c->mu);
 	}
 	if (!out)
