@@ -29,6 +29,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "lib/base64.h"
 #include "master/auth.h"
 
 #define ID_HEX 32 /* 128-bit identifiers: client ids, sign-in states */
@@ -738,7 +739,7 @@ static void pkce_challenge(const char *verifier, char out[64])
 {
 	unsigned char d[32];
 	sha256(verifier, d);
-	char *e = b64url_encode(d, 32);
+	char *e = b64_encode(d, 32, B64_URL);
 	snprintf(out, 64, "%s", e ? e : "");
 	free(e);
 }

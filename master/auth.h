@@ -70,9 +70,6 @@ int jwt_verify_jwks(const struct jwt *j, const json_t *jwks);
 /* jwt_verify_hs256 / jwt_sign_hs256 - kode-gopher's own tokens */
 int jwt_verify_hs256(const struct jwt *j, const unsigned char *key, size_t keylen);
 char *jwt_sign_hs256(const json_t *claims, const char *typ, const unsigned char *key, size_t keylen);
-/* base64url without padding; decode returns 0 or -EINVAL (bad character or too long) */
-int b64url_decode(const char *in, size_t len, unsigned char *out, size_t cap, size_t *outlen);
-char *b64url_encode(const unsigned char *in, size_t len);
 
 /* ---- master/oidc.c: the upstream OpenID provider (Google) ---- */
 

@@ -17,75 +17,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/base64.h"
 #include "master/auth.h"
 
 #define JWT_MAX_KEY_BYTES 1024 /* an RSA modulus of 8192 bits */
-
-static const char b64url_chars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-
-/* b64url_value - one character's six bits, or -1 */
-static int b64url_value(unsigned char c)
-{
-	if (c >= 'A' && c <= 'Z')
-		return c - 'A';
-	if (c >= 'a' && c <= 'z')
-		return c - 'a' + 26;
-	if (c >= '0' && c <= '9')
-		return c - '0' + 52;
-	return c == '-' ? 62 : c == '_' ? 63 : -1;
-}
-
-int b64url_decode(const char *in, size_t len, unsigned char *out, size_t cap, size_t *outlen)
-{
-	if (len % 4 == 1 || len / 4 * 3 + 2 > cap)
-		return -EINVAL;
-	size_t n = 0;
-	unsigned acc = 0;
-	int bits = 0;
-	for (size_t i = 0; i < len; i++) {
-		int v = b64url_value((unsigned char)in[i]);
-		if (v < 0)
-			return -EINVAL;
-		acc = (acc << 6) | (unsigned)v;
-		bits += 6;
-		if (bits >= 8) {
-			bits -= 8;
-			out[n++] = (unsigned char)(acc >> bits);
-		}
-	}
-	/* leftover bits must be zero: one encoding per value */
-	if (bits && (acc & ((1u << bits) - 1)))
-		return -EINVAL;
-	*outlen = n;
-	return 0;
-}
-
-char *b64url_encode(const unsigned char *in, size_t len)
-{
-	char *out = malloc(len / 3 * 4 + 5);
-	if (!out)
-		return NULL;
-	size_t n = 0, i = 0;
-	for (; i + 2 < len; i += 3) {
-		unsigned v = (unsigned)in[i] << 16 | (unsigned)in[i + 1] << 8 | in[i + 2];
-		out[n++] = b64url_chars[v >> 18];
-		out[n++] = b64url_chars[(v >> 12) & 63];
-		out[n++] = b64url_chars[(v >> 6) & 63];
-		out[n++] = b64url_chars[v & 63];
-	}
-	if (i + 1 == len) {
-		unsigned v = (unsigned)in[i] << 16;
-		out[n++] = b64url_chars[v >> 18];
-		out[n++] = b64url_chars[(v >> 12) & 63];
-	} else if (i + 2 == len) {
-		unsigned v = (unsigned)in[i] << 16 | (unsigned)in[i + 1] << 8;
-		out[n++] = b64url_chars[v >> 18];
-		out[n++] = b64url_chars[(v >> 12) & 63];
-		out[n++] = b64url_chars[(v >> 6) & 63];
-	}
-	out[n] = '\0';
-	return out;
-}
 
 /* jwt_json_part - decode one base64url part into a JSON object */
 static json_t *jwt_json_part(const char *p, size_t len)
@@ -93,7 +28,7 @@ static json_t *jwt_json_part(const char *p, size_t len)
 	unsigned char *buf = malloc(len / 4 * 3 + 3);
 	size_t n;
 	json_t *v = NULL;
-	if (buf && b64url_decode(p, len, buf, len / 4 * 3 + 3, &n) == 0) {
+	if (buf && b64_decode(p, len, B64_URL, buf, len / 4 * 3 + 3, &n) == 0) {
 		v = json_loadb((const char *)buf, n, JSON_REJECT_DUPLICATES, NULL);
 		if (v && !json_is_object(v)) {
 			json_decref(v);
@@ -129,7 +64,7 @@ int jwt_parse(const char *tok, size_t len, struct jwt *out)
 	out->input_len = (size_t)(d2 - tok);
 	out->input = strndup(tok, out->input_len);
 	if (!out->header || !out->claims || !out->sig || !out->input || slen == 0 ||
-	    b64url_decode(d2 + 1, slen, out->sig, slen / 4 * 3 + 3, &out->siglen) != 0) {
+	    b64_decode(d2 + 1, slen, B64_URL, out->sig, slen / 4 * 3 + 3, &out->siglen) != 0) {
 		jwt_free(out);
 		return -EINVAL;
 	}
@@ -147,7 +82,7 @@ static const char *jwt_alg(const struct jwt *j)
 static int jwk_bytes(const json_t *jwk, const char *name, unsigned char *out, size_t cap, size_t *n)
 {
 	const char *s = json_string_value(json_object_get(jwk, name));
-	return s ? b64url_decode(s, strlen(s), out, cap, n) : -EINVAL;
+	return s ? b64_decode(s, strlen(s), B64_URL, out, cap, n) : -EINVAL;
 }
 
 /* jwk_key - an RSA or P-256 public key from a JWK */
@@ -283,14 +218,14 @@ char *jwt_sign_hs256(const json_t *claims, const char *typ, const unsigned char 
 	json_t *h = json_pack("{s:s, s:s}", "alg", "HS256", "typ", typ);
 	char *hj = h ? json_dumps(h, JSON_COMPACT) : NULL;
 	char *cj = json_dumps(claims, JSON_COMPACT);
-	char *he = hj ? b64url_encode((unsigned char *)hj, strlen(hj)) : NULL;
-	char *ce = cj ? b64url_encode((unsigned char *)cj, strlen(cj)) : NULL;
+	char *he = hj ? b64_encode((unsigned char *)hj, strlen(hj), B64_URL) : NULL;
+	char *ce = cj ? b64_encode((unsigned char *)cj, strlen(cj), B64_URL) : NULL;
 	char *out = NULL, *se = NULL;
 	unsigned char mac[32];
 	size_t n;
 	if (he && ce && (out = malloc(strlen(he) + strlen(ce) + 48))) {
 		n = (size_t)sprintf(out, "%s.%s", he, ce);
-		if (hs256(out, n, key, keylen, mac) && (se = b64url_encode(mac, 32))) {
+		if (hs256(out, n, key, keylen, mac) && (se = b64_encode(mac, 32, B64_URL))) {
 			sprintf(out + n, ".%s", se);
 		} else {
 			free(out);

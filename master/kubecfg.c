@@ -6,7 +6,6 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -24,6 +23,8 @@
 #include "ipc/fsutil.h"
 #include "ipc/ipc.h"
 #include "ipc/kubetls.h"
+#include "lib/base64.h"
+#include "lib/rfc3339.h"
 #include "master/kubecfg.h"
 #include "master/master.h"
 
@@ -225,46 +226,6 @@ static char *kc_read(const char *path, size_t *len, char *err, size_t errlen)
 	return buf;
 }
 
-/* kc_b64 - decode a base64 data field (whitespace allowed; padding only at the end, at most
- * two '=', and optional); NULL if it is not base64 */
-static char *kc_b64(const char *in, size_t *len)
-{
-	size_t n = strlen(in);
-	char *clean = malloc(n + 4), *out = malloc(n + 4);
-	if (!clean || !out)
-		abort();
-	size_t m = 0, pad = 0;
-	bool bad = false;
-	for (size_t i = 0; i < n; i++) {
-		if (in[i] <= ' ')
-			continue;
-		if (in[i] == '=')
-			pad++;
-		else if (pad)
-			bad = true; /* data after padding */
-		clean[m++] = in[i];
-	}
-	m -= pad;
-	if (bad || pad > 2 || m % 4 == 1) {
-		free(clean), free(out);
-		return NULL;
-	}
-	size_t data = m;
-	while (m % 4)
-		clean[m++] = '=';
-	int k = m ? EVP_DecodeBlock((unsigned char *)out, (unsigned char *)clean, (int)m) : 0;
-	free(clean);
-	if (k < 0) {
-		free(out);
-		return NULL;
-	}
-	/* EVP_DecodeBlock counts the padding's zero bytes: the real length follows from the data */
-	k = (int)(data / 4 * 3 + (data % 4 == 2 ? 1 : data % 4 == 3 ? 2 : 0));
-	out[k] = '\0';
-	*len = (size_t)k;
-	return out;
-}
-
 /* kc_true - a kubeconfig boolean (the YAML reader gives strings) */
 static bool kc_true(json_t *v)
 {
@@ -288,7 +249,10 @@ static int kc_pem(json_t *obj, const char *data_key, const char *file_key, char 
 	const char *d = json_string_value(json_object_get(obj, data_key));
 	const char *f = json_string_value(json_object_get(obj, file_key));
 	if (d && *d) {
-		if (!(*out = kc_b64(d, len))) {
+		/* white space allowed; padding only at the end, at most two '=', and optional */
+		if (!(*out = (char *)b64_decode_alloc(d, strlen(d), B64_LAX, len))) {
+			if (errno == ENOMEM)
+				abort();
 			snprintf(err, errlen, "%s is not valid base64", data_key);
 			return -1;
 		}
@@ -336,24 +300,6 @@ static void kc_names(json_t *files, const char *key, char *out, size_t cap)
 
 /* ---- exec credential plugins ---- */
 
-/* kc_parse_time - RFC 3339 ("2026-11-30T16:55:09Z", fractions and offsets allowed) */
-static time_t kc_parse_time(const char *s)
-{
-	struct tm tm = { 0 };
-	const char *rest = s ? strptime(s, "%Y-%m-%dT%H:%M:%S", &tm) : NULL;
-	if (!rest)
-		return 0;
-	time_t t = timegm(&tm);
-	if (*rest == '.')
-		while (*++rest >= '0' && *rest <= '9')
-			;
-	if ((*rest == '+' || *rest == '-') && strlen(rest) >= 6) {
-		int off = atoi(rest + 1) * 3600 + atoi(rest + 4) * 60;
-		t -= *rest == '+' ? off : -off;
-	}
-	return t;
-}
-
 /* kc_exec_info - KUBERNETES_EXEC_INFO for the plugin */
 static char *kc_exec_info(const char *api)
 {
@@ -362,11 +308,9 @@ static char *kc_exec_info(const char *api)
 		json_t *cl = json_pack("{s:s, s:b}", "server", kc.server, "insecure-skip-tls-verify",
 				       kc.insecure);
 		if (kc.ca) {
-			int n = 4 * (((int)kc.ca_len + 2) / 3) + 1;
-			char *b = malloc((size_t)n);
+			char *b = b64_encode((unsigned char *)kc.ca, kc.ca_len, 0);
 			if (!b)
 				abort();
-			EVP_EncodeBlock((unsigned char *)b, (unsigned char *)kc.ca, (int)kc.ca_len);
 			json_object_set_new(cl, "certificate-authority-data", json_string(b));
 			free(b);
 		}
@@ -570,8 +514,9 @@ static int kc_exec_refresh(char *err, size_t errlen)
 		kc.x_token = tok ? strdup(tok) : NULL;
 		kc.x_cert = cert && key ? strdup(cert) : NULL;
 		kc.x_key = cert && key ? strdup(key) : NULL;
-		kc.x_expires = kc_parse_time(
-			json_string_value(json_object_get(st, "expirationTimestamp")));
+		if (rfc3339_parse(json_string_value(json_object_get(st, "expirationTimestamp")),
+				  &kc.x_expires) < 0)
+			kc.x_expires = 0;
 		kc.x_at = time(NULL);
 	}
 	json_decref(j);

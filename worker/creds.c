@@ -30,7 +30,9 @@
 #include <unistd.h>
 
 #include "ipc/log.h"
+#include "lib/base64.h"
 #include "lib/mono.h"
+#include "lib/rfc3339.h"
 #include "lib/secret.h"
 
 #define CR_CACHE        8        /* tokens kept per kind */
@@ -158,60 +160,6 @@ static void cr_printable(char *out, size_t cap, const char *s, size_t max)
 
 /* ---- base64url and JWTs ---- */
 
-/* cr_b64url - base64url without padding; malloc'd */
-static char *cr_b64url(const unsigned char *in, size_t n)
-{
-	char *out = malloc(4 * ((n + 2) / 3) + 1);
-	if (!out)
-		return NULL;
-	int len = EVP_EncodeBlock((unsigned char *)out, in, (int)n);
-	while (len > 0 && out[len - 1] == '=')
-		len--;
-	out[len] = '\0';
-	for (char *p = out; *p; p++)
-		*p = *p == '+' ? '-' : *p == '/' ? '_' : *p;
-	return out;
-}
-
-/* cr_unb64url - decode base64url (padding optional); malloc'd, NUL-terminated */
-static unsigned char *cr_unb64url(const char *s, size_t n, size_t *outlen)
-{
-	if (n > 1u << 20)
-		return NULL;
-	char *t = malloc(n + 4);
-	unsigned char *out = malloc(n + 4);
-	if (!t || !out) {
-		free(t);
-		free(out);
-		return NULL;
-	}
-	size_t m = 0;
-	for (size_t i = 0; i < n; i++) {
-		char c = s[i];
-		if (c == '=')
-			break;
-		t[m++] = c == '-' ? '+' : c == '_' ? '/' : c;
-	}
-	size_t pad = (4 - m % 4) % 4;
-	if (pad == 3) {
-		free(t);
-		free(out);
-		return NULL;
-	}
-	for (size_t i = 0; i < pad; i++)
-		t[m++] = '=';
-	int len = EVP_DecodeBlock(out, (unsigned char *)t, (int)m);
-	free(t);
-	if (len < 0) {
-		free(out);
-		return NULL;
-	}
-	len -= (int)pad;
-	out[len] = '\0';
-	*outlen = (size_t)len;
-	return out;
-}
-
 /* creds_jwt_payload - see creds.h */
 json_t *creds_jwt_payload(const char *jwt)
 {
@@ -220,7 +168,8 @@ json_t *creds_jwt_payload(const char *jwt)
 	if (!b)
 		return NULL;
 	size_t n;
-	unsigned char *raw = cr_unb64url(a + 1, (size_t)(b - a - 1), &n);
+	unsigned char *raw = b - a - 1 > 1 << 20 ? NULL
+			   : b64_decode_alloc(a + 1, (size_t)(b - a - 1), B64_URL | B64_LAX, &n);
 	if (!raw)
 		return NULL;
 	json_t *j = json_loadb((const char *)raw, n, JSON_REJECT_DUPLICATES, NULL);
@@ -243,8 +192,8 @@ int creds_jwt_sign(const char *pem, const char *kid, json_t *claims, char **out,
 	char *h = hdr ? json_dumps(hdr, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
 	char *c = json_dumps(claims, JSON_COMPACT | JSON_SORT_KEYS);
 	json_decref(hdr);
-	char *hb = h ? cr_b64url((unsigned char *)h, strlen(h)) : NULL;
-	char *cb = c ? cr_b64url((unsigned char *)c, strlen(c)) : NULL;
+	char *hb = h ? b64_encode((unsigned char *)h, strlen(h), B64_URL) : NULL;
+	char *cb = c ? b64_encode((unsigned char *)c, strlen(c), B64_URL) : NULL;
 	free(h);
 	free(c);
 	int rc = -ENOMEM;
@@ -277,7 +226,7 @@ int creds_jwt_sign(const char *pem, const char *kid, json_t *claims, char **out,
 		rc = -EIO;
 		goto done;
 	}
-	char *sb = cr_b64url(sig, siglen);
+	char *sb = b64_encode(sig, siglen, B64_URL);
 	if (!sb || asprintf(out, "%s.%s", input, sb) < 0) {
 		*out = NULL;
 		free(sb);
@@ -897,16 +846,14 @@ static long cr_jwt_lifetime(const char *jwt)
 	return left > 0 ? left : 0;
 }
 
-/* cr_rfc3339_left - seconds from now until an RFC 3339 UTC time like 2024-05-01T12:00:00.5Z */
-static long cr_rfc3339_left(const char *s)
+/* cr_time_left - seconds from now until an RFC 3339 time like 2024-05-01T12:00:00.5Z, or
+ * CR_LIFETIME if it is none or not within a week */
+static long cr_time_left(const char *s)
 {
-	struct tm tm = { 0 };
-	if (!s || sscanf(s, "%d-%d-%dT%d:%d:%d", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
-			 &tm.tm_hour, &tm.tm_min, &tm.tm_sec) != 6)
+	time_t t;
+	if (rfc3339_parse(s, &t) < 0)
 		return CR_LIFETIME;
-	tm.tm_year -= 1900;
-	tm.tm_mon -= 1;
-	long left = (long)(timegm(&tm) - time(NULL));
+	long left = (long)(t - time(NULL));
 	return left > 0 && left <= 86400 * 7 ? left : CR_LIFETIME;
 }
 
@@ -1155,7 +1102,7 @@ static int cr_iam(const struct creds *c, const char *url_from_file, const char *
 	} else {
 		snprintf(m->type, sizeof(m->type), "Bearer");
 		m->expires_in = audience ? cr_jwt_lifetime(m->token)
-					 : cr_rfc3339_left(cr_str(j, "expireTime"));
+					 : cr_time_left(cr_str(j, "expireTime"));
 	}
 	cr_wipe_json(j);
 	json_decref(j);

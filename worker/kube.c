@@ -12,6 +12,7 @@
 
 #include "ipc/ipc.h"
 #include "ipc/kubetls.h"
+#include "lib/rfc3339.h"
 #include "worker/kube.h"
 #include "worker/worker.h"
 
@@ -433,8 +434,5 @@ int kube_api_watch(struct kube_api *k, const char *path, const char *rv, int tim
 
 void kube_time_rfc3339(long offset_s, char *out, size_t cap)
 {
-	time_t t = time(NULL) + offset_s;
-	struct tm tm;
-	gmtime_r(&t, &tm);
-	strftime(out, cap, "%Y-%m-%dT%H:%M:%SZ", &tm);
+	rfc3339_format(time(NULL) + offset_s, out, cap);
 }

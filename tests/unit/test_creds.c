@@ -17,6 +17,7 @@
 #include <openssl/rsa.h>
 #include <unistd.h>
 
+#include "lib/base64.h"
 #include "worker/creds.h"
 
 /* pem_of - a private key as PKCS#8 PEM (malloc'd) */
@@ -28,22 +29,6 @@ static char *pem_of(EVP_PKEY *k)
 	long n = BIO_get_mem_data(b, &data);
 	char *out = strndup(data, (size_t)n);
 	BIO_free(b);
-	return out;
-}
-
-/* unb64url - decode one JWT part */
-static unsigned char *unb64url(const char *s, size_t n, size_t *len)
-{
-	char *t = calloc(1, n + 4);
-	for (size_t i = 0; i < n; i++)
-		t[i] = s[i] == '-' ? '+' : s[i] == '_' ? '/' : s[i];
-	size_t pad = (4 - n % 4) % 4;
-	memset(t + n, '=', pad);
-	unsigned char *out = calloc(1, n + 4);
-	int l = EVP_DecodeBlock(out, (unsigned char *)t, (int)(n + pad));
-	free(t);
-	assert_true(l >= 0);
-	*len = (size_t)l - pad;
 	return out;
 }
 
@@ -65,7 +50,8 @@ static void test_jwt_sign_verifies(void **st)
 	assert_non_null(d2);
 	assert_null(strchr(jwt, '='));
 	size_t hl, sl;
-	unsigned char *hdr = unb64url(jwt, (size_t)(d1 - jwt), &hl);
+	unsigned char *hdr = b64_decode_alloc(jwt, (size_t)(d1 - jwt), B64_URL, &hl);
+	assert_non_null(hdr);
 	json_t *h = json_loadb((char *)hdr, hl, 0, NULL);
 	assert_string_equal(json_string_value(json_object_get(h, "alg")), "RS256");
 	assert_string_equal(json_string_value(json_object_get(h, "typ")), "JWT");
@@ -74,7 +60,8 @@ static void test_jwt_sign_verifies(void **st)
 	assert_true(json_equal(payload, claims));
 
 	/* the signature is RS256 over header.claims, by the public half of the key */
-	unsigned char *sig = unb64url(d2 + 1, strlen(d2 + 1), &sl);
+	unsigned char *sig = b64_decode_alloc(d2 + 1, strlen(d2 + 1), B64_URL, &sl);
+	assert_non_null(sig);
 	assert_int_equal(sl, 256);
 	EVP_MD_CTX *md = EVP_MD_CTX_new();
 	assert_int_equal(EVP_DigestVerifyInit(md, NULL, EVP_sha256(), NULL, k), 1);
