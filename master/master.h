@@ -114,6 +114,8 @@ int spawn_worker(struct worker *w, const struct serve_config *cfg, const char *r
 int spawn_send(struct worker *w, struct ipc_buf *b);
 void spawn_prestart_done(const struct worker *w);
 void spawn_stop(struct worker *w, int grace_ms);
+void spawn_forget(struct worker *w);
+void spawn_close_channel(struct worker *w);
 const char *spawn_describe_status(int status, char *buf, size_t cap);
 void spawn_random_hex(char *out, size_t nbytes);
 void spawn_child_setup(pid_t parent, bool stdout_to_stderr);
@@ -125,8 +127,6 @@ void sandbox_local_release(struct worker *w);
 /* sandbox_local_release_later - SIGKILL w's sandbox now and take it off w; reaping it and
  * removing its cgroups and directory happen on a background thread at low priority */
 void sandbox_local_release_later(struct worker *w);
-/* sandbox_local_drain - wait until every release_later is done (in parallel when many) */
-void sandbox_local_drain(void);
 /* sandbox_local_reaped - a child exited: is it some worker's sandbox? then forget it */
 bool sandbox_local_reaped(struct worker *w, pid_t pid, int status);
 /* sandbox_local_answer - REQ_SANDBOX, checked by master/monitor.c: spawn (else release) */
@@ -136,6 +136,12 @@ bool sandbox_local_in_use(const char *root, const char *name, long *holder);
 /* sandbox_local_sweep - remove what sessions that ended without releasing (killed) left in
  * root: only directories with a lock file nobody holds and no kept marker */
 void sandbox_local_sweep(const char *root);
+
+/* master/later.c: what the main loop must not wait for, on a low-priority thread of its own */
+/* later_run - queue fn(arg); false if it could not be queued (then run it yourself) */
+bool later_run(void (*fn)(void *), void *arg);
+/* later_drain - wait until every queued job is done (in parallel when many: a shutdown) */
+void later_drain(void);
 
 /* master/sig.c: handlers only set flags and poke a pipe */
 int sig_init(void);

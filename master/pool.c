@@ -515,6 +515,17 @@ static int from_worker(int i, struct ipc_msg *m)
 	return mon_dispatch(&peer, m);
 }
 
+/* slot_close_job - close a dead worker's channel without the lock, then free its slot */
+static void slot_close_job(void *arg)
+{
+	struct slot *s = arg;
+	spawn_close_channel(&s->w);
+	pthread_mutex_lock(&pool.mu);
+	s->state = SLOT_FREE;
+	pthread_mutex_unlock(&pool.mu);
+	pool_wake();
+}
+
 /* slot_died - reap bookkeeping for slot i (under mu) */
 static void slot_died(int i, int status, const struct rusage *ru)
 {
@@ -558,9 +569,16 @@ static void slot_died(int i, int status, const struct rusage *ru)
 		}
 	s->w.pid = 0;
 	sandbox_local_release_later(&s->w);
-	spawn_stop(&s->w, 0); /* closes its channel */
-	s->state = SLOT_FREE;
+	spawn_forget(&s->w);
 	s->quota_held = false;
+	/* closing its channel waits for nng's threads: in the background, and the slot stays
+	 * taken until then (nng's callbacks point at s->w) */
+	s->state = SLOT_CLOSING;
+	s->w.recv_fd = -1; /* not polled any more */
+	if (!later_run(slot_close_job, s)) {
+		spawn_close_channel(&s->w); /* could not queue it: here, then */
+		s->state = SLOT_FREE;
+	}
 }
 
 /* pool_reap - every child that ended */
@@ -705,14 +723,14 @@ void pool_shutdown(void)
 			kill(-pool.slots[i].w.sandbox_pid, SIGKILL);
 	for (int i = 0; i < pool.nslots; i++) {
 		struct slot *s = &pool.slots[i];
-		if (s->state == SLOT_FREE)
-			continue;
+		if (s->state == SLOT_FREE || s->state == SLOT_CLOSING)
+			continue; /* a closing one is later_drain's */
 		sandbox_local_release_later(&s->w);
 		spawn_stop(&s->w, 300);
 		s->state = SLOT_FREE;
 	}
 	pthread_mutex_unlock(&pool.mu);
-	sandbox_local_drain();
+	later_drain();
 	spawn_runtime_dir_remove(pool.rundir);
 	if (pool.acct && pool.acct != stderr)
 		fclose(pool.acct);

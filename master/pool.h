@@ -39,7 +39,8 @@
 #define ACCT_SESSION_ID_CHARS 8           /* of a session id in the accounting log: a prefix */
 #define POOL_CALL_LABELS 48               /* tool x kind counters of /metrics */
 
-enum slot_state { SLOT_FREE, SLOT_STARTING, SLOT_IDLE, SLOT_OPENING, SLOT_SESSION, SLOT_ENDING };
+enum slot_state { SLOT_FREE, SLOT_STARTING, SLOT_IDLE, SLOT_OPENING, SLOT_SESSION, SLOT_ENDING,
+		  SLOT_CLOSING /* dead; its channel is being closed in the background */ };
 
 struct slot {
 	struct worker w;

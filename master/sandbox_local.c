@@ -11,14 +11,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/prctl.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -26,7 +24,6 @@
 #include "ipc/fsutil.h"
 #include "master/master.h"
 #include "policy/jail.h"
-#include "policy/limits.h"
 
 /* after a failed removal of a released sandbox, the wait before the one retry */
 #define SANDBOX_RM_RETRY_MS 100
@@ -216,117 +213,30 @@ void sandbox_local_release(struct worker *w)
 	sandbox_finish(&g);
 }
 
-/*
- * Releases in the background (the shared server): killing a jail is a signal, but reaping it,
+/* sandbox_finish_job - sandbox_finish for later_run */
+static void sandbox_finish_job(void *arg)
+{
+	sandbox_finish(arg);
+	free(arg);
+}
+
+/* sandbox_local_release_later - see master.h. Killing a jail is a signal, but reaping it,
  * removing its cgroups and deleting its directory (a fresh sandbox's cache layers already hold
- * a thousand files) took 0.3-0.9 s, on the thread that routes every session's messages. So
- * the master signals at once and a thread of its own, at a lower CPU priority than serving,
- * does the rest; a sandbox's name is never reused meanwhile (fresh names are random; a kept one
- * is released synchronously before it is attached again).
- */
-static struct {
-	pthread_mutex_t mu;
-	pthread_cond_t work, idle;
-	struct sandbox_gone *q;
-	size_t n, cap;
-	int busy;      /* releases being finished */
-	int threads;   /* threads running */
-	bool draining; /* helpers may exit when the queue is empty */
-} bg = { .mu = PTHREAD_MUTEX_INITIALIZER, .work = PTHREAD_COND_INITIALIZER,
-	 .idle = PTHREAD_COND_INITIALIZER };
-
-/* bg_finish_one - take one queued release and finish it without the lock (under bg.mu) */
-static void bg_finish_one(void)
-{
-	struct sandbox_gone g = bg.q[--bg.n];
-	bg.busy++;
-	pthread_mutex_unlock(&bg.mu);
-	sandbox_finish(&g);
-	pthread_mutex_lock(&bg.mu);
-	bg.busy--;
-	if (bg.n == 0 && bg.busy == 0)
-		pthread_cond_broadcast(&bg.idle);
-}
-
-/* bg_thread - finish queued releases; the first thread lives on, drain helpers do not */
-static void *bg_thread(void *arg)
-{
-	bool helper = arg != NULL;
-	/* serving comes first: nice applies to this thread alone. Drain helpers (a shutdown,
-	 * nothing left to serve) keep the normal priority, or a loaded host would stall exit. */
-	if (!helper && setpriority(PRIO_PROCESS, (id_t)gettid(), SANDBOX_RELEASE_NICE) != 0)
-		log_debug("release thread: cannot lower its priority: %s", strerror(errno));
-	pthread_mutex_lock(&bg.mu);
-	for (;;) {
-		while (bg.n == 0 && !(helper && bg.draining))
-			pthread_cond_wait(&bg.work, &bg.mu);
-		if (bg.n == 0)
-			break;
-		bg_finish_one();
-	}
-	bg.threads--;
-	pthread_mutex_unlock(&bg.mu);
-	return NULL;
-}
-
-/* bg_start - one more thread (detached); false if none could be made */
-static bool bg_start(bool helper)
-{
-	pthread_t t;
-	pthread_attr_t a;
-	pthread_attr_init(&a);
-	pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-	bool ok = pthread_create(&t, &a, bg_thread, helper ? (void *)1 : NULL) == 0;
-	pthread_attr_destroy(&a);
-	if (ok)
-		bg.threads++;
-	return ok;
-}
-
-/* sandbox_local_release_later - see master.h */
+ * a thousand files) took 0.3-0.9 s on the thread that routes every session's messages; that
+ * part goes to master/later.c. A sandbox's name is never reused meanwhile (fresh names are
+ * random; a kept one is released synchronously before it is attached again). */
 void sandbox_local_release_later(struct worker *w)
 {
 	if (!w->sandbox_dir[0] && w->sandbox_pid <= 0 && !w->sandbox_lock)
 		return;
-	struct sandbox_gone g;
 	log_info("releasing sandbox %s of session %.8s…", w->sandbox_name, w->session);
-	sandbox_signal(w, &g);
-	pthread_mutex_lock(&bg.mu);
-	bool queued = false;
-	if (bg.n == bg.cap) {
-		size_t cap = bg.cap ? bg.cap * 2 : 16;
-		struct sandbox_gone *q = realloc(bg.q, cap * sizeof(*q));
-		if (q) {
-			bg.q = q;
-			bg.cap = cap;
-		}
-	}
-	if (bg.n < bg.cap && (bg.threads > 0 || bg_start(false))) {
-		bg.q[bg.n++] = g;
-		pthread_cond_signal(&bg.work);
-		queued = true;
-	}
-	pthread_mutex_unlock(&bg.mu);
-	if (!queued)
-		sandbox_finish(&g); /* no memory or no thread: do it here */
-}
-
-/* sandbox_local_drain - see master.h */
-void sandbox_local_drain(void)
-{
-	pthread_mutex_lock(&bg.mu);
-	/* a big batch (a shutdown): finish in parallel, each release mostly waits on the kernel */
-	bg.draining = true;
-	for (size_t k = 1; k < bg.n / 2 && k < SANDBOX_RELEASE_THREADS; k++)
-		if (!bg_start(true))
-			break;
-	pthread_cond_broadcast(&bg.work);
-	while (bg.n > 0) /* this thread helps too */
-		bg_finish_one();
-	while (bg.busy > 0)
-		pthread_cond_wait(&bg.idle, &bg.mu);
-	bg.draining = false;
-	pthread_mutex_unlock(&bg.mu);
+	struct sandbox_gone *g = malloc(sizeof(*g));
+	struct sandbox_gone here;
+	sandbox_signal(w, g ? g : &here);
+	if (!g)
+		sandbox_finish(&here); /* no memory: do it now */
+	else if (!later_run(sandbox_finish_job, g))
+		sandbox_finish_job(g);
 }
 
 /* sandbox_local_reaped - the agent died by itself: the worker finds out on its next request */

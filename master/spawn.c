@@ -348,7 +348,14 @@ void spawn_stop(struct worker *w, int grace_ms)
 		w->pid = 0;
 	}
 	sandbox_local_release(w);
-	/* a claim note still queued (the worker deleted its claim on the way out) counts */
+	spawn_forget(w);
+	spawn_close_channel(w);
+}
+
+/* spawn_forget - a dead worker's last words: a claim note still queued (the worker deleted its
+ * claim on the way out) counts; what it still held is let go */
+void spawn_forget(struct worker *w)
+{
 	struct ipc_msg m;
 	while (w->claim[0] && w->recv_fd >= 0 && chan_recv(w->sock, &m, NNG_FLAG_NONBLOCK, NULL) == 0) {
 		if (m.type == IPC_NOTE_CLAIM && !w->ended)
@@ -356,6 +363,13 @@ void spawn_stop(struct worker *w, int grace_ms)
 		ipc_msg_free(&m);
 	}
 	kubecfg_worker_gone(w);
+}
+
+/* spawn_close_channel - close the worker's socket (nng waits for its threads: up to 50 ms on a
+ * loaded host) and remove its path; w must not be reused before this returns, since nng's pipe
+ * callbacks point at it */
+void spawn_close_channel(struct worker *w)
+{
 	nng_close(w->sock);
 	w->recv_fd = -1;
 	unlink(w->ipc_path);

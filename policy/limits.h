@@ -20,10 +20,11 @@
 #define WORKER_LEAVE_LOCAL_MS 800
 #define WORKER_LEAVE_KUBE_MS 6000
 
-/* Released sandboxes are reaped and removed by a background thread of the master at this nice
- * value (serving runs at 0); a shutdown drains them with up to this many threads. */
-#define SANDBOX_RELEASE_NICE 10
-#define SANDBOX_RELEASE_THREADS 8
+/* What a session's end leaves to do (reap and remove its sandbox, close its channel) is done by
+ * a background thread of the master at this nice value (serving runs at 0); a shutdown drains
+ * it with up to this many threads (master/later.c). */
+#define LATER_NICE 10
+#define LATER_DRAIN_THREADS 8
 
 /* Workers started ahead of need (the shared server's warm pool) run their start-up at this nice
  * value, as root, and get 0 back when a session takes them. */
