@@ -110,6 +110,12 @@ static json_t *am_doc(void *ctx, json_t *req)
 	return pipeline_doc(ctx, req);
 }
 
+/* am_files - the /files handler */
+static json_t *am_files(void *ctx, json_t *req)
+{
+	return pipeline_files(ctx, req);
+}
+
 /* am_default_state - the state dir: fixed in a pod, beside the app dir elsewhere */
 static int am_default_state(const char *app_dir, char *out, size_t cap)
 {
@@ -321,7 +327,7 @@ int agent_main(int argc, char **argv)
 
 	struct agent_server_options opt = {
 		.listen = listen,
-		.handlers = { .execute = am_execute, .doc = am_doc, .token = am_token, .ctx = &pcfg },
+		.handlers = { .execute = am_execute, .doc = am_doc, .token = am_token, .files = am_files, .ctx = &pcfg },
 	};
 	struct agent_server *srv = NULL;
 	char err[512];

@@ -515,6 +515,60 @@ static const char *const resolve_markers[] = {
 	"missing go.sum entry for module providing package ",
 };
 
+/* gobuild_test_build - see gobuild.h */
+int gobuild_test_build(const struct gobuild_env *e, const char *app_dir, const char *dir,
+		       const char *out, bool cover, struct runproc_result *r, bool *built)
+{
+	char pkg[PATH_MAX];
+	*built = false;
+	/* "./x", never "x": a bare path would name a standard-library or module package */
+	if (pathf(pkg, sizeof(pkg), "./%s", dir) < 0)
+		return -ENAMETOOLONG;
+	unlink(out);
+	const char *argv[] = { e->go_bin, "test", "-c", "-trimpath", "-buildvcs=false",
+			       "-ldflags=-s -w", "-o", out, cover ? "-cover" : pkg,
+			       cover ? pkg : NULL, NULL };
+	int rc = run_go(e, false, app_dir, argv, GOBUILD_TIMEOUT_MS, GOBUILD_OUTPUT_CAP, true, r);
+	if (rc < 0)
+		return rc;
+	struct stat st;
+	*built = r->exit_code == 0 && !r->timed_out && stat(out, &st) == 0 && S_ISREG(st.st_mode);
+	return 0;
+}
+
+static pthread_mutex_t test2json_lock = PTHREAD_MUTEX_INITIALIZER;
+static char test2json_path[PATH_MAX];
+
+/* gobuild_test2json - see gobuild.h */
+int gobuild_test2json(const struct gobuild_env *e, char *path, size_t len)
+{
+	pthread_mutex_lock(&test2json_lock);
+	struct stat st;
+	int rc = 0;
+	if (!test2json_path[0] || stat(test2json_path, &st) != 0) {
+		const char *argv[] = { e->go_bin, "tool", "-n", "test2json", NULL };
+		struct runproc_result r;
+		test2json_path[0] = '\0';
+		rc = run_go(e, false, e->tmpdir, argv, GOBUILD_TIMEOUT_MS, 4096, false, &r);
+		if (rc == 0) {
+			size_t n = strcspn(r.out.data, "\r\n");
+			if (r.exit_code == 0 && n > 0 && n < sizeof(test2json_path) &&
+			    r.out.data[0] == '/') {
+				memcpy(test2json_path, r.out.data, n);
+				test2json_path[n] = '\0';
+			} else {
+				log_warn("go tool -n test2json failed: %.300s", r.out.data);
+				rc = -ENOENT;
+			}
+			runproc_result_free(&r);
+		}
+	}
+	if (rc == 0 && pathf(path, len, "%s", test2json_path) < 0)
+		rc = -ENAMETOOLONG;
+	pthread_mutex_unlock(&test2json_lock);
+	return rc;
+}
+
 /* gobuild_needs_resolve - see gobuild.h */
 bool gobuild_needs_resolve(const char *out, size_t len)
 {

@@ -70,6 +70,18 @@ int gobuild_cache_lookup(const char *state_dir, const char *hex, char *path, siz
 int gobuild_build(const struct gobuild_env *e, const char *app_dir, const char *state_dir,
 		  const char *hex, struct runproc_result *r, bool *built);
 
+/*
+ * gobuild_test_build - `go test -c -o <out> [-cover] ./<dir>` in app_dir (offline, vet as go test
+ * runs it, the flags of gobuild_build). *built is true when the test binary exists (go writes
+ * none for a package without test files). r as for gobuild_build.
+ */
+int gobuild_test_build(const struct gobuild_env *e, const char *app_dir, const char *dir,
+		       const char *out, bool cover, struct runproc_result *r, bool *built);
+
+/* gobuild_test2json - the path of the toolchain's test2json (`go tool -n test2json`, which
+ * builds it into the build cache the first time), asked once per process while it exists */
+int gobuild_test2json(const struct gobuild_env *e, char *path, size_t len);
+
 /* gobuild_needs_resolve - does this build output say imports are not covered by go.mod? */
 bool gobuild_needs_resolve(const char *out, size_t len);
 

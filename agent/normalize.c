@@ -307,9 +307,9 @@ static int norm_has_suffix(const char *s, const char *suffix)
  * under a name it ignores (leading '.' or '_', or a testdata directory). Ignored files are
  * written unchanged and never parsed, so a broken one there cannot fail a call.
  */
-static int norm_built_go(const char *path)
+static int norm_go_file(const char *path, int tests)
 {
-	if (!norm_has_suffix(path, ".go") || norm_has_suffix(path, "_test.go"))
+	if (!norm_has_suffix(path, ".go") || (!tests && norm_has_suffix(path, "_test.go")))
 		return 0;
 	for (const char *seg = path; seg;) {
 		const char *slash = strchr(seg, '/');
@@ -320,6 +320,11 @@ static int norm_built_go(const char *path)
 		seg = slash ? slash + 1 : NULL;
 	}
 	return 1;
+}
+
+static int norm_built_go(const char *path)
+{
+	return norm_go_file(path, 0);
 }
 
 /* norm_package_clause - find `package <name>`, which must be the first token */
@@ -758,6 +763,8 @@ int normalize(const struct src_file *in, size_t n, struct norm_result *out, char
 	out->mode = NORM_PROGRAM;
 	out->files = NULL;
 	out->nfiles = 0;
+	out->test_dirs = NULL;
+	out->ntest_dirs = 0;
 	if (!in && n) {
 		norm_err(err, errlen, "no files were sent");
 		return -EINVAL;
@@ -785,6 +792,94 @@ int normalize(const struct src_file *in, size_t n, struct norm_result *out, char
 	return rc;
 }
 
+/* norm_dir_len - the length of path's directory ("" for the root) */
+static size_t norm_dir_len(const char *path)
+{
+	const char *slash = strrchr(path, '/');
+
+	return slash ? (size_t)(slash - path) : 0;
+}
+
+/* normalize_tests - test mode (see normalize.h) */
+int normalize_tests(const struct src_file *in, size_t n, struct norm_result *out, char *err,
+		    size_t errlen)
+{
+	int rc;
+
+	if (err && errlen)
+		err[0] = '\0';
+	if (!out)
+		return -EINVAL;
+	memset(out, 0, sizeof(*out));
+	out->mode = NORM_TEST;
+	if (!in && n) {
+		norm_err(err, errlen, "no files were sent");
+		return -EINVAL;
+	}
+	rc = norm_check_files(in, n, err, errlen);
+	if (rc)
+		return rc;
+	for (size_t i = 0; i < n; i++) {
+		struct golex lx;
+		struct norm_scan sc = { 0 };
+
+		if (!norm_go_file(in[i].path, 1))
+			continue;
+		rc = norm_package_clause(&in[i], &lx, &sc, err, errlen);
+		if (rc)
+			return rc;
+		unsigned cgo = norm_cgo_line(&in[i], &lx);
+		if (cgo) {
+			norm_err(err, errlen, "%s:%u: import \"C\" needs cgo, and cgo is off in the "
+				 "sandbox: write this part in pure Go", in[i].path, cgo);
+			return -EINVAL;
+		}
+	}
+	out->test_dirs = calloc(n + 1, sizeof(*out->test_dirs));
+	out->files = calloc(n ? n : 1, sizeof(*out->files));
+	if (!out->test_dirs || !out->files)
+		goto nomem;
+	for (size_t i = 0; i < n; i++) {
+		rc = norm_copy(&out->files[i], &in[i], 0, 0, NULL);
+		out->nfiles = i + 1;
+		if (rc)
+			goto nomem;
+		if (!norm_go_file(in[i].path, 1) || !norm_has_suffix(in[i].path, "_test.go"))
+			continue;
+		size_t dl = norm_dir_len(in[i].path);
+		int seen = 0;
+
+		for (size_t k = 0; k < out->ntest_dirs && !seen; k++)
+			seen = strlen(out->test_dirs[k]) == (dl ? dl : 1) &&
+			       !memcmp(out->test_dirs[k], dl ? in[i].path : ".", dl ? dl : 1);
+		if (seen)
+			continue;
+		out->test_dirs[out->ntest_dirs] = dl ? strndup(in[i].path, dl) : strdup(".");
+		if (!out->test_dirs[out->ntest_dirs++])
+			goto nomem;
+	}
+	if (out->ntest_dirs == 0) {
+		normalize_free(out);
+		norm_err(err, errlen, "test mode needs at least one _test.go file (in the top directory "
+			 "or a package subdirectory, not under testdata/ or a name starting with . or _)");
+		return -EINVAL;
+	}
+	return 0;
+nomem:
+	normalize_free(out);
+	norm_err(err, errlen, "out of memory while preparing the files");
+	return -ENOMEM;
+}
+
+/* normalize_has_tests - whether any file is a _test.go file the go command would see */
+int normalize_has_tests(const struct src_file *in, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (in[i].path && norm_go_file(in[i].path, 1) && norm_has_suffix(in[i].path, "_test.go"))
+			return 1;
+	return 0;
+}
+
 /* normalize_free - release what normalize put in r; r may be reused or freed afterwards */
 void normalize_free(struct norm_result *r)
 {
@@ -793,6 +888,12 @@ void normalize_free(struct norm_result *r)
 	src_files_free(r->files, r->nfiles);
 	r->files = NULL;
 	r->nfiles = 0;
+	if (r->test_dirs)
+		for (size_t i = 0; i < r->ntest_dirs; i++)
+			free(r->test_dirs[i]);
+	free(r->test_dirs);
+	r->test_dirs = NULL;
+	r->ntest_dirs = 0;
 }
 
 /* src_files_free - free each file's path and content, then the array itself; NULL is fine */

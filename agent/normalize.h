@@ -28,13 +28,17 @@ struct src_file {
 	size_t len;
 };
 
-enum norm_mode { NORM_SNIPPET, NORM_PROGRAM };
+enum norm_mode { NORM_SNIPPET, NORM_PROGRAM, NORM_TEST };
 
 struct norm_result {
 	enum norm_mode mode;
 	struct src_file *files; /* what to write under /app: the user's files, rewritten where
 				 * needed, plus the generated main for a snippet */
 	size_t nfiles;
+	/* NORM_TEST: the directories holding _test.go files ("." for the root), in the order
+	 * sent; each is one package for `go test` */
+	char **test_dirs;
+	size_t ntest_dirs;
 };
 
 /*
@@ -56,6 +60,17 @@ struct norm_result {
  */
 int normalize(const struct src_file *in, size_t n, struct norm_result *out, char *err, size_t errlen);
 void normalize_free(struct norm_result *r);
+
+/*
+ * normalize_tests - test mode: the same checks of paths, sizes, package clauses and cgo, but
+ * nothing is classified or rewritten (a package is tested as it is; a snippet's run is just a
+ * function there) and every file is written as sent. out->test_dirs lists the packages to test.
+ * -EINVAL with a sentence when no _test.go file is among them.
+ */
+int normalize_tests(const struct src_file *in, size_t n, struct norm_result *out, char *err,
+		    size_t errlen);
+/* normalize_has_tests - 1 when a _test.go file the go command would see is among in */
+int normalize_has_tests(const struct src_file *in, size_t n);
 void src_files_free(struct src_file *files, size_t n);
 
 #endif

@@ -27,8 +27,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "agent/artifacts.h"
 #include "agent/diag.h"
 #include "agent/gobuild.h"
+#include "agent/gotest.h"
 #include "agent/metadata.h"
 #include "agent/normalize.h"
 #include "agent/runproc.h"
@@ -302,6 +304,7 @@ static json_t *result_new(void)
 	json_object_set_new(o, "stderr", json_string(""));
 	json_object_set_new(o, "stdout_truncated", json_false());
 	json_object_set_new(o, "stderr_truncated", json_false());
+	json_object_set_new(o, "artifacts", json_array());
 	return o;
 }
 
@@ -657,6 +660,9 @@ static char **build_run_env(const struct pl_cfg *c, json_t *reqenv, json_t *extr
 	}
 	if (extra)
 		json_object_update(m, extra);
+	char outdir[PATH_MAX + 8];
+	snprintf(outdir, sizeof(outdir), "%s/" ARTIFACTS_DIR, c->app_dir);
+	json_object_set_new(m, "KODE_GOPHER_OUT", json_string(outdir));
 	if (snippet) {
 		char p[PATH_MAX + 32], ms[32];
 		snprintf(p, sizeof(p), "%s/result.json", c->rundir);
@@ -980,6 +986,392 @@ static int reload_modfiles(const char *app_dir, struct gobuild_modfiles *m)
 	return 0;
 }
 
+/* ---- test mode ---- */
+
+#define PL_TEST_PATTERN_MAX 256
+#define PL_TEST_COUNT_MAX   100
+
+/* What the call asked of go test (docs/snippets-and-results.md, "Test mode"). */
+struct pl_test_opts {
+	const char *run, *skip, *bench, *benchtime;
+	int count;
+	bool cover, shortm;
+};
+
+/* pl_pattern_ok - a -run/-bench regexp: bounded, printable, no NUL */
+static bool pl_pattern_ok(json_t *v)
+{
+	const char *s = json_string_value(v);
+	if (!s || json_string_length(v) != strlen(s) || strlen(s) > PL_TEST_PATTERN_MAX)
+		return false;
+	for (; *s; s++)
+		if ((unsigned char)*s < 0x20 || *s == 0x7f)
+			return false;
+	return true;
+}
+
+/* pl_test_opts - req.test into opts; -EINVAL with a sentence (the agent checks again what the
+ * worker checked: the side that runs it distrusts) */
+static int pl_test_opts(json_t *t, struct pl_test_opts *o, char *err, size_t errlen)
+{
+	memset(o, 0, sizeof(*o));
+	o->count = 1;
+	if (!t || json_is_null(t))
+		return 0;
+	if (!json_is_object(t)) {
+		snprintf(err, errlen, "test must be an object such as {\"run\": \"TestX\"}");
+		return -EINVAL;
+	}
+	const char *k;
+	json_t *v;
+	json_object_foreach(t, k, v) {
+		if (strcmp(k, "run") == 0 || strcmp(k, "skip") == 0 || strcmp(k, "bench") == 0) {
+			if (!pl_pattern_ok(v)) {
+				snprintf(err, errlen, "test.%s must be a regular expression of at most %d "
+					 "printable bytes", k, PL_TEST_PATTERN_MAX);
+				return -EINVAL;
+			}
+			const char **dst = k[0] == 'r' ? &o->run : k[0] == 's' ? &o->skip : &o->bench;
+			*dst = json_string_value(v);
+		} else if (strcmp(k, "benchtime") == 0) {
+			const char *s = json_string_value(v);
+			char *end = NULL;
+			long n = s ? strtol(s, &end, 10) : 0;
+			if (!s || n <= 0 || n > 100000 ||
+			    !(strcmp(end, "x") == 0 || strcmp(end, "s") == 0 || strcmp(end, "ms") == 0)) {
+				snprintf(err, errlen, "test.benchtime must be like \"100x\", \"1s\" or "
+					 "\"200ms\"");
+				return -EINVAL;
+			}
+			o->benchtime = s;
+		} else if (strcmp(k, "count") == 0) {
+			if (!json_is_integer(v) || json_integer_value(v) < 1 ||
+			    json_integer_value(v) > PL_TEST_COUNT_MAX) {
+				snprintf(err, errlen, "test.count must be a whole number from 1 to %d",
+					 PL_TEST_COUNT_MAX);
+				return -EINVAL;
+			}
+			o->count = (int)json_integer_value(v);
+		} else if (strcmp(k, "cover") == 0 || strcmp(k, "short") == 0) {
+			if (!json_is_boolean(v)) {
+				snprintf(err, errlen, "test.%s must be true or false", k);
+				return -EINVAL;
+			}
+			*(k[0] == 'c' ? &o->cover : &o->shortm) = json_is_true(v);
+		} else if (strcmp(k, "race") == 0) {
+			if (json_is_true(v)) {
+				snprintf(err, errlen, "test.race is not available: the race detector needs "
+					 "cgo, and cgo is off in the sandbox; run the tests without race");
+				return -EINVAL;
+			}
+		} else {
+			snprintf(err, errlen, "test has no option %.40s (it takes run, skip, bench, "
+				 "benchtime, count, cover, short)", k);
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+/* pl_import_path - "app" for the root, "app/<dir>" for a subdirectory */
+static void pl_import_path(const char *dir, char *buf, size_t len)
+{
+	if (strcmp(dir, ".") == 0)
+		snprintf(buf, len, "%s", NORM_MODULE_PATH);
+	else
+		snprintf(buf, len, "%s/%s", NORM_MODULE_PATH, dir);
+}
+
+/* pl_test_build - go test -c for every package, resolving missing imports once; 0 with every
+ * binary built (bins[i][0] == '\0' for a package without tests), 1 when o now holds the build
+ * failure, <0 on a sandbox fault (o holds it) */
+static int pl_test_build(const struct pl_cfg *c, const struct norm_result *nr,
+			 const struct pl_test_opts *to, char (*bins)[PATH_MAX], json_t **o,
+			 struct timings *tm, bool *tidied, pipeline_progress_fn progress, void *ctx)
+{
+	struct timespec ts;
+	for (int attempt = 0; attempt < 2; attempt++) {
+		bool resolve = false;
+		for (size_t i = 0; i < nr->ntest_dirs; i++) {
+			struct runproc_result br = { 0 };
+			bool built = false;
+			char ipath[PATH_MAX];
+			pl_import_path(nr->test_dirs[i], ipath, sizeof(ipath));
+			progress_say(progress, ctx, "build", "go test -c %s", ipath);
+			if (pathf(bins[i], PATH_MAX, "%s/tbin/%zu.test", c->state_dir, i) < 0)
+				return -ENAMETOOLONG;
+			clock_gettime(CLOCK_MONOTONIC, &ts);
+			int rc = gobuild_test_build(&c->env, c->app_dir, nr->test_dirs[i], bins[i],
+						    to->cover, &br, &built);
+			tm->build_ms += mono_since_ms(&ts);
+			if (rc < 0) {
+				json_decref(*o);
+				*o = internal_result("go test could not be started: %s", strerror(-rc));
+				return rc;
+			}
+			if (built) {
+				runproc_result_free(&br);
+				continue;
+			}
+			if (br.exit_code == 0 && !br.timed_out) {
+				bins[i][0] = '\0'; /* no test files for this build (constraints) */
+				runproc_result_free(&br);
+				continue;
+			}
+			if (attempt == 0 && !br.timed_out && gobuild_needs_resolve(br.out.data, br.out.len)) {
+				char **pkgs = NULL;
+				size_t npkgs = 0;
+				char *why = NULL, *tlog = NULL;
+				if (gobuild_missing_packages(br.out.data, br.out.len, &pkgs, &npkgs) < 0) {
+					runproc_result_free(&br);
+					return -ENOMEM;
+				}
+				progress_say(progress, ctx, "tidy", "adding the modules for %s%s",
+					     npkgs ? pkgs[0] : "the imports", npkgs > 1 ? " and others" : "");
+				clock_gettime(CLOCK_MONOTONIC, &ts);
+				rc = gobuild_resolve(&c->env, c->app_dir, pkgs, npkgs, &why, &tlog);
+				tm->tidy_ms += mono_since_ms(&ts);
+				gobuild_strv_free(pkgs);
+				if (tlog) {
+					size_t tl = 0;
+					char *clean = diag_clean_output(tlog, strlen(tlog), c->app_dir, &tl);
+					if (clean)
+						set_text(*o, "tidy_output", clean,
+							 tl > GOBUILD_OUTPUT_CAP ? GOBUILD_OUTPUT_CAP : tl);
+					free(clean);
+					free(tlog);
+				}
+				if (rc == -EAGAIN) {
+					build_error_result(*o, c, nr, br.out.data, br.out.len, false, why);
+					free(why);
+					runproc_result_free(&br);
+					return 1;
+				}
+				free(why);
+				if (rc < 0) {
+					runproc_result_free(&br);
+					json_decref(*o);
+					*o = internal_result("resolving the imports failed: %s", strerror(-rc));
+					return rc;
+				}
+				*tidied = true;
+				if ((rc = gobuild_save_modfiles(c->app_dir, c->state_dir)) < 0)
+					log_warn("the session's go.mod could not be saved: %s", strerror(-rc));
+				runproc_result_free(&br);
+				resolve = true;
+				break;
+			}
+			build_error_result(*o, c, nr, br.out.data, br.out.len, br.timed_out, NULL);
+			runproc_result_free(&br);
+			return 1;
+		}
+		if (!resolve)
+			return 0;
+	}
+	return 0;
+}
+
+/* pl_test - test mode from the build on: go test -c per package, each binary run by test2json
+ * in the program's own namespaces with the call's environment and one shared deadline */
+static json_t *pl_test(const struct pipeline_config *cfg, struct pl_cfg *c, json_t *req,
+		       const struct norm_result *nr, json_t *o, struct timings *tm,
+		       const struct timespec *t0, int timeout_ms, pipeline_progress_fn progress,
+		       void *ctx)
+{
+	char err[1024] = "";
+	struct pl_test_opts to;
+	if (pl_test_opts(json_object_get(req, "test"), &to, err, sizeof(err)) < 0) {
+		json_object_set_new(o, "result", kind_msg("normalize_error", err));
+		return finish(o, "normalize", "test", tm, t0);
+	}
+	char tbin[PATH_MAX];
+	if (pathf(tbin, sizeof(tbin), "%s/tbin", c->state_dir) < 0 || mkdir_private(tbin) < 0) {
+		json_decref(o);
+		return internal_result("the test binaries' directory cannot be made");
+	}
+	int tfd = open(tbin, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (tfd >= 0) {
+		wipe_below(tfd, false);
+		close(tfd);
+	}
+	char (*bins)[PATH_MAX] = calloc(nr->ntest_dirs, PATH_MAX);
+	if (!bins) {
+		json_decref(o);
+		return internal_result("out of memory");
+	}
+	bool tidied = false;
+	int rc = pl_test_build(c, nr, &to, bins, &o, tm, &tidied, progress, ctx);
+	json_object_set_new(o, "tidied", json_boolean(tidied));
+	if (rc != 0) {
+		free(bins);
+		return rc < 0 ? o : finish(o, "build", "test", tm, t0);
+	}
+	char t2j[PATH_MAX];
+	if ((rc = gobuild_test2json(&c->env, t2j, sizeof(t2j))) < 0) {
+		free(bins);
+		json_decref(o);
+		return internal_result("the toolchain's test2json could not be found: %s", strerror(-rc));
+	}
+
+	struct pl_creds pcr = { .adc_path = "" };
+	rc = pl_creds_begin(cfg, c, json_object_get(req, "credentials"), ctx, &pcr, err, sizeof(err));
+	char **envp = rc < 0 ? NULL
+			     : build_run_env(c, json_object_get(req, "env"), pcr.env, false,
+					     timeout_ms, err, sizeof(err));
+	if (!envp) {
+		pl_creds_end(cfg, &pcr);
+		free(bins);
+		json_decref(o);
+		return internal_result("the tests' environment could not be set up: %s", err);
+	}
+	struct gotest_report *rep = gotest_report_new(c->output_cap);
+	int exit_code = 0, sig = 0;
+	bool timed_out = false;
+	long wall = 0;
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	for (size_t i = 0; rep && i < nr->ntest_dirs; i++) {
+		char ipath[PATH_MAX], cwd[PATH_MAX], a_timeout[48], a_run[PL_TEST_PATTERN_MAX + 16],
+			a_skip[PL_TEST_PATTERN_MAX + 16], a_bench[PL_TEST_PATTERN_MAX + 16],
+			a_benchtime[48], a_count[32];
+		pl_import_path(nr->test_dirs[i], ipath, sizeof(ipath));
+		if (!bins[i][0]) {
+			gotest_report_package(rep, ipath, "no_tests", "no test files\n");
+			continue;
+		}
+		long left = timeout_ms - mono_since_ms(&ts);
+		if (left <= 0) {
+			timed_out = true;
+			gotest_report_package(rep, ipath, "fail", "not run: the call's timeout ran out\n");
+			continue;
+		}
+		if (pathf(cwd, sizeof(cwd), "%s/%s", c->app_dir, nr->test_dirs[i]) < 0)
+			continue;
+		const char *argv[20];
+		int n = 0;
+		argv[n++] = t2j;
+		argv[n++] = "-p";
+		argv[n++] = ipath;
+		argv[n++] = bins[i];
+		argv[n++] = "-test.v=test2json";
+		argv[n++] = "-test.paniconexit0";
+		snprintf(a_timeout, sizeof(a_timeout), "-test.timeout=%ldms", left);
+		argv[n++] = a_timeout;
+		snprintf(a_count, sizeof(a_count), "-test.count=%d", to.count);
+		argv[n++] = a_count;
+		if (to.run) {
+			snprintf(a_run, sizeof(a_run), "-test.run=%s", to.run);
+			argv[n++] = a_run;
+		}
+		if (to.skip) {
+			snprintf(a_skip, sizeof(a_skip), "-test.skip=%s", to.skip);
+			argv[n++] = a_skip;
+		}
+		if (to.bench) {
+			snprintf(a_bench, sizeof(a_bench), "-test.bench=%s", to.bench);
+			argv[n++] = a_bench;
+			argv[n++] = "-test.benchmem";
+		}
+		if (to.benchtime) {
+			snprintf(a_benchtime, sizeof(a_benchtime), "-test.benchtime=%s", to.benchtime);
+			argv[n++] = a_benchtime;
+		}
+		if (to.shortm)
+			argv[n++] = "-test.short";
+		argv[n] = NULL;
+		progress_say(progress, ctx, "test", "testing %s", ipath);
+		struct runproc_opts ro = {
+			.argv = argv,
+			.envp = (const char *const *)envp,
+			.cwd = cwd,
+			/* the binary's own -test.timeout fires first and prints the stacks */
+			.timeout_ms = (int)left + PL_GRACE_MS,
+			.term_signal = SIGTERM,
+			.grace_ms = PL_GRACE_MS,
+			.out_cap = GOTEST_EVENTS_CAP,
+			.err_cap = 64 * 1024,
+			.keep_tail = true,
+			.merge_stderr = true,
+			.seccomp = c->user_filter,
+			.isolate = true,
+		};
+		struct runproc_result rr;
+		rc = runproc_run(&ro, &rr);
+		if (rc < 0) {
+			gotest_report_package(rep, ipath, "fail", "the test binary could not be started\n");
+			exit_code = exit_code ? exit_code : 1;
+			continue;
+		}
+		gotest_report_feed(rep, ipath, rr.out.data, rr.out.len);
+		wall += rr.wall_ms;
+		tm->cpu_user_ms += rr.user_ms;
+		tm->cpu_sys_ms += rr.sys_ms;
+		if (rr.maxrss_kb > tm->max_rss_kb)
+			tm->max_rss_kb = rr.maxrss_kb;
+		timed_out |= rr.timed_out;
+		if (rr.signal && !sig)
+			sig = rr.signal;
+		if (rr.exit_code > 0 && !exit_code)
+			exit_code = rr.exit_code;
+		runproc_result_free(&rr);
+	}
+	tm->run_ms = mono_since_ms(&ts);
+	pl_creds_end(cfg, &pcr);
+	gobuild_strv_free(envp);
+	free(bins);
+	json_t *tests = NULL, *pkgs = NULL, *totals = NULL;
+	char failed[1024], *text = NULL;
+	size_t text_len = 0;
+	bool text_trunc = false;
+	if (!rep || gotest_report_finish(rep, &tests, &pkgs, &totals, failed, sizeof(failed), &text,
+					 &text_len, &text_trunc) < 0) {
+		gotest_report_free(rep);
+		json_decref(o);
+		return internal_result("out of memory while gathering the test results");
+	}
+	timed_out |= gotest_report_timed_out(rep);
+	gotest_report_free(rep);
+	json_object_set_new(o, "exit_code", sig ? json_null() : json_integer(exit_code));
+	json_object_set_new(o, "signal", sig ? json_string(runproc_signame(sig)) : json_null());
+	json_object_set_new(o, "duration_ms", json_integer(wall));
+	set_text(o, "stdout", text, text_len);
+	json_object_set_new(o, "stdout_truncated", json_boolean(text_trunc));
+	free(text);
+	json_int_t nfail = json_integer_value(json_object_get(totals, "failed"));
+	json_int_t ntests = json_integer_value(json_object_get(totals, "tests"));
+	const char *bad_pkg = NULL;
+	size_t k;
+	json_t *p;
+	json_array_foreach(pkgs, k, p) {
+		const char *st = json_string_value(json_object_get(p, "status"));
+		if (st && strcmp(st, "fail") == 0 && !bad_pkg)
+			bad_pkg = json_string_value(json_object_get(p, "package"));
+	}
+	char msg[1400], secs[32];
+	seconds_text(timeout_ms, secs, sizeof(secs));
+	json_t *res;
+	if (timed_out) {
+		snprintf(msg, sizeof(msg), "the tests ran past their %s timeout and were stopped%s%s",
+			 secs, failed[0] ? "; failed or unfinished: " : "", failed);
+		res = kind_msg("timeout", msg);
+	} else if (nfail) {
+		snprintf(msg, sizeof(msg), "%lld of %lld tests failed: %s", (long long)nfail,
+			 (long long)ntests, failed);
+		res = kind_msg("test_failure", msg);
+	} else if (bad_pkg) {
+		snprintf(msg, sizeof(msg), "package %s failed outside any test (see packages[].output): "
+			 "an init, TestMain or os.Exit, or a crash", bad_pkg);
+		res = kind_msg("test_failure", msg);
+	} else {
+		res = json_pack("{s:s}", "kind", "ok");
+	}
+	json_object_set_new(o, "result", res);
+	json_object_set_new(o, "tests", tests);
+	json_object_set_new(o, "packages", pkgs);
+	json_object_set_new(o, "test_totals", totals);
+	return finish(o, "test", "test", tm, t0);
+}
+
 /* pipeline_execute - see pipeline.h */
 json_t *pipeline_execute(const struct pipeline_config *cfg, json_t *req,
 			 pipeline_progress_fn progress, void *ctx)
@@ -1025,16 +1417,38 @@ json_t *pipeline_execute(const struct pipeline_config *cfg, json_t *req,
 		return internal_result("out of memory");
 	}
 	struct norm_result nr = { 0 };
+	json_t *jm = json_object_get(req, "mode");
+	const char *want = json_string_value(jm);
+	if (rc == 0 && jm && !json_is_null(jm) && (!want || (strcmp(want, "run") != 0 &&
+							     strcmp(want, "test") != 0))) {
+		snprintf(err, sizeof(err), "mode must be \"run\" or \"test\"");
+		rc = -EINVAL;
+	}
+	/* test mode when asked, or (unless run is asked) when _test.go files were sent */
+	bool test = want ? strcmp(want, "test") == 0
+			 : json_object_get(req, "test") || (rc == 0 && normalize_has_tests(in, nin));
 	if (rc == 0)
-		rc = normalize(in, nin, &nr, err, sizeof(err));
+		rc = test ? normalize_tests(in, nin, &nr, err, sizeof(err))
+			  : normalize(in, nin, &nr, err, sizeof(err));
 	free(in);
 	tm.normalize_ms = mono_since_ms(&ts);
 	if (rc < 0) {
 		json_object_set_new(o, "result", kind_msg("normalize_error",
 							  rc == -ENOMEM ? "out of memory" : err));
-		return finish(o, "normalize", NULL, &tm, &t0);
+		o = finish(o, "normalize", test ? "test" : NULL, &tm, &t0);
+		int afd = open(c.app_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (afd >= 0) {
+			/* the wipe may have removed the last call's out/ */
+			char digest[65];
+			artifacts_digest(afd, digest);
+			json_object_set_new(o, "resources_digest", json_string(digest));
+			close(afd);
+		}
+		return o;
 	}
-	const char *mode = nr.mode == NORM_SNIPPET ? "wrapped" : "program";
+	const char *mode = nr.mode == NORM_SNIPPET ? "wrapped"
+			   : nr.mode == NORM_TEST  ? "test"
+						   : "program";
 	bool snippet = nr.mode == NORM_SNIPPET;
 
 	/* 3. write */
@@ -1080,7 +1494,18 @@ json_t *pipeline_execute(const struct pipeline_config *cfg, json_t *req,
 		o = internal_result("go.mod could not be written: %s", strerror(-rc));
 		goto out;
 	}
+	if ((rc = artifacts_prepare(appfd)) < 0) {
+		json_decref(o);
+		o = internal_result("/app/" ARTIFACTS_DIR " could not be made: %s", strerror(-rc));
+		goto out;
+	}
 	tm.write_ms = wipe_ms + mono_since_ms(&ts);
+	if (nr.mode == NORM_TEST) {
+		o = pl_test(cfg, &c, req, &nr, o, &tm, &t0, timeout_ms, progress, ctx);
+		if (o && strcmp(json_string_value(json_object_get(o, "phase")), "test") == 0)
+			artifacts_collect(appfd, o);
+		goto out;
+	}
 
 	/* 4. the binary cache */
 	if ((rc = gobuild_cache_key(nr.files, nr.nfiles, &mf, goversion, hex)) < 0) {
@@ -1239,8 +1664,15 @@ json_t *pipeline_execute(const struct pipeline_config *cfg, json_t *req,
 	json_object_set_new(o, "result", resource_hint(&c, &rr, run_outcome(&c, snippet, timeout_ms, &rr)));
 	runproc_result_free(&rr);
 	o = finish(o, "run", mode, &tm, &t0);
+	artifacts_collect(appfd, o);
 
 out:
+	if (o && appfd >= 0) {
+		/* the worker tells the client when the session's files changed */
+		char digest[65];
+		artifacts_digest(appfd, digest);
+		json_object_set_new(o, "resources_digest", json_string(digest));
+	}
 	pl_creds_end(cfg, &pcr);
 	gobuild_strv_free(envp);
 	gobuild_strv_free(pkgs);
@@ -1359,5 +1791,16 @@ json_t *pipeline_doc(const struct pipeline_config *cfg, json_t *req)
 	}
 	free(text);
 	free(gerr);
+	return o;
+}
+
+/* pipeline_files - see pipeline.h */
+json_t *pipeline_files(const struct pipeline_config *cfg, json_t *req)
+{
+	int fd = cfg && cfg->app_dir ? open(cfg->app_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+	if (fd < 0)
+		return json_pack("{s:s}", "error", "the sandbox's /app cannot be opened");
+	json_t *o = artifacts_files(fd, req);
+	close(fd);
 	return o;
 }

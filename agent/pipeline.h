@@ -79,4 +79,10 @@ json_t *pipeline_execute(const struct pipeline_config *cfg, json_t *req,
  */
 json_t *pipeline_doc(const struct pipeline_config *cfg, json_t *req);
 
+/*
+ * pipeline_files - POST /files: the session's files in /app/persist and /app/out, listed or
+ * read (agent/artifacts.h, artifacts_files). Read-only; needs no call slot.
+ */
+json_t *pipeline_files(const struct pipeline_config *cfg, json_t *req);
+
 #endif

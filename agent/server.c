@@ -47,7 +47,8 @@
 #define SRV_PHASE_MAX        64
 #define SRV_MESSAGE_MAX      2048
 
-enum srv_route { SRV_NONE, SRV_HEALTH, SRV_CLAIM, SRV_EXECUTE, SRV_DOC, SRV_TOKEN, SRV_RELEASE };
+enum srv_route { SRV_NONE, SRV_HEALTH, SRV_CLAIM, SRV_EXECUTE, SRV_DOC, SRV_TOKEN, SRV_RELEASE,
+		 SRV_FILES };
 
 /* One queued NDJSON line (newline included). */
 struct srv_line {
@@ -401,6 +402,7 @@ static enum srv_route srv_route_of(const char *url, const char **allow)
 		{ "/doc", SRV_DOC, "POST" },
 		{ "/token", SRV_TOKEN, "POST" },
 		{ "/release", SRV_RELEASE, "POST" },
+		{ "/files", SRV_FILES, "POST" },
 	};
 	for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++)
 		if (strcmp(url, routes[i].path) == 0) {
@@ -450,7 +452,7 @@ static enum MHD_Result srv_begin(struct agent_server *s, struct MHD_Connection *
 	if (r->route == SRV_NONE) {
 		r->err_status = MHD_HTTP_NOT_FOUND;
 		r->err_msg = "there is no such endpoint; the agent serves /health, /claim, "
-			     "/execute, /doc, /token and /release";
+			     "/execute, /doc, /token, /release and /files";
 		r->allow = NULL;
 	} else if (r->route == SRV_HEALTH ? (strcmp(method, "GET") != 0 &&
 					     strcmp(method, "HEAD") != 0)
@@ -459,7 +461,7 @@ static enum MHD_Result srv_begin(struct agent_server *s, struct MHD_Connection *
 		r->err_msg = r->route == SRV_HEALTH ? "this endpoint takes GET"
 						    : "this endpoint takes POST";
 	} else if (r->route == SRV_EXECUTE || r->route == SRV_DOC || r->route == SRV_TOKEN ||
-		   r->route == SRV_RELEASE) {
+		   r->route == SRV_RELEASE || r->route == SRV_FILES) {
 		const char *why = srv_check_auth(s, c);
 		if (why) {
 			r->err_status = MHD_HTTP_UNAUTHORIZED;
@@ -755,6 +757,25 @@ static enum MHD_Result srv_token(struct agent_server *s, struct MHD_Connection *
 	return srv_send_json(c, r, MHD_HTTP_OK, json_pack("{s:b}", "ok", 1), NULL);
 }
 
+/* srv_files - POST /files: list or read the session's files, without the call slot */
+static enum MHD_Result srv_files(struct agent_server *s, struct MHD_Connection *c,
+				 struct srv_req *r)
+{
+	char msg[256];
+	if (!s->h.files)
+		return srv_send_error(c, r, MHD_HTTP_NOT_FOUND, "this agent serves no files");
+	json_t *req = srv_parse_object(r, msg, sizeof(msg));
+	if (!req)
+		return srv_send_error(c, r, MHD_HTTP_BAD_REQUEST, msg);
+	json_t *res = s->h.files(s->h.ctx, req);
+	json_decref(req);
+	if (!json_is_object(res)) {
+		json_decref(res);
+		res = json_pack("{s:s}", "error", "the agent could not list or read the files");
+	}
+	return srv_send_json(c, r, MHD_HTTP_OK, res, NULL);
+}
+
 /* agent_server_event - see server.h */
 void agent_server_event(void *pctx, json_t *ev)
 {
@@ -806,6 +827,8 @@ static enum MHD_Result srv_access(void *cls, struct MHD_Connection *c, const cha
 		return srv_token(s, c, r);
 	case SRV_RELEASE:
 		return srv_release(s, c, r);
+	case SRV_FILES:
+		return srv_files(s, c, r);
 	case SRV_NONE:
 		break;
 	}

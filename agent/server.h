@@ -39,6 +39,9 @@ struct agent_handlers {
 	/* POST /token: the worker's answer to a token_request of the running call (optional;
 	 * NULL answers 404). 0; -ENOENT (404) when nothing waits for it; else 400 with msg. */
 	int (*token)(void *ctx, json_t *answer, char *msg, size_t msglen);
+	/* POST /files: list or read the session's files (optional; NULL answers 404). Takes no
+	 * call slot: it only reads. */
+	json_t *(*files)(void *ctx, json_t *req);
 	void *ctx;
 };
 

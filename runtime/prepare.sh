@@ -182,6 +182,14 @@ if ! cmp -s "$src/go.mod" "$here/go.mod" || ! cmp -s "$src/go.sum" "$here/go.sum
 fi
 # All of std, so that any standard-library import in a snippet is a cache hit.
 kg_build std || die "building the standard library failed; is the Go installation complete?"
+# Test mode (agent/gobuild.c, gobuild_test_build): a test binary built as the agent builds
+# one, so testing, its generated main and vet's facts are warm; and test2json, which
+# `go tool` builds into the build cache the first time it is asked for.
+kg_env "$stage" GOPROXY=off GODEBUG=goindex=0 "$GO" test -c -trimpath -buildvcs=false \
+	-ldflags='-s -w' -o /dev/null ./warmup ||
+	die "building the warm-up's test binary failed; is the Go installation complete?"
+kg_env "$stage" GOPROXY=off GODEBUG=goindex=0 "$GO" tool -n test2json >/dev/null ||
+	die "building test2json failed; is the Go installation complete?"
 
 # Drop seeded build-cache entries that this lockfile no longer uses.
 find "$stage/gocache" -type f \( -name '*-a' -o -name '*-d' \) \

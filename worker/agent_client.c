@@ -701,6 +701,25 @@ int agent_client_doc(const struct agent_endpoint *ep, json_t *req, json_t **resu
 	return rc;
 }
 
+/* agent_client_files - POST /files */
+int agent_client_files(const struct agent_endpoint *ep, json_t *req, json_t **result, char *err,
+		       size_t errlen)
+{
+	*result = NULL;
+	size_t len;
+	int rc;
+	char *body = ac_body(req, &len, &rc, err, errlen);
+	if (!body)
+		return rc;
+	struct ac_xfer x = { .kind = AC_DOC, .max = AC_DOC_MAX_ANSWER };
+	rc = ac_call(ep, "/files", body, len, AC_DOC_TIMEOUT_MS, &x, err, errlen);
+	free(body);
+	if (rc == 0)
+		rc = ac_answer(&x, result, err, errlen);
+	ac_xfer_free(&x);
+	return rc;
+}
+
 /* agent_client_token - POST /token: the answer to one token_request */
 int agent_client_token(const struct agent_endpoint *ep, json_t *answer, char *err,
 		       size_t errlen)

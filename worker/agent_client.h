@@ -108,6 +108,11 @@ int agent_client_read_stream(const char *const *piece, const size_t *len, size_t
 int agent_client_token(const struct agent_endpoint *ep, json_t *answer, char *err,
 		       size_t errlen);
 
+/* agent_client_files - POST /files {"op":"list"|"read",...}; 0 and *result = the agent's answer
+ * (docs/agent-api.md; an {"error"} answer is the caller's to pass on) */
+int agent_client_files(const struct agent_endpoint *ep, json_t *req, json_t **result, char *err,
+		       size_t errlen);
+
 /* agent_client_doc - POST /doc {"package","symbol"?}; 0 and *result = the agent's answer
  * ({"ok":true,"text",...} or {"ok":false,"error"}) */
 int agent_client_doc(const struct agent_endpoint *ep, json_t *req, json_t **result, char *err,

@@ -193,22 +193,112 @@ static void call_progress(void *ctx, const char *phase, const char *message)
 			     ++j->progress, "message", text));
 }
 
-/* tool_result - wrap structured content as an MCP CallToolResult (steals sc) */
+/* artifact_payload - the bytes an embedded artifact carries (base64 data or text) */
+static size_t artifact_payload(json_t *a)
+{
+	json_t *d = json_object_get(a, "data"), *t = json_object_get(a, "text");
+	return json_string_length(d) + json_string_length(t);
+}
+
+/* artifact_block - the content block for one artifact: an image, an embedded resource (text or
+ * blob), or a link to the resource when it is not embedded */
+static json_t *artifact_block(json_t *a)
+{
+	json_t *uri = json_object_get(a, "uri"), *mt = json_object_get(a, "media_type");
+	json_t *d = json_object_get(a, "data"), *t = json_object_get(a, "text");
+	const char *mts = json_string_value(mt);
+	if (!json_is_string(uri))
+		return NULL;
+	if (!json_is_true(json_object_get(a, "embedded")) || (!d && !t)) {
+		if (!mts)
+			return NULL; /* a link, FIFO or the like: listed, nothing to link to */
+		return json_pack("{s:s, s:O, s:O, s:O, s:O}", "type", "resource_link", "uri", uri,
+				 "name", json_object_get(a, "name"), "mimeType", mt, "size",
+				 json_object_get(a, "size"));
+	}
+	if (d && mts && strncmp(mts, "image/", 6) == 0)
+		return json_pack("{s:s, s:O, s:O}", "type", "image", "data", d, "mimeType", mt);
+	if (t)
+		return json_pack("{s:s, s:{s:O, s:O, s:O}}", "type", "resource", "resource", "uri",
+				 uri, "mimeType", mt, "text", t);
+	return json_pack("{s:s, s:{s:O, s:O, s:O}}", "type", "resource", "resource", "uri", uri,
+			 "mimeType", mt, "blob", d);
+}
+
+/* tool_result - wrap structured content as an MCP CallToolResult (steals sc): the JSON as text,
+ * then one block per artifact; the artifacts' bytes leave structuredContent (they are in the
+ * blocks), and embedded ones that would push the response past the message limit become links */
 static json_t *tool_result(json_t *sc, bool is_error)
 {
+	json_t *arts = json_object_get(sc, "artifacts");
+	json_t *blocks = json_array();
+	size_t i;
+	json_t *a;
+	if (json_is_array(arts)) {
+		/* the structured part appears twice (text and structuredContent) */
+		char *probe = json_dumps(sc, JSON_COMPACT | JSON_ENSURE_ASCII);
+		size_t payload = 0, rest = probe ? strlen(probe) : 0;
+		free(probe);
+		json_array_foreach(arts, i, a) {
+			size_t p = artifact_payload(a);
+			payload += p;
+			rest -= p < rest ? p : rest;
+		}
+		size_t limit = MCP_MAX_MESSAGE - 64 * 1024;
+		while (payload + 2 * rest > limit) {
+			json_t *big = NULL;
+			size_t bigsz = 0;
+			json_array_foreach(arts, i, a) {
+				if (artifact_payload(a) > bigsz) {
+					bigsz = artifact_payload(a);
+					big = a;
+				}
+			}
+			if (!big)
+				break;
+			json_object_del(big, "data");
+			json_object_del(big, "text");
+			json_object_set_new(big, "embedded", json_false());
+			json_object_set_new(big, "note", json_string(
+				"not embedded: with it the response would pass the 4 MiB message "
+				"limit (stdout and stderr count too); read it with resources/read"));
+			payload -= bigsz;
+		}
+		json_array_foreach(arts, i, a) {
+			json_t *b = artifact_block(a);
+			if (b)
+				json_array_append_new(blocks, b);
+			json_object_del(a, "data");
+			json_object_del(a, "text");
+		}
+	}
 	char *text = json_dumps(sc, JSON_COMPACT | JSON_ENSURE_ASCII);
 	json_t *r = json_pack("{s:[{s:s, s:s}], s:o, s:b}", "content", "type", "text", "text",
 			      text ? text : "{}", "structuredContent", sc, "isError", is_error);
+	json_array_extend(json_object_get(r, "content"), blocks);
+	json_decref(blocks);
 	free(text);
 	return r;
 }
 
-/* result_is_error - the model has something to fix unless the run went fine */
+/* result_is_error - the model has something to fix unless the run (or the tests) went fine */
 static bool result_is_error(json_t *res)
 {
 	const char *phase = json_string_value(json_object_get(res, "phase"));
 	const char *kind = json_string_value(json_object_get(json_object_get(res, "result"), "kind"));
-	return !phase || strcmp(phase, "run") != 0 || !kind || strcmp(kind, "ok") != 0;
+	return !phase || (strcmp(phase, "run") != 0 && strcmp(phase, "test") != 0) || !kind ||
+	       strcmp(kind, "ok") != 0;
+}
+
+/* files_changed - the agent's digest of the session's files: tell the client when it moved */
+static void files_changed(struct session *s, struct job *j, json_t *res)
+{
+	const char *d = json_string_value(json_object_get(res, "resources_digest"));
+	if (d && strcmp(d, s->files_digest) != 0) {
+		snprintf(s->files_digest, sizeof(s->files_digest), "%s", d);
+		mcp_notify(s, j->seq, "notifications/resources/list_changed", json_object());
+	}
+	json_object_del(res, "resources_digest");
 }
 
 /* call_once - one request to the agent; waits out a cancelled call that is still finishing */
@@ -288,6 +378,7 @@ static json_t *call_agent(struct session *s, struct job *j, json_t *req, bool do
 		json_decref(res);
 		return out;
 	}
+	files_changed(s, j, res);
 	json_t *timings = json_object_get(res, "timings");
 	if (json_is_object(timings))
 		json_object_set_new(timings, "claim_ms", json_integer(claim_ms));
@@ -316,6 +407,10 @@ static json_t *call_run(struct session *s, struct job *j)
 				"timeout_ms", secs * 1000);
 	if (!files)
 		json_decref(json_object_get(req, "files")); /* the pack above took its own reference */
+	if (json_object_get(j->args, "mode"))
+		json_object_set(req, "mode", json_object_get(j->args, "mode"));
+	if (json_object_get(j->args, "test"))
+		json_object_set(req, "test", json_object_get(j->args, "test"));
 	json_t *creds = s->creds ? creds_for_call(s->creds) : NULL;
 	if (creds)
 		json_object_set_new(req, "credentials", creds);
@@ -372,6 +467,17 @@ static void *call_thread(void *arg)
 		session_set_state(s, WS_BUSY);
 		pthread_mutex_unlock(&s->mu);
 
+		if (j->resource) {
+			json_t *msg = resources_answer(s, j);
+			pthread_mutex_lock(&s->mu);
+			s->running = NULL;
+			if (!s->queue && s->state == WS_BUSY)
+				session_set_state(s, WS_READY);
+			pthread_mutex_unlock(&s->mu);
+			mcp_answer_job(s, j, j->cancel ? (json_decref(msg), NULL) : msg);
+			job_free(j);
+			continue;
+		}
 		json_t *resp = call_run(s, j);
 		call_account(s, j, resp);
 

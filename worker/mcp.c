@@ -32,7 +32,9 @@ static const char mcp_instructions[] =
 	"Use execute_go_code to run a snippet (any package but main declaring "
 	"func run(ctx context.Context) (any, error); the value it returns comes back as JSON) or "
 	"a full package main program. Files written to /app/persist survive across calls in this "
-	"session. Use lookup_package_docs to read `go doc` output for a package or symbol before "
+	"session; files written to /app/out come back with the result, and both directories are "
+	"this session's resources (sandbox:///app/persist/..., sandbox:///app/out/...). Sending "
+	"_test.go files runs go test. Use lookup_package_docs to read `go doc` output for a package or symbol before "
 	"guessing an API.";
 
 /* mcp_reply - answer REQ_MCP seq (every REQ_MCP gets exactly one ANS_MCP, maybe empty) */
@@ -138,9 +140,11 @@ static json_t *on_initialize(struct session *s, json_t *id, json_t *params, cons
 		if (ipc_pack_note_session(&b, session_next_seq(s), raw, rawlen, version) == 0)
 			session_send(s, &b);
 	}
-	return mcp_result(id, json_pack("{s:s, s:{s:{s:b}, s:{}}, s:{s:s, s:s, s:s}, s:s}",
+	/* resources: the session's files (worker/resources.c); every backend's agent serves them */
+	return mcp_result(id, json_pack("{s:s, s:{s:{s:b}, s:{}, s:{s:b, s:b}}, s:{s:s, s:s, s:s}, s:s}",
 					"protocolVersion", version,
 					"capabilities", "tools", "listChanged", 0, "logging",
+					"resources", "listChanged", 1, "subscribe", 0,
 					"serverInfo", "name", "kode-gopher", "title", "kode-gopher: run Go code",
 					"version", KG_VERSION,
 					"instructions", mcp_instructions));
@@ -270,6 +274,40 @@ static json_t *on_tools_call(struct session *s, uint32_t seq, json_t *id, json_t
 	return NULL;
 }
 
+/* on_resources - resources/list and resources/read need the sandbox: they queue behind the
+ * running call on the call thread, which answers them (worker/resources.c) */
+static json_t *on_resources(struct session *s, uint32_t seq, json_t *id, const char *method,
+			    json_t *params, size_t rawlen, struct mcp_batch *batch)
+{
+	bool read = strcmp(method, "resources/read") == 0;
+	json_t *uri = json_object_get(params, "uri"), *cursor = json_object_get(params, "cursor");
+	if (read && (!json_is_string(uri) || json_string_length(uri) > 4096))
+		return mcp_error(id, RPC_INVALID_PARAMS, "resources/read needs params.uri, such as "
+				 "sandbox:///app/persist/rows.json (resources/list names them)");
+	if (!read && cursor && (!json_is_string(cursor) || json_string_length(cursor) > 32))
+		return mcp_error(id, RPC_INVALID_PARAMS, "Invalid params: the cursor is not one this "
+				 "server handed out");
+	char full[400];
+	if (queue_full(s, rawlen, full, sizeof(full)))
+		return mcp_error(id, RPC_SERVER_ERROR, full);
+	struct job *j = calloc(1, sizeof(*j));
+	if (!j)
+		return mcp_error(id, RPC_INTERNAL_ERROR, "out of memory");
+	j->seq = seq;
+	j->id = json_incref(id);
+	j->resource = true;
+	snprintf(j->tool, sizeof(j->tool), "%s", method);
+	j->args = json_is_object(params) ? json_incref(params) : json_object();
+	j->bytes = rawlen;
+	if ((j->batch = batch)) {
+		pthread_mutex_lock(&s->mu);
+		batch->waiting++;
+		pthread_mutex_unlock(&s->mu);
+	}
+	call_enqueue(s, j);
+	return NULL;
+}
+
 /* mcp_dispatch_request - a request with a valid id; NULL means "answered later" */
 static json_t *mcp_dispatch_request(struct session *s, uint32_t seq, json_t *id, const char *method,
 				    json_t *params, const char *raw, size_t rawlen, bool replay,
@@ -297,6 +335,15 @@ static json_t *mcp_dispatch_request(struct session *s, uint32_t seq, json_t *id,
 	}
 	if (strcmp(method, "tools/call") == 0)
 		return on_tools_call(s, seq, id, params, rawlen, batch);
+	if (strcmp(method, "resources/templates/list") == 0) {
+		if (json_object_get(params, "cursor"))
+			return mcp_error(id, RPC_INVALID_PARAMS,
+					 "Invalid params: unknown cursor. resources/templates/list returns "
+					 "both templates on one page; call it without params.cursor");
+		return mcp_result(id, json_pack("{s:o}", "resourceTemplates", resources_templates()));
+	}
+	if (strcmp(method, "resources/list") == 0 || strcmp(method, "resources/read") == 0)
+		return on_resources(s, seq, id, method, params, rawlen, batch);
 	if (strcmp(method, "logging/setLevel") == 0)
 		return on_set_level(s, id, params);
 	char msg[160];
@@ -343,7 +390,9 @@ static json_t *handle_one(struct session *s, uint32_t seq, json_t *root, const c
 		mcp_notification(s, json_string_value(jm), params);
 	} else {
 		reply = mcp_dispatch_request(s, seq, id, json_string_value(jm), params, msg, len, replay, batch);
-		*later = !reply && strcmp(json_string_value(jm), "tools/call") == 0;
+		*later = !reply && (strcmp(json_string_value(jm), "tools/call") == 0 ||
+				    strcmp(json_string_value(jm), "resources/list") == 0 ||
+				    strcmp(json_string_value(jm), "resources/read") == 0);
 	}
 	return reply;
 }

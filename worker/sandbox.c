@@ -187,6 +187,11 @@ int sandbox_replace(struct session *s, struct agent_endpoint **ep, char *err, si
 	return sandbox_get(s, ep, err, errlen);
 }
 
+bool sandbox_have(void)
+{
+	return kube_settings.on ? sandbox_kube_have() : sandbox_claimed;
+}
+
 const char *sandbox_name(struct session *s)
 {
 	return kube_settings.on ? sandbox_kube_name() : s->sandbox_name;

@@ -472,6 +472,11 @@ int sandbox_kube_get(struct session *s, struct agent_endpoint **ep, char *err, s
 	return r;
 }
 
+bool sandbox_kube_have(void)
+{
+	return kb.connected;
+}
+
 int sandbox_kube_replace(struct session *s, struct agent_endpoint **ep, char *err, size_t errlen)
 {
 	return kb_renew_claim(s, "died", ep, err, errlen);

@@ -36,6 +36,8 @@ int sandbox_kube_replace(struct session *s, struct agent_endpoint **ep, char *er
 bool sandbox_kube_lost(int rc);
 /* sandbox_kube_name - the current SandboxClaim's name ("" before the first call) */
 const char *sandbox_kube_name(void);
+/* sandbox_kube_have - a claimed sandbox is connected (a call ran in this session) */
+bool sandbox_kube_have(void);
 /* sandbox_kube_claim_ready - a SandboxClaim object (from the API server: untrusted shape) is
  * Ready and names its sandbox: 1; else 0, with why (cap bytes) saying what it lacks */
 int sandbox_kube_claim_ready(json_t *claim, char *why, size_t cap);

@@ -6,10 +6,13 @@
  * docs/snippets-and-results.md and agent/normalize.h.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "agent/normalize.h"
 #include "worker/worker.h"
+
+static json_t *execute_output_base(void);
 
 static const char execute_description[] =
 	"Build and run Go code in this session's sandbox with the real Go toolchain (Go 1.26) and "
@@ -52,11 +55,32 @@ static const char execute_description[] =
 	"there). Default timeout 60 s (timeout_seconds to change); stdout and stderr are capped "
 	"at 1 MiB each, keeping the head and the tail.\n"
 	"\n"
-	"Result: phase (normalize, build or run), mode (wrapped or program), exit_code, build_ms, "
-	"duration_ms, tidied, result {kind: ok | error | panic | unencodable | exit | timeout | "
-	"killed | build_error | normalize_error, value | message | stack}, diagnostics "
-	"[{file, line, column, message}] for build errors, stdout, stderr. isError is true when "
-	"there is something to fix: for phase build, fix the code rather than retrying.";
+	"Tests: when the files include _test.go files (or mode is \"test\"), kode-gopher runs go "
+	"test on every package that has them instead of running main or run: phase \"test\", mode "
+	"\"test\", tests [{package, name (subtests as Parent/sub), status pass|fail|skip, elapsed "
+	"(s), output, and for benchmarks iterations, ns_per_op, bytes_per_op, allocs_per_op}], "
+	"packages [{package, status, coverage}], test_totals {tests, passed, failed, skipped}; "
+	"result.kind ok or test_failure (naming the failed tests). Options in test: {run, skip, "
+	"bench (regexps as for go test -run/-skip/-bench), benchtime (\"100x\", \"1s\"), count, "
+	"cover (coverage %), short}. Fuzz targets run their seed corpus only. race is not "
+	"available (it needs cgo). A test file that does not compile is phase build with "
+	"diagnostics. Send mode \"run\" to run main or run although _test.go files are present.\n"
+	"\n"
+	"Artifacts: files the code writes under /app/out (KODE_GOPHER_OUT; out/ from the working "
+	"directory) come back with the result: images (PNG, JPEG, GIF, WebP, SVG, recognised by "
+	"content) as image content, text and other files as embedded resources, up to 2 MiB in all "
+	"and 32 files; larger ones as resource links to read with resources/read. structuredContent "
+	"artifacts lists each (name, size, media_type, embedded, note); artifacts_note names a cap "
+	"that was hit. Links, hard links and special files are never read. /app/out is emptied "
+	"before every call; files in /app/persist and /app/out are also the session's MCP "
+	"resources (sandbox:///app/persist/..., sandbox:///app/out/...).\n"
+	"\n"
+	"Result: phase (normalize, build, run or test), mode (wrapped, program or test), exit_code, "
+	"build_ms, duration_ms, tidied, result {kind: ok | error | panic | unencodable | exit | "
+	"timeout | killed | test_failure | build_error | normalize_error, value | message | stack}, "
+	"diagnostics [{file, line, column, message}] for build errors, stdout, stderr, artifacts. "
+	"isError is true when there is something to fix: for phase build, fix the code rather "
+	"than retrying.";
 
 static const char doc_description[] =
 	"Show Go documentation (`go doc`) for a package, or for one symbol in it, as the sandbox's "
@@ -69,15 +93,55 @@ static const char doc_description[] =
 /* execute_output_schema - the shape of structuredContent for execute_go_code */
 static json_t *execute_output_schema(void)
 {
+	json_t *s = execute_output_base();
+	json_t *props = json_object_get(s, "properties");
+	json_t *num = json_pack("{s:s}", "type", "number");
+	json_object_set_new(props, "tests", json_pack(
+		"{s:s, s:s, s:{s:s, s:{s:{s:s}, s:{s:s}, s:{s:s, s:[s,s,s]}, s:O, s:{s:s}, "
+		"s:{s:s}, s:{s:s}, s:O, s:{s:s}, s:{s:s}}, s:[s,s,s]}}",
+		"type", "array", "description", "test mode: every test, subtest, fuzz seed and "
+		"benchmark, in the order they ran", "items", "type", "object", "properties",
+		"package", "type", "string", "name", "type", "string", "status", "type", "string",
+		"enum", "pass", "fail", "skip", "elapsed", num, "output", "type", "string",
+		"output_truncated", "type", "boolean", "iterations", "type", "integer", "ns_per_op",
+		num, "bytes_per_op", "type", "integer", "allocs_per_op", "type", "integer",
+		"required", "package", "name", "status"));
+	json_object_set_new(props, "packages", json_pack(
+		"{s:s, s:{s:s, s:{s:{s:s}, s:{s:s}, s:O, s:{s:[s,s]}, s:{s:s}}}}",
+		"type", "array", "items", "type", "object", "properties", "package", "type", "string",
+		"status", "type", "string", "elapsed", num, "coverage", "type", "number", "null",
+		"output", "type", "string"));
+	json_object_set_new(props, "test_totals", json_pack(
+		"{s:s, s:{s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}}}",
+		"type", "object", "properties", "packages", "type", "integer", "tests", "type",
+		"integer", "passed", "type", "integer", "failed", "type", "integer", "skipped", "type",
+		"integer", "benchmarks", "type", "integer", "listed", "type", "integer"));
+	json_object_set_new(props, "artifacts", json_pack(
+		"{s:s, s:s, s:{s:s, s:{s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:[s,s]}, s:{s:s}, "
+		"s:{s:s}}, s:[s,s,s]}}",
+		"type", "array", "description", "files the code wrote under /app/out; the embedded "
+		"ones are also in the result's content blocks", "items", "type", "object",
+		"properties", "name", "type", "string", "path", "type", "string", "uri", "type",
+		"string", "size", "type", "integer", "media_type", "type", "string", "null",
+		"embedded", "type", "boolean", "note", "type", "string", "required", "name", "size",
+		"embedded"));
+	json_object_set_new(props, "artifacts_note", json_pack("{s:s}", "type", "string"));
+	json_decref(num);
+	return s;
+}
+
+/* execute_output_base - the fields every execute_go_code result has */
+static json_t *execute_output_base(void)
+{
 	return json_pack(
 		"{s:s, s:{"
-		"s:{s:s, s:[s,s,s,s]}, s:{s:[s,s]}, s:{s:[s,s]}, s:{s:[s,s]}, s:{s:s}, s:{s:s},"
+		"s:{s:s, s:[s,s,s,s,s]}, s:{s:[s,s]}, s:{s:[s,s]}, s:{s:[s,s]}, s:{s:s}, s:{s:s},"
 		"s:{s:s}, s:{s:s}, s:{s:s, s:{s:{s:s}, s:{}, s:{s:s}, s:{s:s}, s:{s:s}}, s:[s]},"
 		"s:{s:s, s:{s:s, s:{s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}}}},"
 		"s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}},"
 		"s:[s,s]}",
 		"type", "object", "properties",
-		"phase", "type", "string", "enum", "normalize", "build", "run", "internal",
+		"phase", "type", "string", "enum", "normalize", "build", "run", "test", "internal",
 		"mode", "type", "string", "null",
 		"exit_code", "type", "integer", "null",
 		"signal", "type", "string", "null",
@@ -122,6 +186,23 @@ json_t *tools_list(int max_timeout_s)
 		"timeout_seconds", "type", "integer", "description",
 		"Run timeout in seconds (default 60).", "minimum", 1, "maximum", max_timeout_s,
 		"additionalProperties", 0);
+	json_t *props = json_object_get(exec_in, "properties");
+	json_object_set_new(props, "mode", json_pack(
+		"{s:s, s:[s,s], s:s}", "type", "string", "enum", "run", "test", "description",
+		"run (main or run) or test (go test); default: test when a _test.go file is sent"));
+	json_object_set_new(props, "test", json_pack(
+		"{s:s, s:s, s:{s:{s:s, s:i}, s:{s:s, s:i}, s:{s:s, s:i}, s:{s:s, s:s}, "
+		"s:{s:s, s:i, s:i}, s:{s:s}, s:{s:s}, s:{s:s, s:s}}, s:b}",
+		"type", "object", "description", "go test options (implies mode test)", "properties",
+		"run", "type", "string", "maxLength", TOOLS_TEST_PATTERN_MAX,
+		"skip", "type", "string", "maxLength", TOOLS_TEST_PATTERN_MAX,
+		"bench", "type", "string", "maxLength", TOOLS_TEST_PATTERN_MAX,
+		"benchtime", "type", "string", "pattern", "^[0-9]+(x|s|ms)$",
+		"count", "type", "integer", "minimum", 1, "maximum", TOOLS_TEST_COUNT_MAX,
+		"cover", "type", "boolean", "short", "type", "boolean",
+		"race", "type", "boolean", "description", "not available: the race detector needs "
+		"cgo, which is off in the sandbox",
+		"additionalProperties", 0));
 	json_t *doc_in = json_pack(
 		"{s:s, s:{s:{s:s, s:s}, s:{s:s, s:s}}, s:[s], s:b}", "type", "object", "properties",
 		"package", "type", "string", "description",
@@ -168,10 +249,65 @@ static const char *only_keys(json_t *obj, const char *const *allowed, const char
 	return NULL;
 }
 
+/* check_test - the go test options */
+static const char *check_test(json_t *test, json_t *mode, char *buf, size_t cap)
+{
+	static const char *const keys[] = { "run", "skip", "bench", "benchtime", "count", "cover",
+					    "short", "race", NULL };
+	if (!json_is_object(test))
+		return "execute_go_code: \"test\" must be an object such as {\"run\": \"TestParse\"}";
+	if (mode && strcmp(json_string_value(mode), "run") == 0)
+		return "execute_go_code: \"test\" options go with mode \"test\", not \"run\"";
+	const char *bad = only_keys(test, keys, "execute_go_code: test", buf, cap);
+	if (bad)
+		return bad;
+	if (json_is_true(json_object_get(test, "race")))
+		return "execute_go_code: test.race is not available: the race detector needs cgo, and "
+		       "cgo is off in the sandbox; run the tests without race";
+	static const char *const pats[] = { "run", "skip", "bench" };
+	for (size_t i = 0; i < 3; i++) {
+		json_t *v = json_object_get(test, pats[i]);
+		if (v && (!json_is_string(v) || json_string_length(v) > TOOLS_TEST_PATTERN_MAX ||
+			  strlen(json_string_value(v)) != json_string_length(v))) {
+			snprintf(buf, cap, "execute_go_code: test.%s must be a regular expression of at "
+				 "most %d bytes, as for go test -%s", pats[i], TOOLS_TEST_PATTERN_MAX,
+				 pats[i]);
+			return buf;
+		}
+	}
+	json_t *bt = json_object_get(test, "benchtime");
+	if (bt) {
+		const char *s = json_string_value(bt);
+		char *end = NULL;
+		long n = s ? strtol(s, &end, 10) : 0;
+		if (!s || n <= 0 || n > 100000 || !(strcmp(end, "x") == 0 || strcmp(end, "s") == 0 ||
+						    strcmp(end, "ms") == 0))
+			return "execute_go_code: test.benchtime must be a count or a duration such as "
+			       "\"100x\", \"1s\" or \"200ms\"";
+	}
+	json_t *cnt = json_object_get(test, "count");
+	if (cnt && (!json_is_integer(cnt) || json_integer_value(cnt) < 1 ||
+		    json_integer_value(cnt) > TOOLS_TEST_COUNT_MAX)) {
+		snprintf(buf, cap, "execute_go_code: test.count must be a whole number from 1 to %d",
+			 TOOLS_TEST_COUNT_MAX);
+		return buf;
+	}
+	static const char *const flags[] = { "cover", "short", "race" };
+	for (size_t i = 0; i < 3; i++) {
+		json_t *v = json_object_get(test, flags[i]);
+		if (v && !json_is_boolean(v)) {
+			snprintf(buf, cap, "execute_go_code: test.%s must be true or false", flags[i]);
+			return buf;
+		}
+	}
+	return NULL;
+}
+
 /* check_execute - execute_go_code's arguments against its input schema */
 static const char *check_execute(json_t *args, int max_timeout_s, char *buf, size_t cap)
 {
-	static const char *const keys[] = { "code", "files", "timeout_seconds", NULL };
+	static const char *const keys[] = { "code", "files", "timeout_seconds", "mode", "test",
+					    NULL };
 	const char *bad = only_keys(args, keys, "execute_go_code", buf, cap);
 	if (bad)
 		return bad;
@@ -208,6 +344,12 @@ static const char *check_execute(json_t *args, int max_timeout_s, char *buf, siz
 				return bad;
 		}
 	}
+	json_t *mode = json_object_get(args, "mode"), *test = json_object_get(args, "test");
+	if (mode && (!json_is_string(mode) || (strcmp(json_string_value(mode), "run") != 0 &&
+					       strcmp(json_string_value(mode), "test") != 0)))
+		return "execute_go_code: \"mode\" must be \"run\" or \"test\"";
+	if (test && (bad = check_test(test, mode, buf, cap)))
+		return bad;
 	if (tmo) {
 		if (!json_is_integer(tmo) || json_integer_value(tmo) < 1 ||
 		    json_integer_value(tmo) > max_timeout_s) {

@@ -35,6 +35,8 @@ struct job {
 	volatile int cancel;
 	size_t bytes;        /* the size of the message it came in, for the queue's limit */
 	struct mcp_batch *batch; /* NULL, or the batch it answers into */
+	bool resource;       /* resources/list or resources/read (tool holds the method): the
+			      * call thread answers with a whole JSON-RPC response */
 	struct job *next;
 };
 
@@ -77,6 +79,10 @@ struct session {
 	uint32_t out_seq;          /* seq of worker-originated messages; atomic */
 
 	struct creds *creds;       /* the session's Google credentials (worker/creds.h) */
+
+	/* the agent's digest of /app/persist and /app/out after the last call (call thread
+	 * only): a new one means notifications/resources/list_changed */
+	char files_digest[65];
 };
 
 /* worker/main.c */
@@ -101,6 +107,8 @@ void mcp_log(struct session *s, const char *level, const char *fmt, ...)
 json_t *mcp_scan_id(const char *head, size_t hlen, const char *tail, size_t tlen);
 
 /* worker/tools.c: the tools' descriptions and argument checks */
+#define TOOLS_TEST_PATTERN_MAX 256 /* test.run, skip, bench (agent/pipeline.c checks again) */
+#define TOOLS_TEST_COUNT_MAX   100
 json_t *tools_list(int max_timeout_s);
 bool tools_known(const char *name);
 /* tools_check_args - NULL if fine, else a sentence naming the problem (static storage) */
@@ -109,6 +117,11 @@ const char *tools_check_args(const char *name, json_t *args, int max_timeout_s, 
  * sentence as text, and structuredContent matching the tool's outputSchema (kind names why:
  * invalid_arguments, sandbox_limit, internal_error) */
 json_t *tools_error_result(const char *tool, const char *kind, const char *message, json_t *args);
+
+/* worker/resources.c: the session's files as MCP resources (on the call thread) */
+json_t *resources_templates(void);
+/* resources_answer - the JSON-RPC response to a resources/list or resources/read job */
+json_t *resources_answer(struct session *s, struct job *j);
 
 /* worker/call.c: the call thread */
 int call_start(struct session *s);
@@ -126,6 +139,8 @@ int sandbox_get(struct session *s, struct agent_endpoint **ep, char *err, size_t
 /* sandbox_replace - the sandbox died: ask for a fresh one (its /app/persist starts empty) */
 int sandbox_replace(struct session *s, struct agent_endpoint **ep, char *err, size_t errlen);
 const char *sandbox_name(struct session *s);
+/* sandbox_have - the session has a claimed sandbox already (without claiming one) */
+bool sandbox_have(void);
 /* sandbox_lost - does this agent_client error mean the sandbox is gone (retry in a new one)? */
 bool sandbox_lost(int rc);
 /* sandbox_end - session end: give the sandbox back (Kubernetes: delete or keep the claim) */

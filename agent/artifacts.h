@@ -1,0 +1,58 @@
+/*
+ * artifacts.h - the files a call leaves for the client: /app/out after a run (artifacts in the
+ * result), and /app/persist and /app/out as the session's MCP resources (POST /files).
+ *
+ * Called by agent/pipeline.c (artifacts_prepare before a run, artifacts_collect after it,
+ * artifacts_digest so the worker can tell whether the files changed) and by agent/agent_main.c
+ * for POST /files (artifacts_files). Everything under /app was shaped by the user's program:
+ * every open walks the path one component at a time from a directory descriptor with
+ * O_NOFOLLOW, only regular files with one name are read (no symlink, hard link, FIFO, device or
+ * socket), reads are bounded whatever the file's size says, and the media type comes from the
+ * content, not the name.
+ */
+#ifndef KG_ARTIFACTS_H
+#define KG_ARTIFACTS_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+#define ARTIFACTS_DIR            "out"
+#define ARTIFACTS_MAX_COUNT      32                  /* listed in one result */
+#define ARTIFACTS_EMBED_BYTES    (2 * 1024 * 1024)   /* embedded in one result, all files */
+#define ARTIFACTS_READ_BYTES     (1024 * 1024)       /* one resources/read */
+#define ARTIFACTS_PAGE           100                 /* resources/list page */
+#define ARTIFACTS_WALK_MAX       10000               /* entries looked at in one walk */
+#define ARTIFACTS_MAX_DEPTH      8
+#define ARTIFACTS_SNIFF_BYTES    512
+
+/* artifacts_prepare - an empty out/ below appfd (the wipe before the call removed the old) */
+int artifacts_prepare(int appfd);
+
+/*
+ * artifacts_collect - the files below appfd/out after a run, into the result o:
+ *   "artifacts": [{name (relative to out/), path ("/app/out/..."), uri, size, media_type,
+ *                  embedded, data? (base64, when embedded), note? (why not)}]
+ *   "artifacts_note": a sentence when a cap was hit (count or bytes), else absent
+ * Files are taken in name order; up to ARTIFACTS_EMBED_BYTES in all are embedded.
+ */
+void artifacts_collect(int appfd, json_t *o);
+
+/* artifacts_digest - a hex digest of the names, sizes and times of everything under persist/
+ * and out/: equal digests mean the resources did not change. buf: 65 bytes. */
+void artifacts_digest(int appfd, char *buf);
+
+/*
+ * artifacts_files - POST /files:
+ *   {"op":"list", "cursor"?: "N"} -> {"files":[{path, size, media_type, mtime}], "next": "N"|null}
+ *   {"op":"read", "path":"persist/x", "offset"?: N} ->
+ *        {path, size, media_type, offset, length, eof, data (base64), text? (the whole file,
+ *         when it is UTF-8 text read in one piece)}
+ * An error is {"error": sentence}, which the worker passes on.
+ */
+json_t *artifacts_files(int appfd, json_t *req);
+
+/* artifacts_sniff - the media type of content starting with p[0..n); name only refines a
+ * text type (.csv, .json, .html, .md); never NULL */
+const char *artifacts_sniff(const unsigned char *p, size_t n, const char *name);
+
+#endif

@@ -1,0 +1,430 @@
+/*
+ * testmode.test.mjs - issue 16 end to end with the SDK client and the real serve, agent and Go
+ * toolchain: go test through execute_go_code (pass, fail, skip, panic, subtests, a benchmark,
+ * fuzz seeds, coverage, a test file that does not compile, race refused), artifacts under
+ * /app/out (a PNG drawn with image/png that decodes, a sniffed media type, a 100 MB file that
+ * is capped and named, symlinks, hard links and FIFOs never read), and the session's files as
+ * MCP resources (list, read, pieces, list_changed, nothing of another session, paths that try
+ * to leave /app).
+ *
+ * One session serves most tests, as one model would use it. Run by tests/run.sh (node --test).
+ */
+import assert from 'node:assert/strict';
+import test from 'node:test';
+import zlib from 'node:zlib';
+
+import { ResourceListChangedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
+
+import { callTool, connect, McpError, sc, sharedSession, text } from './lib.mjs';
+
+const T = { timeout: 600_000 };
+let changes = 0;
+const live = sharedSession({ onFresh: () => watch() });
+let watched;
+/* watch - count notifications/resources/list_changed on the shared session */
+async function watch() {
+	const s = await live();
+	if (watched === s)
+		return;
+	watched = s;
+	s.client.setNotificationHandler(ResourceListChangedNotificationSchema, () => {
+		changes++;
+	});
+}
+
+async function exec(args, session) {
+	const s = session || (await live());
+	const res = await callTool(s.client, 'execute_go_code', args);
+	const out = sc(res);
+	assert.ok(out, `no structuredContent: ${text(res).slice(0, 500)}`);
+	return [res, out];
+}
+
+const show = (s) => JSON.stringify(s, (k, v) => (typeof v === 'string' && v.length > 300 ? v.slice(0, 300) + '…' : v)).slice(0, 3000);
+
+const LIB = `package calc
+
+// Add adds.
+func Add(a, b int) int { return a + b }
+
+// Sign is -1, 0 or 1.
+func Sign(x int) int {
+	if x < 0 {
+		return -1
+	}
+	if x > 0 {
+		return 1
+	}
+	return 0
+}
+`;
+
+const TESTS = `package calc
+
+import (
+	"fmt"
+	"testing"
+)
+
+func TestAdd(t *testing.T) {
+	if Add(2, 3) != 5 {
+		t.Fatal("2+3")
+	}
+	t.Log("adding works")
+}
+
+func TestFails(t *testing.T) {
+	fmt.Println("printed by TestFails")
+	t.Errorf("want %d, got %d", 4, Add(2, 3))
+}
+
+func TestSkipped(t *testing.T) { t.Skip("not on this machine") }
+
+func TestTable(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		in, want int
+	}{{"negative", -5, -1}, {"zero", 0, 0}, {"wrong on purpose", 7, 0}} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := Sign(c.in); got != c.want {
+				t.Errorf("Sign(%d) = %d, want %d", c.in, got, c.want)
+			}
+		})
+	}
+}
+
+func BenchmarkAdd(b *testing.B) {
+	s := 0
+	for i := 0; i < b.N; i++ {
+		s = Add(s, i)
+	}
+	_ = fmt.Sprint(s)
+}
+
+func FuzzAdd(f *testing.F) {
+	f.Add(1, 2)
+	f.Add(-3, 3)
+	f.Fuzz(func(t *testing.T, a, b int) {
+		if Add(a, b) != Add(b, a) {
+			t.Fatal("not commutative")
+		}
+	})
+}
+`;
+
+const PANICS = `package boom
+
+import "testing"
+
+func TestBefore(t *testing.T) {}
+
+func TestPanics(t *testing.T) {
+	var m map[string]int
+	m["x"] = 1
+}
+
+func TestAfter(t *testing.T) {}
+`;
+
+test('go test: pass, fail, skip, subtests, fuzz seeds, a benchmark and a panic in another package', T, async () => {
+	await watch();
+	const [res, s] = await exec({
+		files: [
+			{ path: 'calc.go', content: LIB },
+			{ path: 'calc_test.go', content: TESTS },
+			{ path: 'boom/boom.go', content: 'package boom\n' },
+			{ path: 'boom/boom_test.go', content: PANICS },
+		],
+		test: { bench: '.', benchtime: '200x' },
+	});
+	assert.equal(s.phase, 'test', show(s));
+	assert.equal(s.mode, 'test');
+	assert.equal(res.isError, true);
+	assert.equal(s.result.kind, 'test_failure', show(s));
+	const by = Object.fromEntries(s.tests.map((t) => [`${t.package} ${t.name}`, t]));
+	const st = (k) => by[k]?.status;
+	assert.equal(st('app TestAdd'), 'pass', show(s.tests));
+	assert.match(by['app TestAdd'].output, /adding works/);
+	assert.equal(st('app TestFails'), 'fail');
+	assert.match(by['app TestFails'].output, /printed by TestFails[\s\S]*want 4, got 5/);
+	assert.equal(st('app TestSkipped'), 'skip');
+	assert.match(by['app TestSkipped'].output, /not on this machine/);
+	assert.equal(st('app TestTable'), 'fail');
+	assert.equal(st('app TestTable/negative'), 'pass');
+	assert.equal(st('app TestTable/zero'), 'pass');
+	assert.equal(st('app TestTable/wrong_on_purpose'), 'fail');
+	assert.match(by['app TestTable/wrong_on_purpose'].output, /Sign\(7\) = 1, want 0/);
+	// fuzz targets run their seed corpus, nothing more
+	assert.equal(st('app FuzzAdd'), 'pass');
+	assert.equal(st('app FuzzAdd/seed#0'), 'pass');
+	assert.equal(st('app FuzzAdd/seed#1'), 'pass');
+	assert.equal(s.tests.filter((t) => t.name.startsWith('FuzzAdd/')).length, 2);
+	// as with go test, benchmarks run only when the tests passed
+	assert.equal(by['app BenchmarkAdd'], undefined);
+	// a panic ends its package's binary: the test that panicked fails with its stack, the
+	// ones after it never run, the other package is unaffected
+	assert.equal(st('app/boom TestBefore'), 'pass');
+	assert.equal(st('app/boom TestPanics'), 'fail');
+	assert.match(by['app/boom TestPanics'].output, /panic: assignment to entry in nil map[\s\S]*boom_test.go:9/);
+	assert.equal(by['app/boom TestAfter'], undefined);
+	const pk = Object.fromEntries(s.packages.map((p) => [p.package, p]));
+	assert.equal(pk.app.status, 'fail');
+	assert.equal(pk['app/boom'].status, 'fail');
+	assert.equal(s.test_totals.packages, 2);
+	assert.equal(s.test_totals.skipped, 1);
+	assert.equal(s.test_totals.failed, 4, show(s.test_totals)); // TestFails, TestTable, its subtest, TestPanics
+	assert.equal(s.test_totals.tests, s.test_totals.passed + s.test_totals.failed + s.test_totals.skipped);
+	assert.match(s.result.message, /^4 of \d+ tests failed: .*TestFails/);
+	// stdout reads like go test -v
+	assert.match(s.stdout, /=== RUN {3}TestAdd[\s\S]*--- FAIL: TestFails/);
+});
+
+test('go test -run, -cover and -bench: only the chosen tests, the coverage, ns/op, isError false', T, async () => {
+	const [res, s] = await exec({
+		files: [{ path: 'calc.go', content: LIB }, { path: 'calc_test.go', content: TESTS }],
+		test: { run: '^TestAdd$|^TestTable$/^(negative|zero)$', cover: true, bench: 'Add', benchtime: '200x' },
+	});
+	assert.equal(s.phase, 'test', show(s));
+	assert.equal(res.isError, false, show(s));
+	assert.equal(s.result.kind, 'ok');
+	assert.deepEqual(s.tests.map((t) => t.name).sort(), ['BenchmarkAdd', 'TestAdd', 'TestTable', 'TestTable/negative', 'TestTable/zero']);
+	// the benchmark ran the asked 200 iterations and measured them
+	const b = s.tests.find((t) => t.name === 'BenchmarkAdd');
+	assert.equal(b.status, 'pass');
+	assert.equal(b.iterations, 200);
+	assert.equal(typeof b.ns_per_op, 'number');
+	assert.ok(b.ns_per_op > 0);
+	assert.equal(b.allocs_per_op >= 0, true);
+	assert.equal(typeof b.bytes_per_op, 'number');
+	assert.equal(s.test_totals.benchmarks, 1);
+	assert.equal(s.packages[0].status, 'pass');
+	assert.equal(typeof s.packages[0].coverage, 'number');
+	assert.ok(s.packages[0].coverage > 50 && s.packages[0].coverage <= 100, show(s.packages));
+});
+
+test('a test file that does not compile is phase build with diagnostics; race is refused', T, async () => {
+	const [res, s] = await exec({
+		files: [
+			{ path: 'calc.go', content: LIB },
+			{ path: 'calc_test.go', content: 'package calc\n\nimport "testing"\n\nfunc TestX(t *testing.T) {\n\tundefinedThing()\n}\n' },
+		],
+	});
+	assert.equal(res.isError, true);
+	assert.equal(s.phase, 'build', show(s));
+	assert.equal(s.mode, 'test');
+	assert.equal(s.result.kind, 'build_error');
+	assert.deepEqual(s.diagnostics[0], { file: 'calc_test.go', line: 6, column: 2, message: 'undefined: undefinedThing' });
+
+	const [r2, s2] = await exec({ files: [{ path: 'calc.go', content: LIB }, { path: 'calc_test.go', content: TESTS }], test: { race: true } });
+	assert.equal(r2.isError, true);
+	assert.equal(s2.result.kind, 'invalid_arguments');
+	assert.match(s2.result.message, /race detector needs cgo/);
+});
+
+const CHART = `package main
+
+import (
+	"image"
+	"image/color"
+	"image/png"
+	"os"
+)
+
+func main() {
+	// a bar chart: five bars of rising height on white
+	const w, h = 320, 200
+	img := image.NewRGBA(image.Rect(0, 0, w, h))
+	for y := 0; y < h; y++ {
+		for x := 0; x < w; x++ {
+			img.Set(x, y, color.White)
+		}
+	}
+	for i, v := range []int{40, 80, 120, 160, 190} {
+		for x := 20 + i*60; x < 60+i*60; x++ {
+			for y := h - v; y < h; y++ {
+				img.Set(x, y, color.RGBA{30, 90, 200, 255})
+			}
+		}
+	}
+	f, err := os.Create("out/chart.png")
+	if err != nil {
+		panic(err)
+	}
+	if err := png.Encode(f, img); err != nil {
+		panic(err)
+	}
+	f.Close()
+	// text that claims to be a picture by its name: the type comes from the content
+	os.WriteFile(os.Getenv("KODE_GOPHER_OUT")+"/notes.png", []byte("just text\\n"), 0o644)
+	os.WriteFile("out/plot.svg", []byte("<svg xmlns=\\"http://www.w3.org/2000/svg\\" width=\\"10\\" height=\\"10\\"/>"), 0o644)
+}
+`;
+
+/* pngSize - width and height from a PNG's IHDR, after checking the signature and that it inflates */
+function pngSize(buf) {
+	assert.deepEqual([...buf.subarray(0, 8)], [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
+	assert.equal(buf.toString('latin1', 12, 16), 'IHDR');
+	const idat = [];
+	for (let off = 8; off < buf.length;) {
+		const len = buf.readUInt32BE(off);
+		const type = buf.toString('latin1', off + 4, off + 8);
+		if (type === 'IDAT')
+			idat.push(buf.subarray(off + 8, off + 8 + len));
+		off += 12 + len;
+	}
+	const raw = zlib.inflateSync(Buffer.concat(idat));
+	const w = buf.readUInt32BE(16), h = buf.readUInt32BE(20);
+	assert.equal(buf[24], 8, 'bit depth');
+	const channels = { 2: 3, 6: 4 }[buf[25]]; // RGB (an opaque image) or RGBA
+	assert.ok(channels, `colour type ${buf[25]}`);
+	assert.equal(raw.length, h * (1 + channels * w)); // rows, each with its filter byte
+	return [w, h];
+}
+
+test('a chart drawn with image/png comes back as image content that decodes', T, async () => {
+	const [res, s] = await exec({ code: CHART });
+	assert.equal(res.isError, false, show(s));
+	const imgs = res.content.filter((c) => c.type === 'image');
+	assert.equal(imgs.length, 2, show(res.content));
+	const png = imgs.find((c) => c.mimeType === 'image/png');
+	assert.deepEqual(pngSize(Buffer.from(png.data, 'base64')), [320, 200]);
+	assert.ok(imgs.find((c) => c.mimeType === 'image/svg+xml'));
+	const by = Object.fromEntries(s.artifacts.map((a) => [a.name, a]));
+	assert.equal(by['chart.png'].media_type, 'image/png');
+	assert.equal(by['chart.png'].embedded, true);
+	assert.equal(by['chart.png'].size, Buffer.from(png.data, 'base64').length);
+	assert.equal(by['chart.png'].path, '/app/out/chart.png');
+	assert.equal(by['notes.png'].media_type, 'text/plain');
+	// the bytes are in the content blocks, not twice in structuredContent
+	assert.equal(by['chart.png'].data, undefined);
+	const notes = res.content.find((c) => c.type === 'resource' && c.resource.uri.endsWith('/notes.png'));
+	assert.equal(notes.resource.text, 'just text\n');
+	assert.equal(s.artifacts_note, undefined);
+});
+
+test('a 100 MB artifact is listed, not embedded, and the cap is named; it reads in pieces', T, async () => {
+	const [res, s] = await exec({
+		code: `package main
+
+import "os"
+
+func main() {
+	f, _ := os.Create("out/big.bin")
+	f.Write([]byte("BIG!"))
+	f.Truncate(100 << 20)
+	f.Close()
+	os.WriteFile("out/small.txt", []byte("small"), 0o644)
+}
+`,
+	});
+	assert.equal(res.isError, false, show(s));
+	const big = s.artifacts.find((a) => a.name === 'big.bin');
+	assert.equal(big.size, 100 << 20);
+	assert.equal(big.embedded, false);
+	assert.match(big.note, /artifact bytes cap/);
+	assert.match(s.artifacts_note, /1 artifact was not embedded: the result's artifact bytes cap is 2 MiB/);
+	const link = res.content.find((c) => c.type === 'resource_link');
+	assert.equal(link.uri, 'sandbox:///app/out/big.bin');
+	assert.equal(link.mimeType, 'application/octet-stream');
+	assert.ok(JSON.stringify(res).length < 1 << 20, 'the response stays small');
+	// a read returns the first MiB and where the next piece starts
+	const client = (await live()).client;
+	const r = await client.readResource({ uri: link.uri });
+	const c = r.contents[0];
+	assert.equal(Buffer.from(c.blob, 'base64').length, 1 << 20);
+	assert.equal(Buffer.from(c.blob, 'base64').subarray(0, 4).toString(), 'BIG!');
+	assert.equal(r._meta['kode-gopher/size'], 100 << 20);
+	assert.equal(r._meta['kode-gopher/next'], `${link.uri}?offset=${1 << 20}`);
+	const last = await client.readResource({ uri: `${link.uri}?offset=${(100 << 20) - 10}` });
+	assert.equal(Buffer.from(last.contents[0].blob, 'base64').length, 10);
+	assert.equal(last._meta['kode-gopher/eof'], true);
+});
+
+test('symlinks, hard links, FIFOs and a linked out/ are never followed or read', T, async () => {
+	const [res, s] = await exec({
+		code: `package main
+
+import (
+	"os"
+	"syscall"
+)
+
+func main() {
+	os.WriteFile("persist/secret.txt", []byte("SECRET-IN-PERSIST"), 0o644)
+	os.Symlink("/etc/passwd", "out/passwd.txt")
+	os.Symlink("../persist/secret.txt", "out/secret.txt")
+	os.Symlink("/etc", "out/etcdir")
+	os.Link("persist/secret.txt", "out/hard.txt")
+	syscall.Mkfifo("out/fifo", 0o644)
+	os.WriteFile("out/fine.txt", []byte("fine"), 0o644)
+}
+`,
+	});
+	assert.equal(res.isError, false, show(s));
+	const by = Object.fromEntries(s.artifacts.map((a) => [a.name, a]));
+	for (const n of ['passwd.txt', 'secret.txt', 'etcdir'])
+		assert.match(by[n].note, /symbolic link/, n);
+	assert.match(by['hard.txt'].note, /hard link/);
+	assert.match(by.fifo.note, /FIFO/);
+	assert.equal(by['fine.txt'].embedded, true);
+	const all = JSON.stringify(res);
+	assert.doesNotMatch(all, /root:x:0:0|SECRET-IN-PERSIST/);
+	const client = (await live()).client;
+	for (const uri of ['sandbox:///app/out/passwd.txt', 'sandbox:///app/out/secret.txt',
+		'sandbox:///app/out/etcdir/passwd', 'sandbox:///app/out/hard.txt', 'sandbox:///app/out/fifo',
+		'sandbox:///app/persist/../../etc/passwd', 'sandbox:///app/persist/%2e%2e/%2e%2e/etc/passwd',
+		'sandbox:///app/out/%00x', 'sandbox:///app/state/bin', 'file:///etc/passwd', 'sandbox:///etc/passwd']) {
+		await assert.rejects(client.readResource({ uri }), (e) => e instanceof McpError && e.code === -32002, uri);
+	}
+	// /app/out itself replaced by a link: nothing is listed through it
+	const [r2, s2] = await exec({ code: 'package main\n\nimport "os"\n\nfunc main() {\n\tos.Remove("out")\n\tos.Symlink("/etc", "out")\n}\n' });
+	assert.equal(r2.isError, false, show(s2));
+	assert.deepEqual(s2.artifacts, []);
+	assert.doesNotMatch(JSON.stringify(r2), /root:x:0:0/);
+});
+
+test('a persisted file is a resource in the next call of the session, and of no other session', T, async () => {
+	const session = await live();
+	await watch();
+	const before = changes;
+	const [r1, s1] = await exec({
+		code: 'package main\n\nimport "os"\n\nfunc main() {\n\tos.WriteFile("persist/rows.json", []byte(`[{"n":1},{"n":2}]`), 0o644)\n}\n',
+	});
+	assert.equal(r1.isError, false, show(s1));
+	assert.ok(changes > before, 'notifications/resources/list_changed after the call wrote a file');
+	// the next call changes nothing there: no notification
+	const [, s2] = await exec({ code: 'package main\n\nfunc main() {}\n' });
+	assert.equal(s2.result.kind, 'ok');
+	const n = changes;
+	await exec({ code: 'package main\n\nfunc main() {}\n' });
+	assert.equal(changes, n, 'no notification when nothing changed');
+
+	const list = await session.client.listResources();
+	const rows = list.resources.find((r) => r.uri === 'sandbox:///app/persist/rows.json');
+	assert.ok(rows, JSON.stringify(list));
+	assert.equal(rows.mimeType, 'application/json');
+	const read = await session.client.readResource({ uri: rows.uri });
+	assert.equal(read.contents[0].text, '[{"n":1},{"n":2}]');
+	assert.equal(read.contents[0].mimeType, 'application/json');
+	const tmpl = await session.client.listResourceTemplates();
+	assert.deepEqual(tmpl.resourceTemplates.map((t) => t.uriTemplate).sort(),
+		['sandbox:///app/out/{+path}', 'sandbox:///app/persist/{+path}']);
+
+	// another session: its own (empty) files, before and after its first call
+	const other = await connect();
+	assert.deepEqual((await other.client.listResources()).resources, []);
+	await assert.rejects(other.client.readResource({ uri: rows.uri }), /run no code yet/);
+	const [ro] = await exec({ code: 'package main\n\nfunc main() {}\n' }, other);
+	assert.equal(ro.isError, false);
+	assert.deepEqual((await other.client.listResources()).resources, []);
+	await assert.rejects(other.client.readResource({ uri: rows.uri }), /does not exist/);
+	await other.close();
+});
+
+test('the capability is advertised; reads are read-only (no write method)', T, async () => {
+	const session = await live();
+	const caps = session.client.getServerCapabilities();
+	assert.equal(caps.resources?.listChanged, true);
+	await assert.rejects(session.client.request({ method: 'resources/write', params: { uri: 'sandbox:///app/persist/x' } },
+		(await import('@modelcontextprotocol/sdk/types.js')).EmptyResultSchema), /Method not found/);
+});
