@@ -261,8 +261,11 @@ async function part_throughput(o, tmp, rows, info) {
 	for (const method of ['ping', 'tools/list'])
 		for (const level of o.levels) cells.push({ method, level, churn: false });
 	/* the same pings while other sessions come and go: what session churn costs everyone else */
-	const churnLevel = Math.max(...o.levels.filter((l) => l <= 16));
-	cells.push({ method: 'ping', level: churnLevel, churn: true });
+	const churnLevels = o.levels.filter((l) => l >= 16);
+	if (!churnLevels.length)
+		churnLevels.push(Math.max(...o.levels));
+	for (const level of churnLevels)
+		cells.push({ method: 'ping', level, churn: true });
 	for (const { method, level, churn } of cells) {
 		const what = churn ? `${method} + churn` : method;
 		progress(`${what} x ${level}: kode-gopher, then server-everything (${o.warmup} + ${o.duration} s each)`);
@@ -271,7 +274,8 @@ async function part_throughput(o, tmp, rows, info) {
 		const rr = a.rps / b.rps, pr = a.p99 / b.p99;
 		const notes = [];
 		if (churn)
-			notes.push(`while one more client opens a session and DELETEs it, over and over: ${a.churned} / ${b.churned} sessions in the window; no aim`);
+			notes.push(`while one more client opens a session and DELETEs it, over and over: ${a.churned} / ${b.churned} sessions in the window; ` +
+				(level === 16 ? `aim ≥ 3× req/s and p99 ≤ 10 ms (issue 19): ${rr >= 3 && a.p99 <= 10 ? 'met' : 'MISSED'}` : 'for information'));
 		else
 			notes.push(`aim ≥ 3× req/s at ≤ p99: ${rr >= 3 && pr <= 1 ? 'met' : 'MISSED'}`);
 		if (a.errors || b.errors)
