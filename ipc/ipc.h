@@ -43,6 +43,8 @@
 #define MCP_MAX_MESSAGE (4u * 1024 * 1024)
 #define IPC_MAX_MSG (MCP_MAX_MESSAGE + 64u * 1024)
 #define IPC_TOOBIG_KEEP (16u * 1024) /* head and tail kept of an oversized line */
+#define IPC_TOKEN_SCOPES_MAX 1200  /* REQ_TOKEN's comma-separated scopes */
+#define IPC_TOKEN_MAX 8192         /* ANS_TOKEN's access token */
 
 /*
  * The contract. One row per message:
@@ -78,6 +80,12 @@
  *   NOTE_CLAIM       the worker holds this SandboxClaim ("" = none any more); the master deletes
  *                    it if the worker dies holding it and keep is false. The name must be one
  *                    the master can attribute to the worker's session (master/monitor.c).
+ *   REQ_TOKEN        --credentials user: an access token of the session's signed-in user for
+ *                    these scopes (comma-separated). The worker names no user: the master
+ *                    answers for the session it assigned, from the Google grant it keeps
+ *                    (master/usertoken.c), within a rate bound
+ *   ANS_TOKEN        the access token and its remaining seconds, or why not (status 403: sign
+ *                    in again or a scope not granted; 503: try later); never a refresh token
  */
 #define IPC_W2M 1 /* worker -> master */
 #define IPC_M2W 2 /* master -> worker */
@@ -112,7 +120,9 @@
 	X(NOTE_CALL,      note_call,       call,         IPC_W2M, IPC_PH_SERVING,               0)          \
 	X(REQ_KUBE,       req_kube,        kube_req,     IPC_W2M, IPC_PH_SERVING,               0)          \
 	X(ANS_KUBE,       ans_kube,        kube_ans,     IPC_M2W, IPC_PH_SESSION | IPC_PH_ENDING, IPC_ANSWER) \
-	X(NOTE_CLAIM,     note_claim,      claim_note,   IPC_W2M, IPC_PH_SERVING,               0)
+	X(NOTE_CLAIM,     note_claim,      claim_note,   IPC_W2M, IPC_PH_SERVING,               0)          \
+	X(REQ_TOKEN,      req_token,       token_req,    IPC_W2M, IPC_PH_SERVING,               0)          \
+	X(ANS_TOKEN,      ans_token,       token_ans,    IPC_M2W, IPC_PH_SESSION | IPC_PH_ENDING, IPC_ANSWER)
 
 /* The bodies: F(S, kind, name, min, max). */
 #define IPC_BODY_HELLO(F, S) F(S, UINT, pid, 1, INT32_MAX) F(S, STR, version, 0, 64)
@@ -146,6 +156,10 @@
 	F(S, STR, token, 0, 64 * 1024) F(S, BOOL, insecure, 0, 1) F(S, STR, sni, 0, 255)          \
 	F(S, STR, namespace, 0, 253) F(S, BOOL, in_cluster, 0, 1) F(S, UINT, expires, 0, UINT64_MAX)
 #define IPC_BODY_NOTE_CLAIM(F, S) F(S, STR, name, 0, 253) F(S, BOOL, keep, 0, 1)
+#define IPC_BODY_REQ_TOKEN(F, S) F(S, STR, scopes, 1, IPC_TOKEN_SCOPES_MAX)
+#define IPC_BODY_ANS_TOKEN(F, S)                                                                  \
+	F(S, BOOL, ok, 0, 1) F(S, STR, error, 0, 1024) F(S, UINT, status, 0, 599)                 \
+	F(S, STR, token, 0, IPC_TOKEN_MAX) F(S, UINT, expires_in, 0, 86400)
 
 enum ipc_type {
 	IPC_TYPE_NONE = 0,

@@ -31,6 +31,7 @@
 
 #include "lib/base64.h"
 #include "master/auth.h"
+#include "master/usertoken.h"
 
 #define ID_HEX 32 /* 128-bit identifiers: client ids, sign-in states */
 #define SECRET_HEX 64 /* 256-bit codes and refresh tokens */
@@ -276,6 +277,11 @@ int auth_option(struct serve_config *cfg, const char *name, const char *val)
 int auth_check_config(const struct serve_config *cfg)
 {
 	bool google = strcmp(cfg->auth, "google") == 0;
+	if (!google && cfg->credentials && strcmp(cfg->credentials, "user") == 0) {
+		fprintf(stderr, "kode-gopher: --credentials user runs programs as the signed-in Google "
+			"user: it needs serve --http --auth google (docs/credentials.md)\n");
+		return -1;
+	}
 	if (!google) {
 		if (cfg->public_url || cfg->oauth_client_file || cfg->allowed_domains || cfg->allowed_users ||
 		    cfg->oidc_issuer || cfg->oauth_ca_file || cfg->client_metadata_loopback)
@@ -846,8 +852,9 @@ static enum MHD_Result do_callback(struct MHD_Connection *c)
 		return redirect_to(c, p.redirect_uri, "error", "access_denied", cstate);
 	}
 	struct oidc_identity id;
+	struct oidc_grant grant;
 	char why[600];
-	int r = oidc_sign_in(code, p.verifier, A.callback, p.nonce, &id, why, sizeof(why));
+	int r = oidc_sign_in(code, p.verifier, A.callback, p.nonce, &id, &grant, why, sizeof(why));
 	explicit_bzero(p.verifier, sizeof(p.verifier));
 	if (r != 0) {
 		pthread_mutex_lock(&A.mu);
@@ -862,6 +869,8 @@ static enum MHD_Result do_callback(struct MHD_Connection *c)
 		log_warn("sign-in failed: %s", why);
 		return page(c, 502, "Sign-in failed", why);
 	}
+	/* --credentials user: the user's Google tokens stay here, in the master */
+	utok_signed_in(id.email, &grant);
 	char secret[SECRET_HEX + 1];
 	pthread_mutex_lock(&A.mu);
 	struct client *cl = client_find(p.client_id);
@@ -1147,6 +1156,54 @@ static enum MHD_Result do_token(struct MHD_Connection *c, const char *body, size
 
 /* ---- the resource server ---- */
 
+/* Users signed out by the server (their Google grant was revoked): access tokens issued to them
+ * before that are refused. An entry is needed only as long as such a token lives. */
+#define AUTH_MAX_REVOKED 256
+static struct {
+	pthread_mutex_t mu;
+	int n;
+	struct { char user[AUTH_USER_MAX]; time_t at; } e[AUTH_MAX_REVOKED];
+} rv = { .mu = PTHREAD_MUTEX_INITIALIZER };
+
+/* revoked_before - was user signed out after a token issued at iat? */
+static bool revoked_before(const char *user, time_t iat, time_t now)
+{
+	if (__atomic_load_n(&rv.n, __ATOMIC_ACQUIRE) == 0)
+		return false;
+	bool r = false;
+	pthread_mutex_lock(&rv.mu);
+	for (int i = 0; i < AUTH_MAX_REVOKED; i++)
+		if (rv.e[i].at && now - rv.e[i].at <= AUTH_ACCESS_TOKEN_S && iat <= rv.e[i].at &&
+		    strcmp(rv.e[i].user, user) == 0)
+			r = true;
+	pthread_mutex_unlock(&rv.mu);
+	return r;
+}
+
+void auth_user_revoked(const char *user)
+{
+	time_t now = time(NULL);
+	pthread_mutex_lock(&A.mu);
+	for (int i = 0; i < AUTH_MAX_GRANTS; i++)
+		if (A.grants[i].live && strcmp(A.grants[i].user, user) == 0)
+			grant_revoke(A.grants[i].family);
+	pthread_mutex_unlock(&A.mu);
+	pthread_mutex_lock(&rv.mu);
+	int slot = 0;
+	for (int i = 0; i < AUTH_MAX_REVOKED; i++) {
+		if (rv.e[i].at && strcmp(rv.e[i].user, user) == 0) {
+			slot = i;
+			break;
+		}
+		if (!rv.e[i].at || now - rv.e[i].at > AUTH_ACCESS_TOKEN_S || rv.e[i].at < rv.e[slot].at)
+			slot = i; /* free, expired, or the oldest */
+	}
+	snprintf(rv.e[slot].user, sizeof(rv.e[slot].user), "%s", user);
+	rv.e[slot].at = now;
+	__atomic_store_n(&rv.n, 1, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&rv.mu);
+}
+
 int auth_check_access(const char *tok, size_t len, time_t now, char *user, size_t cap)
 {
 	struct jwt j;
@@ -1157,10 +1214,11 @@ int auth_check_access(const char *tok, size_t len, time_t now, char *user, size_
 	const char *iss = json_string_value(json_object_get(j.claims, "iss"));
 	const char *aud = json_string_value(json_object_get(j.claims, "aud"));
 	const char *sub = json_string_value(json_object_get(j.claims, "sub"));
-	json_t *exp = json_object_get(j.claims, "exp");
+	json_t *exp = json_object_get(j.claims, "exp"), *iat = json_object_get(j.claims, "iat");
 	if (typ && strcmp(typ, "at+jwt") == 0 && jwt_verify_hs256(&j, A.key, sizeof(A.key)) == 0 && iss &&
 	    strcmp(iss, A.public_url) == 0 && aud && strcmp(aud, A.resource) == 0 && json_is_integer(exp) &&
-	    json_integer_value(exp) > now && sub && strlen(sub) < cap) {
+	    json_integer_value(exp) > now && json_is_integer(iat) && sub && strlen(sub) < cap &&
+	    !revoked_before(sub, (time_t)json_integer_value(iat), now)) {
 		snprintf(user, cap, "%s", sub);
 		r = 0;
 	}
@@ -1175,7 +1233,7 @@ int auth_check_access(const char *tok, size_t len, time_t now, char *user, size_
 #define AUTH_TOKEN_CACHE_BYTES 1024
 static struct {
 	pthread_mutex_t mu;
-	struct { size_t len; char tok[AUTH_TOKEN_CACHE_BYTES]; char user[AUTH_USER_MAX]; time_t exp; } e[AUTH_TOKEN_CACHE];
+	struct { size_t len; char tok[AUTH_TOKEN_CACHE_BYTES]; char user[AUTH_USER_MAX]; time_t exp, iat; } e[AUTH_TOKEN_CACHE];
 } tc = { .mu = PTHREAD_MUTEX_INITIALIZER };
 
 static unsigned token_slot(const char *t, size_t len)
@@ -1193,11 +1251,12 @@ static int check_cached(const char *t, size_t len, time_t now, char *user, size_
 	pthread_mutex_lock(&tc.mu);
 	bool hit = tc.e[k].len == len && len && tc.e[k].exp > now && CRYPTO_memcmp(tc.e[k].tok, t, len) == 0 &&
 		   strlen(tc.e[k].user) < cap;
+	time_t iat = tc.e[k].iat;
 	if (hit)
 		snprintf(user, cap, "%s", tc.e[k].user);
 	pthread_mutex_unlock(&tc.mu);
 	if (hit)
-		return 0;
+		return revoked_before(user, iat, now) ? -EACCES : 0;
 	if (auth_check_access(t, len, now, user, cap) != 0)
 		return -EACCES;
 	struct jwt j;
@@ -1206,6 +1265,7 @@ static int check_cached(const char *t, size_t len, time_t now, char *user, size_
 		memcpy(tc.e[k].tok, t, len);
 		tc.e[k].len = len;
 		tc.e[k].exp = (time_t)json_integer_value(json_object_get(j.claims, "exp"));
+		tc.e[k].iat = (time_t)json_integer_value(json_object_get(j.claims, "iat"));
 		snprintf(tc.e[k].user, sizeof(tc.e[k].user), "%s", user);
 		pthread_mutex_unlock(&tc.mu);
 		jwt_free(&j);

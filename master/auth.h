@@ -78,6 +78,15 @@ struct oidc_identity {
 	char hd[256];        /* the Workspace domain, "" for a consumer account */
 };
 
+/* The user's Google tokens of one token endpoint answer (--credentials user); the strings are
+ * malloc'd, wiped by oidc_grant_clear */
+struct oidc_grant {
+	char *refresh_token, *access_token;
+	long expires_in;     /* seconds, 0: not said */
+	char scope[1200];    /* what the user granted, space-separated ("" if not said) */
+};
+void oidc_grant_clear(struct oidc_grant *g);
+
 /* oidc_init - read the OAuth client file, the provider's discovery document and its keys */
 int oidc_init(const struct serve_config *cfg, char *err, size_t cap);
 void oidc_shutdown(void);
@@ -86,9 +95,14 @@ char *oidc_authorize_url(const char *redirect_uri, const char *state, const char
 			 const char *code_challenge);
 /* oidc_sign_in - redeem the provider's code, verify the ID token, and check who may sign in;
  * 0, or -EACCES with a sentence for the person in why (not allowed, not verified), or -EIO
- * (the provider failed; why says so) */
+ * (the provider failed; why says so). With --credentials user, *grant (if not NULL) gets the
+ * user's Google tokens; the caller clears it. */
 int oidc_sign_in(const char *code, const char *verifier, const char *redirect_uri, const char *nonce,
-		 struct oidc_identity *id, char *why, size_t cap);
+		 struct oidc_identity *id, struct oidc_grant *grant, char *why, size_t cap);
+/* oidc_refresh - a new access token from the user's refresh token (RFC 6749 6): 0 and *g
+ * (refresh_token set only when the provider rotated it), -EACCES when the grant was revoked or
+ * has expired (invalid_grant: only signing in again helps), -EIO otherwise */
+int oidc_refresh(const char *refresh_token, struct oidc_grant *g, char *why, size_t cap);
 /* oidc_check_claims - the ID token's claims against the issuer, our client, the nonce and the
  * allowed domains and users, at time now (master/oidc.c; also the unit tests') */
 int oidc_check_claims(const json_t *claims, const char *issuer, const char *client_id, const char *nonce,
@@ -128,6 +142,9 @@ bool auth_route(struct MHD_Connection *c, const char *url, const char *method, c
 bool auth_bearer(struct MHD_Connection *c, char *user, size_t cap, enum MHD_Result *q);
 /* auth_metrics - sign-in's series appended to the /metrics text in *m (nothing without sign-in) */
 void auth_metrics(char **m, size_t *len);
+/* auth_user_revoked - user's Google grant is gone (master/usertoken.c): end their refresh
+ * tokens and refuse the access tokens issued to them so far, so their MCP clients sign in again */
+void auth_user_revoked(const char *user);
 /* auth_check_access - kode-gopher's access token at time now: 0 and its user, or -EACCES */
 int auth_check_access(const char *tok, size_t len, time_t now, char *user, size_t cap);
 /* auth_client_metadata_parse - a Client ID Metadata Document fetched from url, checked into

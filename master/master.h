@@ -81,6 +81,8 @@ struct worker {
 	char claim[254];
 	bool claim_keep;
 	int claim_attempts;
+	/* its REQ_TOKEN rate (master/monitor.c) */
+	double tok_allow, tok_at;
 };
 
 /* Supervision shared by both transports (master/spawn.c): start-up failures throttle the next

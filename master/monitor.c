@@ -18,6 +18,8 @@
 #include "master/kubecfg.h"
 #include "master/master.h"
 #include "master/monitor.h"
+#include "master/usertoken.h"
+#include "policy/limits.h"
 
 /* mon_end - see monitor.h */
 void mon_end(struct worker *w, const char *fmt, ...)
@@ -155,6 +157,64 @@ static int mon_answer_kube(struct mon_peer *p, const struct ipc_msg *m)
 	return 0;
 }
 
+/* mon_send_token - see monitor.h */
+void mon_send_token(struct worker *w, uint32_t seq, const struct utok_answer *a)
+{
+	struct ipc_buf b;
+	if (ipc_pack_ans_token(&b, seq, a->ok, a->ok ? "" : a->error, a->status, a->ok ? a->token : "",
+			       a->ok && a->expires_in > 0 ? (uint64_t)a->expires_in : 0) == 0)
+		spawn_send(w, &b);
+}
+
+/* mon_token_rate - a token bucket per worker: WORKER_TOKEN_BURST at once, then
+ * WORKER_TOKEN_PER_MINUTE; an honest worker caches what it gets and asks far less */
+static bool mon_token_rate(struct worker *w)
+{
+	double now = spawn_now();
+	if (w->tok_at == 0)
+		w->tok_allow = WORKER_TOKEN_BURST;
+	else
+		w->tok_allow += (now - w->tok_at) * WORKER_TOKEN_PER_MINUTE / 60.0;
+	if (w->tok_allow > WORKER_TOKEN_BURST)
+		w->tok_allow = WORKER_TOKEN_BURST;
+	w->tok_at = now;
+	if (w->tok_allow < 1)
+		return false;
+	w->tok_allow -= 1;
+	return true;
+}
+
+/* mon_answer_token - REQ_TOKEN: an access token of this session's signed-in user, never anyone
+ * else's (the worker names no user) and never a refresh token; only in --credentials user */
+static int mon_answer_token(struct mon_peer *p, const struct ipc_msg *m)
+{
+	struct worker *w = p->w;
+	if (!w->cfg->credentials || strcmp(w->cfg->credentials, "user") != 0 || !utok_enabled()) {
+		mon_end(w, "asked for a user's Google token, but this server's --credentials is not user");
+		return -EPERM;
+	}
+	char scopes[IPC_TOKEN_SCOPES_MAX + 1];
+	ipc_bytes_str(m->u.token_req.scopes, scopes, sizeof(scopes));
+	if (m->u.token_req.scopes.len != strlen(scopes) || !utok_scopes_ok(scopes)) {
+		mon_end(w, "sent REQ_TOKEN with scopes no honest worker sends");
+		return -EPERM;
+	}
+	const char *user = p->ops->user ? p->ops->user(p->ctx) : NULL;
+	struct utok_answer a = { .status = 503 };
+	if (p->phase != IPC_PH_SESSION)
+		snprintf(a.error, sizeof(a.error), "the session is ending");
+	else if (!user || !strchr(user, '@'))
+		a.status = 403, snprintf(a.error, sizeof(a.error), "this session has no signed-in Google user");
+	else if (!mon_token_rate(w))
+		snprintf(a.error, sizeof(a.error), "this session asked for Google tokens too often (at most "
+			 "%d a minute); try again in a few seconds", WORKER_TOKEN_PER_MINUTE);
+	else if (!utok_request(w->pid, w->session, m->seq, user, scopes, &a))
+		return 0; /* answered when the provider has */
+	mon_send_token(w, m->seq, &a);
+	utok_answer_clear(&a);
+	return 0;
+}
+
 /* mon_claim_ok - see monitor.h. Claims are created with generateName "kg-<first 8 hex digits
  * of the session id>-" (worker/sandbox_kube.c); the session id is the master's, 128 random
  * bits that no other worker knows, so a name of that shape is this session's. */
@@ -211,6 +271,7 @@ static const mon_answer_fn mon_table[IPC_TYPE_MAX] = {
 	[IPC_NOTE_CALL] = mon_answer_call,
 	[IPC_REQ_KUBE] = mon_answer_kube,
 	[IPC_NOTE_CLAIM] = mon_answer_claim_msg,
+	[IPC_REQ_TOKEN] = mon_answer_token,
 };
 
 /* mon_dispatch - see monitor.h */

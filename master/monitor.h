@@ -34,6 +34,7 @@ struct mon_ops {
 	void (*state)(void *ctx, bool busy);
 	bool (*quota)(void *ctx, char *err, size_t errlen);                /* may it claim? */
 	void (*call)(void *ctx, const struct ipc_call *c);                 /* a finished call */
+	const char *(*user)(void *ctx); /* the session's user, NULL: none (stdio, no session yet) */
 };
 
 struct mon_peer {
@@ -51,6 +52,9 @@ void mon_end(struct worker *w, const char *fmt, ...) __attribute__((format(print
 /* mon_claim_ok - may this worker hold a SandboxClaim of this name (its session's, or the
  * operator's --claim)? */
 bool mon_claim_ok(const struct worker *w, const char *name);
+/* mon_send_token - ANS_TOKEN with a (master/usertoken.c's answer) to w for its request seq */
+struct utok_answer;
+void mon_send_token(struct worker *w, uint32_t seq, const struct utok_answer *a);
 /* mon_answer_claim - NOTE_CLAIM, also for notes drained after the worker died (spawn_stop) */
 int mon_answer_claim(struct worker *w, const struct ipc_claim_note *n);
 

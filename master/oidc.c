@@ -22,6 +22,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 
+#include "ipc/ipc.h"
 #include "master/auth.h"
 
 #define OIDC_GOOGLE "https://accounts.google.com"
@@ -33,6 +34,7 @@ static struct {
 	char *authorization_endpoint, *token_endpoint, *jwks_uri;
 	const char *allowed_domains, *allowed_users;
 	const char *ca_file;  /* --oauth-ca-file: instead of the system's CAs */
+	char cloud_scopes[IPC_TOKEN_SCOPES_MAX]; /* --credentials user: --scopes, space-separated */
 	pthread_mutex_t mu;  /* jwks, jwks_at */
 	json_t *jwks;
 	time_t jwks_at;
@@ -277,6 +279,14 @@ int oidc_init(const struct serve_config *cfg, char *err, size_t cap)
 	oidc.allowed_domains = cfg->allowed_domains;
 	oidc.allowed_users = cfg->allowed_users;
 	oidc.ca_file = cfg->oauth_ca_file;
+	oidc.cloud_scopes[0] = '\0';
+	if (cfg->credentials && strcmp(cfg->credentials, "user") == 0) {
+		snprintf(oidc.cloud_scopes, sizeof(oidc.cloud_scopes), "%s",
+			 cfg->scopes && *cfg->scopes ? cfg->scopes : "https://www.googleapis.com/auth/cloud-platform");
+		for (char *p = oidc.cloud_scopes; *p; p++)
+			if (*p == ',')
+				*p = ' ';
+	}
 	snprintf(oidc.issuer, sizeof(oidc.issuer), "%s", cfg->oidc_issuer ? cfg->oidc_issuer : OIDC_GOOGLE);
 	size_t n = strlen(oidc.issuer);
 	if (n && oidc.issuer[n - 1] == '/')
@@ -324,16 +334,26 @@ char *oidc_authorize_url(const char *redirect_uri, const char *state, const char
 	CURL *h = curl_easy_init();
 	if (!h)
 		return NULL;
+	/* --credentials user: the Cloud scopes too, and a refresh token for them (Google gives one
+	 * with access_type=offline, and again on a later sign-in only with prompt=consent; other
+	 * providers with OpenID Connect's offline_access scope) */
+	bool google = strcmp(oidc.issuer, OIDC_GOOGLE) == 0, cloud = oidc.cloud_scopes[0] != '\0';
+	char scope[sizeof(oidc.cloud_scopes) + 40];
+	snprintf(scope, sizeof(scope), "openid email%s%s%s", cloud ? " " : "", oidc.cloud_scopes,
+		 cloud && !google ? " offline_access" : "");
 	char *cid = curl_easy_escape(h, oidc.client_id, 0), *ru = curl_easy_escape(h, redirect_uri, 0);
+	char *sc = curl_easy_escape(h, scope, 0);
 	char *out = NULL;
-	if (cid && ru &&
-	    asprintf(&out, "%s%cresponse_type=code&client_id=%s&redirect_uri=%s&scope=openid%%20email"
-		     "&state=%s&nonce=%s&code_challenge=%s&code_challenge_method=S256",
+	if (cid && ru && sc &&
+	    asprintf(&out, "%s%cresponse_type=code&client_id=%s&redirect_uri=%s&scope=%s"
+		     "&state=%s&nonce=%s&code_challenge=%s&code_challenge_method=S256%s",
 		     oidc.authorization_endpoint, strchr(oidc.authorization_endpoint, '?') ? '&' : '?', cid,
-		     ru, state, nonce, code_challenge) < 0)
+		     ru, sc, state, nonce, code_challenge,
+		     cloud && google ? "&access_type=offline&prompt=consent" : "") < 0)
 		out = NULL;
 	curl_free(cid);
 	curl_free(ru);
+	curl_free(sc);
 	curl_easy_cleanup(h);
 	return out;
 }
@@ -456,9 +476,88 @@ int oidc_check_claims(const json_t *claims, const char *issuer, const char *clie
 	return -EACCES;
 }
 
-int oidc_sign_in(const char *code, const char *verifier, const char *redirect_uri, const char *nonce,
-		 struct oidc_identity *id, char *why, size_t cap)
+/* oidc_grant_take - the Google tokens of a token endpoint's answer into g (copied) */
+static void oidc_grant_take(const json_t *ans, struct oidc_grant *g)
 {
+	const char *rt = json_string_value(json_object_get(ans, "refresh_token"));
+	const char *at = json_string_value(json_object_get(ans, "access_token"));
+	const char *sc = json_string_value(json_object_get(ans, "scope"));
+	json_t *ei = json_object_get(ans, "expires_in");
+	if (rt && *rt && strlen(rt) < IPC_TOKEN_MAX)
+		g->refresh_token = strdup(rt);
+	if (at && *at && strlen(at) < IPC_TOKEN_MAX)
+		g->access_token = strdup(at);
+	g->expires_in = json_is_integer(ei) && json_integer_value(ei) > 0 && json_integer_value(ei) <= 86400
+		? (long)json_integer_value(ei) : 0;
+	if (sc && strlen(sc) < sizeof(g->scope))
+		snprintf(g->scope, sizeof(g->scope), "%s", sc);
+}
+
+/* oidc_grant_clear - see auth.h */
+void oidc_grant_clear(struct oidc_grant *g)
+{
+	if (g->refresh_token)
+		explicit_bzero(g->refresh_token, strlen(g->refresh_token));
+	if (g->access_token)
+		explicit_bzero(g->access_token, strlen(g->access_token));
+	free(g->refresh_token);
+	free(g->access_token);
+	memset(g, 0, sizeof(*g));
+}
+
+int oidc_refresh(const char *refresh_token, struct oidc_grant *g, char *why, size_t cap)
+{
+	memset(g, 0, sizeof(*g));
+	CURL *h = curl_easy_init();
+	char *er = h ? curl_easy_escape(h, refresh_token, 0) : NULL;
+	char *form = NULL, *body = NULL;
+	size_t len;
+	long status;
+	if (er && asprintf(&form, "grant_type=refresh_token&refresh_token=%s", er) < 0)
+		form = NULL;
+	if (er) {
+		explicit_bzero(er, strlen(er));
+		curl_free(er);
+	}
+	if (h)
+		curl_easy_cleanup(h);
+	int r = form ? oidc_fetch(oidc.token_endpoint, form, oidc.client_id, oidc.client_secret, &status,
+				   &body, &len) : -ENOMEM;
+	if (form) {
+		explicit_bzero(form, strlen(form));
+		free(form);
+	}
+	if (r != 0) {
+		snprintf(why, cap, "the sign-in provider's token endpoint did not answer; try again in a moment");
+		return -EIO;
+	}
+	json_t *ans = json_loadb(body, len, JSON_REJECT_DUPLICATES, NULL);
+	explicit_bzero(body, len);
+	free(body);
+	const char *e = json_string_value(json_object_get(ans, "error"));
+	if (status == 200 && json_is_object(ans)) {
+		oidc_grant_take(ans, g);
+		json_decref(ans);
+		if (g->access_token)
+			return 0;
+		snprintf(why, cap, "the sign-in provider answered a refresh without an access token");
+		return -EIO;
+	}
+	/* RFC 6749 5.2: invalid_grant is a refresh token that was revoked, expired or belongs to
+	 * someone else: only signing in again helps */
+	bool gone = e && strcmp(e, "invalid_grant") == 0;
+	log_warn("the provider refused to refresh a user's Google token: HTTP %ld %s", status,
+		 e && oidc_name_ok(e, false) ? e : "");
+	snprintf(why, cap, "%s", gone ? "revoked or expired" : "the provider refused");
+	json_decref(ans);
+	return gone ? -EACCES : -EIO;
+}
+
+int oidc_sign_in(const char *code, const char *verifier, const char *redirect_uri, const char *nonce,
+		 struct oidc_identity *id, struct oidc_grant *grant, char *why, size_t cap)
+{
+	if (grant)
+		memset(grant, 0, sizeof(*grant));
 	CURL *h = curl_easy_init();
 	char *ec = h ? curl_easy_escape(h, code, 0) : NULL, *er = h ? curl_easy_escape(h, redirect_uri, 0) : NULL;
 	char *form = NULL, *body = NULL;
@@ -498,6 +597,8 @@ int oidc_sign_in(const char *code, const char *verifier, const char *redirect_ur
 		json_decref(ans);
 		return -EIO;
 	}
+	if (grant && oidc.cloud_scopes[0])
+		oidc_grant_take(ans, grant);
 	json_decref(ans);
 	pthread_mutex_lock(&oidc.mu);
 	int v = jwt_verify_jwks(&j, oidc.jwks);
@@ -518,5 +619,7 @@ int oidc_sign_in(const char *code, const char *verifier, const char *redirect_ur
 				      oidc.allowed_users, time(NULL), id, why, cap);
 	}
 	jwt_free(&j);
+	if (r != 0 && grant)
+		oidc_grant_clear(grant);
 	return r;
 }

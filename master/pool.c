@@ -9,6 +9,7 @@
  */
 #include "master/monitor.h"
 #include "master/pool.h"
+#include "master/usertoken.h"
 #include "policy/limits.h"
 
 #include <errno.h>
@@ -27,6 +28,8 @@
 #include <unistd.h>
 
 struct pool pool;
+
+static void pool_token_deliver(pid_t pid, const char *session, uint32_t seq, const struct utok_answer *a);
 
 /* pool_wake - make the main loop look again (new slot to poll, a session to end) */
 void pool_wake(void)
@@ -117,6 +120,8 @@ int pool_init(const struct serve_config *cfg)
 	int r = spawn_runtime_dir(pool.rundir, sizeof(pool.rundir));
 	if (r)
 		return r;
+	if (cfg->credentials && strcmp(cfg->credentials, "user") == 0)
+		utok_init(pool_token_deliver);
 	if (cfg->accounting_log && strcmp(cfg->accounting_log, "off") != 0) {
 		pool.acct = strcmp(cfg->accounting_log, "-") == 0 ? stderr : acct_open(cfg->accounting_log);
 		if (!pool.acct)
@@ -489,11 +494,34 @@ static void pool_on_call(void *ctx, const struct ipc_call *c)
 	note_call(pool_slot_of(ctx), c);
 }
 
+/* pool_on_user - the session's user as the master knows it (signed in, or "local") */
+static const char *pool_on_user(void *ctx)
+{
+	const struct slot *s = ctx;
+	return s->state == SLOT_SESSION || s->state == SLOT_ENDING ? s->user : NULL;
+}
+
 static const struct mon_ops pool_mon_ops = {
 	.hello = pool_on_hello, .mcp_answer = pool_on_answer, .mcp_note = pool_on_note,
 	.accepted = pool_on_accepted, .session = pool_on_session, .state = pool_on_state,
-	.quota = pool_on_quota, .call = pool_on_call,
+	.quota = pool_on_quota, .call = pool_on_call, .user = pool_on_user,
 };
+
+/* pool_token_deliver - a user token answer decided later (master/usertoken.c's thread): to
+ * the same worker of the same session only, if it is still there */
+static void pool_token_deliver(pid_t pid, const char *session, uint32_t seq, const struct utok_answer *a)
+{
+	pthread_mutex_lock(&pool.mu);
+	for (int i = 0; i < pool.nslots; i++) {
+		struct slot *s = &pool.slots[i];
+		if ((s->state == SLOT_SESSION || s->state == SLOT_ENDING) && s->w.pid == pid && pid > 0 &&
+		    !s->w.ended && strcmp(s->w.session, session) == 0) {
+			mon_send_token(&s->w, seq, a);
+			break;
+		}
+	}
+	pthread_mutex_unlock(&pool.mu);
+}
 
 /* pool_phase - the contract's phase of a slot's worker. A slot being opened counts as in
  * session: its NOTE_ASSIGN is on the way, and what the worker says next belongs to the session. */
@@ -689,6 +717,8 @@ void pool_loop(void)
 /* pool_shutdown - end every session and worker; a restart ends open sessions */
 void pool_shutdown(void)
 {
+	if (utok_enabled())
+		utok_shutdown();
 	pthread_mutex_lock(&pool.mu);
 	pool.stopping = true;
 	/* tell every worker first, then collect them: they leave in parallel */

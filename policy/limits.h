@@ -30,4 +30,9 @@
  * value, as root, and get 0 back when a session takes them. */
 #define WORKER_PRESTART_NICE 10
 
+/* --credentials user: REQ_TOKEN requests one worker may make, a burst and then per minute
+ * (the worker caches tokens; the master's answer is refused above this, not the worker ended). */
+#define WORKER_TOKEN_BURST 20
+#define WORKER_TOKEN_PER_MINUTE 30
+
 #endif

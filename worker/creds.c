@@ -65,8 +65,9 @@ struct creds {
 	char *email;                  /* learned from an id_token (authorized_user) */
 	char *host_project, *host_numeric, *host_universe, *host_email;
 	bool host_info;               /* the host's metadata server was asked once */
-	char *user_token, *user_email;
-	double user_expires;
+	char *user_email;
+	creds_user_fn user_fn;        /* user mode: asks the master */
+	void *user_arg;
 	/* the last failure, answered again for CR_FAIL_HOLD_S (clients retry a 503 at once) */
 	char fail_key[CR_KEY_MAX];
 	double fail_until;
@@ -336,30 +337,30 @@ void creds_free(struct creds *c)
 	free(c->host_numeric);
 	free(c->host_universe);
 	free(c->host_email);
-	secret_free(c->user_token);
 	free(c->user_email);
 	pthread_mutex_destroy(&c->mu);
 	free(c);
 }
 
-/* creds_set_user_token - see creds.h */
-int creds_set_user_token(struct creds *c, const char *token, long expires_in, const char *email)
+/* creds_mode - see creds.h */
+enum creds_mode creds_mode(const struct creds *c)
 {
-	if (token && (!cr_visible(token, 8192) || expires_in <= 0))
+	return c->cfg.mode;
+}
+
+/* creds_set_user - see creds.h */
+int creds_set_user(struct creds *c, const char *email, creds_user_fn fn, void *arg)
+{
+	if (email && !cr_visible(email, CR_MAX_FIELD))
 		return -EINVAL;
-	char *t = token ? strdup(token) : NULL;
 	char *e = email ? strdup(email) : NULL;
-	if ((token && !t) || (email && !e)) {
-		secret_free(t);
-		free(e);
+	if (email && !e)
 		return -ENOMEM;
-	}
 	pthread_mutex_lock(&c->mu);
-	secret_free(c->user_token);
 	free(c->user_email);
-	c->user_token = t;
 	c->user_email = e;
-	c->user_expires = mono_s() + (double)expires_in;
+	c->user_fn = fn;
+	c->user_arg = arg;
 	cr_cache_clear(c);
 	pthread_mutex_unlock(&c->mu);
 	return 0;
@@ -1165,15 +1166,14 @@ static int cr_mint(struct creds *c, const struct cr_src *s, const char *scopes,
 			*status = 404;
 			return -ENOTSUP;
 		}
-		if (!c->user_token || c->user_expires - mono_s() < 5) {
-			snprintf(err, errlen, "this session has no signed-in Google user token (yet): "
-				 "--credentials user needs the user to sign in to the server");
+		if (!c->user_fn) {
+			snprintf(err, errlen, "this session has no signed-in Google user: --credentials "
+				 "user needs the user to sign in to the server");
 			*status = 403;
 			return -EACCES;
 		}
-		m->token = strdup(c->user_token);
-		m->expires_in = (long)(c->user_expires - mono_s());
-		return m->token ? 0 : -ENOMEM;
+		return c->user_fn(c->user_arg, scopes ? scopes : CREDS_DEFAULT_SCOPE, &m->token,
+				  &m->expires_in, status, err, errlen);
 	}
 	return -EINVAL;
 }
@@ -1245,8 +1245,6 @@ static void cr_secrets(const struct creds *c, const struct cr_src *s, const char
 		if (c->ident[i].value)
 			out[n++] = c->ident[i].value;
 	}
-	if (c->user_token && n + 1 < cap)
-		out[n++] = c->user_token;
 	out[n] = NULL;
 	/* drop the NULL holes the source fields may have left */
 	size_t w = 0;

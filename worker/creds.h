@@ -17,7 +17,8 @@
  *   service-account:EMAIL IAM Credentials generateAccessToken for EMAIL, with the server's own
  *                         credentials (its ADC, else the host's metadata server)
  *   server                the server's own token (its ADC, else the host's metadata server)
- *   user                  the signed-in user's token, set with creds_set_user_token (sign-in work)
+ *   user                  the signed-in user's token, which only the master can mint (it keeps
+ *                         the user's Google grant): asked for through creds_set_user's source
  *   none                  no credentials at all
  *
  * Secrets (refresh tokens, keys, access and ID tokens) never appear in a log line or an error
@@ -61,6 +62,9 @@ int creds_parse_mode(const char *arg, struct creds_config *cfg, char *err, size_
  * $GOOGLE_APPLICATION_CREDENTIALS (*explicit set), else gcloud's well-known file */
 void creds_adc_path(char *out, size_t cap, bool *explicit);
 
+/* creds_mode - the mode c was made for */
+struct creds;
+enum creds_mode creds_mode(const struct creds *c);
 /* creds_mode_name - "adc", "metadata", ... */
 const char *creds_mode_name(enum creds_mode m);
 
@@ -92,8 +96,14 @@ json_t *creds_answer(struct creds *c, json_t *event);
 /* creds_wipe - overwrite every string in a credentials object or answer before it is freed */
 void creds_wipe(json_t *j);
 
-/* creds_set_user_token - `user` mode: the signed-in user's access token (NULL clears it) */
-int creds_set_user_token(struct creds *c, const char *token, long expires_in, const char *email);
+/* creds_user_fn - `user` mode's source: an access token of the session's user for scopes (the
+ * comma-separated key): 0 with *token (malloc'd) and *expires_in, or a negative errno with a
+ * sentence in err and the emulator's *status (403 refused, 503 try later) */
+typedef int (*creds_user_fn)(void *arg, const char *scopes, char **token, long *expires_in,
+			     int *status, char *err, size_t errlen);
+/* creds_set_user - `user` mode: the session's signed-in user (the emulator's email) and where
+ * their tokens come from (worker/monitor_wrap.c's mm_token: REQ_TOKEN to the master) */
+int creds_set_user(struct creds *c, const char *email, creds_user_fn fn, void *arg);
 
 /* ---- exposed for the unit tests ---- */
 

@@ -127,7 +127,16 @@ static void on_assign(struct session *s, struct ipc_msg *m)
 	s->phase = IPC_PH_SESSION;
 	session_title(s);
 	pthread_mutex_unlock(&s->mu);
+	/* --credentials user: the programs' tokens are this user's, and only the master has them */
+	if (s->creds && creds_mode(s->creds) == CREDS_USER && strchr(s->user, '@'))
+		creds_set_user(s->creds, s->user, mm_token, s);
 	log_info("serving session %.8s… for %s", s->id, s->user);
+}
+
+/* on_ans_token - the signed-in user's token (or why not): its waiter takes it */
+static void on_ans_token(struct session *s, struct ipc_msg *m)
+{
+	mm_deliver(s, m);
 }
 
 /* on_ans_quota - the master's word on claiming a sandbox: its waiter takes it */
@@ -165,6 +174,7 @@ static const dispatch_fn dispatch[IPC_TYPE_MAX] = {
 	[IPC_NOTE_ASSIGN] = on_assign,
 	[IPC_ANS_QUOTA] = on_ans_quota,
 	[IPC_ANS_KUBE] = on_ans_kube,
+	[IPC_ANS_TOKEN] = on_ans_token,
 };
 
 /* worker_dispatch - run the handler the contract permits in this phase, or die */
@@ -278,10 +288,12 @@ int worker_main(int argc, char **argv)
 			lw.extra_read[nx++] = ca;
 		if (cadir && *cadir)
 			lw.extra_read[nx++] = cadir;
-		/* without an endpoint to mint tokens at, a local worker has no TCP to open at all;
+		/* without an endpoint to mint tokens at (user mode asks its master), a local worker
+		 * has no TCP to open at all;
 		 * the modes that mint, and the Kubernetes backend (its API server's port arrives
 		 * later, in ANS_KUBE), keep TCP (docs/architecture.md) */
-		lw.restrict_tcp = !kube_settings.on && (ccfg.mode == CREDS_NONE || ccfg.mode == CREDS_ADC);
+		lw.restrict_tcp = !kube_settings.on && (ccfg.mode == CREDS_NONE || ccfg.mode == CREDS_ADC ||
+							ccfg.mode == CREDS_USER);
 		int ll = landlock_worker_apply(&lw);
 		if (ll == -EOPNOTSUPP) {
 			log_warn("this kernel has no Landlock: the worker's view of files and ports is "

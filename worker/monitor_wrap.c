@@ -1,7 +1,8 @@
 /*
  * monitor_wrap.c - the worker's requests to its master (OpenSSH's monitor_wrap.c): the one
  * request-and-wait primitive, and the requests built on it, each named for the master's answer
- * (mm_quota / mon_answer_quota, mm_sandbox / mon_answer_sandbox in master/monitor.c).
+ * (mm_quota / mon_answer_quota, mm_sandbox / mon_answer_sandbox, mm_token / mon_answer_token in
+ * master/monitor.c).
  *
  * A request is sent from any thread; its answer arrives on the main thread, which hands it to
  * mm_deliver, and whoever waits takes it with mm_wait. One request of each kind is outstanding
@@ -142,4 +143,41 @@ int mm_sandbox(struct session *s, const char *op)
 	uint32_t seq = session_next_seq(s);
 	int r = ipc_pack_req_sandbox(&b, seq, op, "");
 	return r ? r : mm_send(s, MM_SANDBOX, IPC_ANS_SANDBOX, seq, &b);
+}
+
+/* mm_token - see worker.h */
+int mm_token(void *arg, const char *scopes, char **token, long *expires_in, int *status, char *err,
+	     size_t errlen)
+{
+	struct session *s = arg;
+	struct ipc_buf b;
+	uint32_t seq = session_next_seq(s);
+	struct ipc_msg a;
+	*token = NULL;
+	*status = 503;
+	int r = ipc_pack_req_token(&b, seq, scopes);
+	if (r == 0)
+		r = mm_send(s, MM_TOKEN, IPC_ANS_TOKEN, seq, &b);
+	if (r == 0)
+		r = mm_wait(s, MM_TOKEN, MM_TOKEN_WAIT_MS, &a);
+	if (r != 0) {
+		snprintf(err, errlen, r == -ECANCELED ? "the session is ending"
+			 : "the server did not hand out the signed-in user's Google token in time; try again");
+		return -EIO;
+	}
+	const struct ipc_token_ans *t = &a.u.token_ans;
+	if (t->ok && t->token.len > 0 && t->expires_in > 0) {
+		*token = strndup(t->token.ptr, t->token.len);
+		*expires_in = (long)t->expires_in;
+		*status = 200;
+		explicit_bzero((void *)t->token.ptr, t->token.len);
+		ipc_msg_free(&a);
+		return *token ? 0 : -ENOMEM;
+	}
+	ipc_bytes_str(t->error, err, errlen);
+	if (!err[0])
+		snprintf(err, errlen, "the server gave no Google token for the signed-in user");
+	*status = t->status == 403 ? 403 : t->status == 404 ? 404 : 503;
+	ipc_msg_free(&a);
+	return *status == 403 ? -EACCES : -EAGAIN;
 }

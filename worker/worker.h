@@ -41,7 +41,8 @@ struct job {
 };
 
 /* worker/monitor_wrap.c: one outstanding request of each kind to the master */
-enum mm_kind { MM_SANDBOX, MM_QUOTA, MM_KINDS };
+enum mm_kind { MM_SANDBOX, MM_QUOTA, MM_TOKEN, MM_KINDS };
+#define MM_TOKEN_WAIT_MS 20000 /* the master may ask the sign-in provider first (10 s at most) */
 #define MM_QUOTA_WAIT_MS 60000
 #define MM_SANDBOX_WAIT_MS 60000
 struct mm_req {
@@ -156,6 +157,10 @@ bool mm_outstanding(struct session *s, enum mm_kind k);
 bool mm_expects(struct session *s, const struct ipc_msg *m); /* under mu */
 bool mm_deliver(struct session *s, struct ipc_msg *m);
 int mm_wait(struct session *s, enum mm_kind k, int timeout_ms, struct ipc_msg *ans);
+/* mm_token - --credentials user: the session user's access token for scopes, from the master
+ * (a creds_user_fn; arg is the session). One at a time: creds calls it under its own lock. */
+int mm_token(void *arg, const char *scopes, char **token, long *expires_in, int *status, char *err,
+	     size_t errlen);
 /* mm_quota - call thread: may this session claim a sandbox? 0, or -EDQUOT / -EIO with err set */
 int mm_quota(struct session *s, char *err, size_t errlen);
 int mm_sandbox(struct session *s, const char *op);

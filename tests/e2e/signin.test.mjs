@@ -26,7 +26,7 @@ import test, { after, before } from 'node:test';
 import { auth, UnauthorizedError } from '@modelcontextprotocol/sdk/client/auth.js';
 
 import {
-	callTool, Client, cmdline, httpRequest, httpServe, sc, sessionWorker, StreamableHTTPClientTransport, waitFor,
+	BIN, callTool, Client, cmdline, httpRequest, httpServe, sc, sessionWorker, StreamableHTTPClientTransport, waitFor,
 } from './lib.mjs';
 import { browse, startProvider } from '../oidc/provider.mjs';
 
@@ -513,6 +513,124 @@ test('signin: each user has their own quota, process titles, metrics and account
 		await one.close();
 		fs.rmSync(dir, { recursive: true, force: true });
 	}
+});
+
+/* what a program sees through the metadata emulator: the token answer and the email */
+const TOKEN_SNIPPET = (query = '') => `package snippet
+
+import (
+	"context"
+	"encoding/json"
+
+	"cloud.google.com/go/compute/metadata"
+)
+
+func run(ctx context.Context) (any, error) {
+	body, err := metadata.GetWithContext(ctx, "instance/service-accounts/default/token${query}")
+	if err != nil {
+		return nil, err
+	}
+	var tok struct {
+		AccessToken string \`json:"access_token"\`
+		ExpiresIn   int    \`json:"expires_in"\`
+	}
+	if err := json.Unmarshal([]byte(body), &tok); err != nil {
+		return nil, err
+	}
+	email, err := metadata.EmailWithContext(ctx, "default")
+	return map[string]any{"token": tok.AccessToken, "expires_in": tok.ExpiresIn, "email": email}, err
+}
+`;
+const STORAGE_RO = 'https://www.googleapis.com/auth/devstorage.read_only';
+
+test('signin: --credentials user: a program gets its own signed-in user\'s Google token from the master; a scope not granted and a revoked grant get a sentence', T, async () => {
+	const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kg-usertok-'));
+	const acctFile = path.join(dir, 'acct.jsonl');
+	const one = await httpServe(['--auth', 'google', '--oidc-issuer', idp.issuer, '--oauth-client-file', idp.clientFile,
+		'--allowed-domains', 'example.com', '--credentials', 'user', '--scopes', STORAGE_RO, '--workers-min-idle', '2',
+		'--accounting-log', acctFile]);
+	const conf = await (await fetch(`${idp.issuer}/.well-known/openid-configuration`)).json();
+	/* whose token is it? the provider's own userinfo endpoint says */
+	const owner = async (tok) => {
+		const r = await fetch(conf.userinfo_endpoint, { headers: { authorization: `Bearer ${tok}` } });
+		return r.status === 200 ? (await r.json()).email : `HTTP ${r.status}`;
+	};
+	const tokens = [];
+	const run = async (who, query) => {
+		const r = sc(await callTool(who.client, 'execute_go_code', { code: TOKEN_SNIPPET(query) }));
+		if (r?.result?.kind === 'ok')
+			tokens.push(r.result.value.token);
+		return r;
+	};
+	try {
+		const a = await signIn('alice@example.com', new TestClient('http://127.0.0.1:53686/callback'), one);
+		const b = await signIn('bob@example.com', new TestClient('http://127.0.0.1:53687/callback'), one);
+		const ra = await run(a);
+		assert.equal(ra?.result?.kind, 'ok', JSON.stringify(ra));
+		assert.equal(ra.result.value.email, 'alice@example.com');
+		assert.ok(ra.result.value.expires_in > 0);
+		assert.equal(await owner(ra.result.value.token), 'alice@example.com', 'the token is alice\'s, minted by the provider');
+		const rb = await run(b);
+		assert.equal(rb?.result?.kind, 'ok', JSON.stringify(rb));
+		assert.equal(rb.result.value.email, 'bob@example.com');
+		assert.equal(await owner(rb.result.value.token), 'bob@example.com', 'another session\'s user gets their own');
+		assert.notEqual(ra.result.value.token, rb.result.value.token);
+		/* the token the MCP client sent is not what the program got */
+		assert.notEqual(ra.result.value.token, a.provider.tokens().access_token);
+		/* a scope the user did not grant (only --scopes was asked for): refused with a sentence */
+		const rs = await run(a, '?scopes=https://www.googleapis.com/auth/bigquery');
+		assert.equal(rs?.result?.kind, 'error', JSON.stringify(rs));
+		assert.match(rs.result.message, /does not include the scope https:\/\/www\.googleapis\.com\/auth\/bigquery/);
+		assert.match(rs.result.message, /--scopes/);
+		/* alice removes the app's access at the provider: her program is told to sign in again */
+		assert.equal((await fetch(`${idp.issuer}/test/revoke?user=alice@example.com`, { method: 'POST' })).status, 204);
+		const rr = await run(a);
+		assert.equal(rr?.result?.kind, 'error', JSON.stringify(rr));
+		assert.match(rr.result.message, /expired or was revoked/);
+		assert.match(rr.result.message, /Sign in to the server again/);
+		await waitFor(() => one.stderr.includes('the Google grant of alice@example.com was revoked'), { what: 'the revocation log line' });
+		/* ... and her MCP client's token no longer opens /mcp, so it asks her to sign in */
+		const r401 = await httpRequest(one.port, {
+			method: 'POST', path: '/mcp',
+			headers: { accept: 'application/json, text/event-stream', authorization: `Bearer ${a.provider.tokens().access_token}` },
+			body: { jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 'raw', version: '1' } } },
+		});
+		assert.equal(r401.status, 401);
+		const refreshed = await fetch(`${one.base}/token`, {
+			method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' },
+			body: new URLSearchParams({ grant_type: 'refresh_token', refresh_token: a.provider.tokens().refresh_token,
+				client_id: a.provider.clientInformation().client_id }),
+		});
+		assert.equal(refreshed.status, 400, 'her refresh token is gone too');
+		/* bob is not touched */
+		const rb2 = await run(b);
+		assert.equal(rb2?.result?.kind, 'ok', JSON.stringify(rb2));
+		assert.equal(await owner(rb2.result.value.token), 'bob@example.com');
+		/* she signs in again, and her programs have her token again */
+		const a2 = await signIn('alice@example.com', new TestClient('http://127.0.0.1:53688/callback'), one);
+		const ra2 = await run(a2);
+		assert.equal(ra2?.result?.kind, 'ok', JSON.stringify(ra2));
+		assert.equal(await owner(ra2.result.value.token), 'alice@example.com');
+		/* no Google token, refresh token (zitadel's are UUIDs) or secret in the server's log */
+		const log = one.stderr + fs.readFileSync(acctFile, 'utf8');
+		assert.ok(tokens.length >= 4);
+		for (const t of tokens)
+			assert.ok(!log.includes(t), 'a Google access token is in the log');
+		assert.doesNotMatch(log, /[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/, 'something like a refresh token is in the log');
+		assert.ok(!log.includes(idp.clientSecret));
+		for (const s of [a, b, a2])
+			assert.ok(!log.includes(s.provider.tokens().access_token) && !log.includes(s.code));
+	} finally {
+		await one.close();
+		fs.rmSync(dir, { recursive: true, force: true });
+	}
+});
+
+test('signin: --credentials user without --auth google is refused at start-up', T, async () => {
+	const r = await new Promise((resolve) => execFile(BIN, ['serve', '--http', '127.0.0.1:0',
+		'--credentials', 'user'], { timeout: 20_000 }, (err, stdout, stderr) => resolve({ code: err?.code ?? 0, stderr })));
+	assert.equal(r.code, 2);
+	assert.match(r.stderr, /--credentials user runs programs as the signed-in Google user: it needs serve --http --auth google/);
 });
 
 test('signin: --tls-cert/--tls-key serve HTTPS, and an MCP client signs in over it', T, async () => {

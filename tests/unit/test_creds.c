@@ -218,19 +218,39 @@ static void test_adc_mode_field(void **st)
 	}
 }
 
+/* a stand-in for mm_token: the master's answers, without a master */
+static int user_calls;
+static const char *user_refusal; /* non-NULL: the master refuses with this */
+static int fake_user_source(void *arg, const char *scopes, char **token, long *expires_in, int *status,
+			    char *err, size_t errlen)
+{
+	assert_string_equal((const char *)arg, "session");
+	user_calls++;
+	if (user_refusal) {
+		snprintf(err, errlen, "%s", user_refusal);
+		*status = 403;
+		return -EACCES;
+	}
+	*token = strdup(strcmp(scopes, "https://www.googleapis.com/auth/cloud-platform") == 0 ? "ya29.user" : "ya29.other");
+	*expires_in = 3000;
+	*status = 200;
+	return 0;
+}
+
 static void test_user_mode(void **st)
 {
 	(void)st;
 	struct creds_config cfg = { .mode = CREDS_USER, .project = "proj" };
 	struct creds *c = creds_new(&cfg);
+	assert_int_equal(creds_mode(c), CREDS_USER);
 	json_t *ev = json_pack("{s:s, s:i, s:s, s:[s]}", "event", "token_request", "id", 1, "kind",
 			       "access", "scopes", "https://www.googleapis.com/auth/cloud-platform");
 	json_t *ans = creds_answer(c, ev);
 	assert_int_equal(json_integer_value(json_object_get(ans, "status")), 403);
 	assert_non_null(strstr(json_string_value(json_object_get(ans, "error")), "signed-in"));
 	json_decref(ans);
-	/* once the sign-in hands over a token, it is served (and never an ID token) */
-	assert_int_equal(creds_set_user_token(c, "ya29.user", 3000, "bob@example.com"), 0);
+	/* once the session has its user, tokens come from the master (and are cached) */
+	assert_int_equal(creds_set_user(c, "bob@example.com", fake_user_source, "session"), 0);
 	json_t *o = creds_for_call(c);
 	assert_string_equal(json_string_value(json_object_get(o, "mode")), "metadata");
 	assert_string_equal(json_string_value(json_object_get(o, "access_token")), "ya29.user");
@@ -243,21 +263,33 @@ static void test_user_mode(void **st)
 	ans = creds_answer(c, ev);
 	assert_string_equal(json_string_value(json_object_get(ans, "access_token")), "ya29.user");
 	json_decref(ans);
+	assert_int_equal(user_calls, 1);
 	json_t *idev = json_pack("{s:s, s:i, s:s, s:s}", "event", "token_request", "id", 3, "kind",
 				 "identity", "audience", "https://x");
 	ans = creds_answer(c, idev);
 	assert_int_equal(json_integer_value(json_object_get(ans, "status")), 404);
 	json_decref(ans);
-	/* malformed requests are refused, not guessed at */
+	/* malformed requests are refused, not guessed at, and never reach the master */
 	json_t *bad = json_pack("{s:s, s:i, s:s, s:[s]}", "event", "token_request", "id", 4, "kind",
 				"access", "scopes", "a,b");
 	ans = creds_answer(c, bad);
 	assert_non_null(json_object_get(ans, "error"));
 	json_decref(ans);
+	assert_int_equal(user_calls, 1);
+	/* the master's refusal (a revoked grant) reaches the program as its sentence */
+	user_refusal = "your Google sign-in has expired or was revoked; sign in again";
+	json_t *other = json_pack("{s:s, s:i, s:s, s:[s]}", "event", "token_request", "id", 5, "kind",
+				  "access", "scopes", "https://www.googleapis.com/auth/devstorage.read_only");
+	ans = creds_answer(c, other);
+	assert_int_equal(json_integer_value(json_object_get(ans, "status")), 403);
+	assert_non_null(strstr(json_string_value(json_object_get(ans, "error")), "sign in again"));
+	json_decref(ans);
+	json_decref(other);
+	user_refusal = NULL;
 	json_decref(bad);
 	json_decref(idev);
 	json_decref(ev);
-	assert_int_equal(creds_set_user_token(c, "bad token", 10, NULL), -EINVAL);
+	assert_int_equal(creds_set_user(c, "bad email\n", NULL, NULL), -EINVAL);
 	creds_free(c);
 }
 

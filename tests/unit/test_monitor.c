@@ -25,7 +25,10 @@
 #include "ipc/chan.h"
 #include "ipc/ipc.h"
 #include "master/master.h"
+#include "master/auth.h"
 #include "master/monitor.h"
+#include "master/usertoken.h"
+#include "policy/limits.h"
 
 #define SID "0123456789abcdef0123456789abcdef"
 
@@ -35,6 +38,7 @@ struct fake {
 	nng_socket peer; /* the worker's end of the channel */
 	int hellos, answers, notes, sessions, calls, quotas;
 	bool busy;
+	const char *user;
 };
 
 static int url_n;
@@ -78,8 +82,9 @@ static void f_call(void *ctx, const struct ipc_call *c)
 	(void)c;
 	((struct fake *)ctx)->calls++;
 }
+static const char *f_user(void *ctx) { return ((struct fake *)ctx)->user; }
 static const struct mon_ops f_ops = { f_hello, f_answer, f_note, f_accepted, f_session, f_state,
-				      f_quota, f_call };
+				      f_quota, f_call, f_user };
 
 static int setup(void **st)
 {
@@ -401,6 +406,167 @@ static void test_claim_before_a_session(void **st)
 
 /* every worker -> master type is permitted in at least one phase, and every answer-flagged
  * type and every master -> worker type is refused from a worker in every phase */
+
+/* ---- REQ_TOKEN: --credentials user ---- */
+
+static int delivered;
+static void f_deliver(pid_t pid, const char *session, uint32_t seq, const struct utok_answer *a)
+{
+	(void)pid, (void)session, (void)seq, (void)a;
+	delivered++;
+}
+
+/* token_setup - a worker of alice's session on a --credentials user server */
+static int token_setup(void **st)
+{
+	setup(st);
+	struct fake *f = *st;
+	f->cfg.credentials = "user";
+	f->user = "alice@example.com";
+	utok_init(f_deliver);
+	return 0;
+}
+
+/* ask - REQ_TOKEN for scopes in phase; the monitor's answer, read from the worker's end */
+static int ask(struct fake *f, unsigned phase, const char *scopes, struct ipc_msg *ans)
+{
+	struct ipc_buf b;
+	assert_int_equal(ipc_pack_req_token(&b, 9, scopes), 0);
+	int r = dispatch(f, phase, &b);
+	if (r == 0 && ans) {
+		assert_int_equal(chan_recv(f->peer, ans, 0, NULL), 0);
+		assert_int_equal(ans->type, IPC_ANS_TOKEN);
+		assert_int_equal(ans->seq, 9);
+	}
+	return r;
+}
+
+static bool ans_says(const struct ipc_msg *a, const char *what)
+{
+	char e[1100];
+	ipc_bytes_str(a->u.token_ans.error, e, sizeof(e));
+	return strstr(e, what) != NULL;
+}
+
+/* keep - a sign-in of user with an access token good for an hour, scopes granted */
+static void keep(const char *user, const char *access, const char *scope)
+{
+	struct oidc_grant g = { .refresh_token = strdup("1//refresh-of-a-test"), .access_token = strdup(access),
+				.expires_in = 3600 };
+	snprintf(g.scope, sizeof(g.scope), "%s", scope);
+	utok_signed_in(user, &g);
+	assert_null(g.refresh_token); /* taken: the master's only copy */
+}
+
+static void test_token_in_another_mode(void **st)
+{
+	struct fake *f = *st;
+	f->cfg.credentials = "server";
+	hello(f);
+	assert_int_equal(ask(f, IPC_PH_SESSION, "https://www.googleapis.com/auth/cloud-platform", NULL), -EPERM);
+	assert_ended(f);
+}
+
+static void test_token_before_a_session(void **st)
+{
+	struct fake *f = *st;
+	hello(f);
+	assert_int_equal(ask(f, IPC_PH_IDLE, "https://www.googleapis.com/auth/cloud-platform", NULL), -EPERM);
+	assert_ended(f);
+}
+
+static void test_token_scopes_no_honest_worker_sends(void **st)
+{
+	static const char *const bad[] = { "a,,b", ",a", "a,", "a b", "a\tb", "a\"b", "\x7f" };
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		token_setup(st);
+		struct fake *f = *st;
+		hello(f);
+		assert_int_equal(ask(f, IPC_PH_SESSION, bad[i], NULL), -EPERM);
+		assert_ended(f);
+		teardown(st);
+	}
+	char many[2000] = "s";
+	for (int i = 0; i < 40; i++)
+		strcat(many, ",s");
+	token_setup(st);
+	struct fake *f = *st;
+	hello(f);
+	assert_int_equal(ask(f, IPC_PH_SESSION, many, NULL), -EPERM);
+	assert_ended(f);
+	teardown(st);
+	*st = NULL;
+}
+
+static void test_token_is_the_sessions_users_only(void **st)
+{
+	struct fake *f = *st;
+	hello(f);
+	keep("alice@example.com", "ya29.alice", "openid email https://www.googleapis.com/auth/cloud-platform");
+	struct ipc_msg a;
+	assert_int_equal(ask(f, IPC_PH_SESSION, "https://www.googleapis.com/auth/cloud-platform", &a), 0);
+	assert_true(a.u.token_ans.ok);
+	assert_int_equal(a.u.token_ans.token.len, strlen("ya29.alice"));
+	assert_memory_equal(a.u.token_ans.token.ptr, "ya29.alice", a.u.token_ans.token.len);
+	assert_true(a.u.token_ans.expires_in > 3000 && a.u.token_ans.expires_in <= 3600);
+	ipc_msg_free(&a);
+	/* a Cloud API's own scope is part of cloud-platform */
+	assert_int_equal(ask(f, IPC_PH_SESSION, "https://www.googleapis.com/auth/devstorage.full_control,"
+			     "https://www.googleapis.com/auth/cloud-platform", &a), 0);
+	assert_true(a.u.token_ans.ok);
+	ipc_msg_free(&a);
+	/* a scope outside the grant: refused with a sentence, the worker lives */
+	assert_int_equal(ask(f, IPC_PH_SESSION, "https://www.googleapis.com/auth/drive", &a), 0);
+	assert_false(a.u.token_ans.ok);
+	assert_int_equal(a.u.token_ans.status, 403);
+	assert_true(ans_says(&a, "does not include the scope https://www.googleapis.com/auth/drive"));
+	assert_int_equal(a.u.token_ans.token.len, 0);
+	ipc_msg_free(&a);
+	/* another session's user without a grant of their own gets nothing of alice's */
+	f->user = "bob@example.com";
+	assert_int_equal(ask(f, IPC_PH_SESSION, "https://www.googleapis.com/auth/cloud-platform", &a), 0);
+	assert_false(a.u.token_ans.ok);
+	assert_int_equal(a.u.token_ans.status, 403);
+	assert_true(ans_says(&a, "Sign in to the server again"));
+	assert_int_equal(a.u.token_ans.token.len, 0);
+	ipc_msg_free(&a);
+	/* a session without a signed-in user (auth none: "local") */
+	f->user = "local";
+	assert_int_equal(ask(f, IPC_PH_SESSION, "https://www.googleapis.com/auth/cloud-platform", &a), 0);
+	assert_false(a.u.token_ans.ok);
+	ipc_msg_free(&a);
+	/* the session is ending: refused, not a breach */
+	f->user = "alice@example.com";
+	assert_int_equal(ask(f, IPC_PH_ENDING, "https://www.googleapis.com/auth/cloud-platform", &a), 0);
+	assert_false(a.u.token_ans.ok);
+	ipc_msg_free(&a);
+	assert_alive(f);
+	assert_int_equal(delivered, 0); /* all of it was known at once */
+}
+
+static void test_token_rate_is_bounded(void **st)
+{
+	struct fake *f = *st;
+	hello(f);
+	keep("alice@example.com", "ya29.alice", "https://www.googleapis.com/auth/cloud-platform");
+	int ok = 0, refused = 0;
+	for (int i = 0; i < WORKER_TOKEN_BURST + 40; i++) {
+		struct ipc_msg a;
+		assert_int_equal(ask(f, IPC_PH_SESSION, "https://www.googleapis.com/auth/cloud-platform", &a), 0);
+		if (a.u.token_ans.ok)
+			ok++;
+		else if (a.u.token_ans.status == 503 && ans_says(&a, "too often"))
+			refused++;
+		ipc_msg_free(&a);
+	}
+	/* the burst is served; the bucket refills at 30 a minute, so of 40 more only those the
+	 * loop's own duration refilled are (it would have to take 80 s to refill them all) */
+	assert_true(ok >= WORKER_TOKEN_BURST);
+	assert_true(refused >= 1);
+	assert_int_equal(ok + refused, WORKER_TOKEN_BURST + 40);
+	assert_alive(f);
+}
+
 static void test_table_shape(void **st)
 {
 	(void)st;
@@ -441,6 +607,11 @@ int main(void)
 		cmocka_unit_test(test_claims_it_never_made),
 		cmocka_unit_test_setup_teardown(test_claim_named_by_the_operator, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_claim_before_a_session, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_token_in_another_mode, token_setup, teardown),
+		cmocka_unit_test_setup_teardown(test_token_before_a_session, token_setup, teardown),
+		cmocka_unit_test(test_token_scopes_no_honest_worker_sends),
+		cmocka_unit_test_setup_teardown(test_token_is_the_sessions_users_only, token_setup, teardown),
+		cmocka_unit_test_setup_teardown(test_token_rate_is_bounded, token_setup, teardown),
 		cmocka_unit_test(test_table_shape),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

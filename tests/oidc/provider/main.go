@@ -12,7 +12,14 @@
 //     "Email", "EmailVerified", ...}}); the login form is the example's /login/username;
 //   - like Google, the ID token carries email and email_verified even though an access token is
 //     issued too, and users whose email domain is in -workspace-domains get Google's "hd" claim
-//     (a Workspace domain), everyone else none (a consumer account).
+//     (a Workspace domain), everyone else none (a consumer account);
+//   - like Google, the client may ask for the Cloud scopes (https://www.googleapis.com/auth/...)
+//     and, with offline_access, gets a refresh token for them that its token endpoint refreshes
+//     (zitadel rotates it on every use; its access tokens live 5 minutes); /userinfo with such an
+//     access token names its user;
+//   - POST /test/revoke?user=EMAIL ends every grant of that user to the client (zitadel's
+//     TerminateSession), as a person removing the app's access in their Google account would:
+//     the next refresh is refused with invalid_grant.
 //
 // Built by tests/oidc/build.sh into /var/cache/kode-gopher/oidc-bin; started by the e2e tests.
 package main
@@ -41,6 +48,9 @@ type googleLikeClient struct {
 }
 
 func (c googleLikeClient) IDTokenUserinfoClaimsAssertion() bool { return true }
+func (c googleLikeClient) IsScopeAllowed(scope string) bool {
+	return strings.HasPrefix(scope, "https://www.googleapis.com/auth/")
+}
 func (c googleLikeClient) RedirectURIGlobs() []string           { return c.globs }
 func (c googleLikeClient) PostLogoutRedirectURIGlobs() []string { return nil }
 
@@ -116,6 +126,18 @@ func main() {
 		globs: strings.Split(*glob, ","), workspace: ws}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	router := exampleop.SetupServer(issuer, s, logger, false)
+	router.Post("/test/revoke", func(w http.ResponseWriter, r *http.Request) {
+		u := users.GetUserByUsername(r.URL.Query().Get("user")) // the tests' usernames are emails
+		if u == nil {
+			http.Error(w, "no such user", http.StatusNotFound)
+			return
+		}
+		if err := s.TerminateSession(r.Context(), u.ID, *clientID); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
 
 	fmt.Printf("issuer %s\n", issuer)
 	if err := http.Serve(ln, router); err != nil {
