@@ -28,7 +28,7 @@ import test, { after, before } from 'node:test';
 
 import { OAuth2Server } from 'oauth2-mock-server';
 
-import { callTool, connect, sc, text } from './lib.mjs';
+import { BIN, callTool, connect, sc, text } from './lib.mjs';
 
 const T = { timeout: 300_000 };
 const CLOUD = 'https://www.googleapis.com/auth/cloud-platform';
@@ -589,11 +589,21 @@ test('a revoked refresh token: the program gets the OAuth error, scrubbed, and n
 	assert.ok(!s.stderr.includes(`${REFRESH}-revoked`), 'nor in the logs');
 });
 
-test('user mode without a signed-in user: a clear error, not a token', T, async () => {
-	const s = await session(['--credentials', 'user', '--project', 'kg-user-project']);
-	const r = await run(s, inspect);
-	assert.equal(r.result.kind, 'error', show(r));
-	assert.match(r.result.message, /no signed-in Google user/);
+test('user mode without a signed-in user: refused at start-up with a sentence, not run without a token', T, async () => {
+	/* stdio serve and exec have no signed-in user; signin.test.mjs runs user mode for real */
+	const prog = path.join(work, 'main.go');
+	fs.writeFileSync(prog, 'package main\n\nfunc main() {}\n');
+	for (const args of [['serve', '--credentials', 'user'], ['exec', '--credentials', 'user', prog]]) {
+		let code = 0, stderr = '';
+		try {
+			execFileSync(BIN, args, { stdio: ['ignore', 'ignore', 'pipe'], timeout: 30_000 });
+		} catch (e) {
+			code = e.status;
+			stderr = String(e.stderr);
+		}
+		assert.equal(code, 2, `${args.join(' ')}: ${stderr}`);
+		assert.match(stderr, /--credentials user runs programs as the signed-in Google user: it needs serve --http --auth google/);
+	}
 });
 
 test('no secret in any log line or result', T, async () => {
