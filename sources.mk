@@ -10,4 +10,4 @@
 KG_SRC_DIRS := lib ipc policy agent worker master
 KG_SRC      := $(sort $(wildcard $(KG_SRC_DIRS:%=%/*.c)))
 KG_ASM      := $(sort $(wildcard runtime/*.S))
-KG_LIBS     := -lnng -lmsgpackc -lcurl -ljansson -lseccomp -lmicrohttpd -lcrypto -lyaml -lpthread
+KG_LIBS     := -lnng -lmsgpackc -lcurl -ljansson -lseccomp -lmicrohttpd -lgnutls -lcrypto -lyaml -lpthread

@@ -914,6 +914,15 @@ static void completed(void *cls, struct MHD_Connection *c, void **ctx, enum MHD_
 	*ctx = NULL;
 }
 
+/* http_on_hup - SIGHUP: the TLS certificate is read again (open connections keep theirs) */
+static void http_on_hup(void)
+{
+	if (tls_enabled())
+		tls_reload();
+	else
+		log_info("SIGHUP: nothing to reload (no --tls-cert)");
+}
+
 /* http_listen - bind ADDR:PORT ourselves (so port 0 works and the log says where we are) */
 static int http_listen(const char *spec, char *where, size_t cap)
 {
@@ -1022,6 +1031,7 @@ int http_serve(const struct serve_config *cfg)
 	}
 	log_info("kode-gopher %s serving MCP on %s (auth %s, %d idle workers kept ready, at most %d)",
 		 KG_VERSION, where, cfg->auth, cfg->workers_min_idle, cfg->max_workers);
+	pool.on_hup = http_on_hup;
 	pool_loop();
 	log_info("shutting down: open sessions end");
 	pool_shutdown();

@@ -152,6 +152,7 @@ int sig_fd(void);
 unsigned sig_take(void);
 #define SIG_CHLD 1u
 #define SIG_TERM 2u
+#define SIG_HUP 4u  /* serve --http reloads its TLS certificate; stdio ends as on SIG_TERM */
 
 /* master/http.c: the Streamable HTTP transport (serve --http) */
 int http_serve(const struct serve_config *cfg);

@@ -707,6 +707,8 @@ void pool_loop(void)
 			pool_reap();
 		pool_timers();
 		pthread_mutex_unlock(&pool.mu);
+		if ((sig & SIG_HUP) && pool.on_hup)
+			pool.on_hup();
 		if (sig & SIG_TERM)
 			break;
 	}

@@ -94,6 +94,7 @@ struct pool {
 	int waiting;              /* new sessions waiting in pool_take_idle for a worker */
 	int wake[2];
 	bool stopping;
+	void (*on_hup)(void);      /* SIGHUP (master/http.c: reload the TLS certificate) */
 	/* metrics */
 	unsigned long crashes, sessions_total, calls_total, start_failures;
 	struct { char tool[24], kind[24]; unsigned long n; } calls[POOL_CALL_LABELS];

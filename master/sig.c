@@ -1,8 +1,9 @@
 /*
  * sig.c - signals for the master's event loop (nginx style: handlers only set flags).
  *
- * SIGCHLD and SIGTERM/SIGINT/SIGHUP set a bit and write one byte to a self-pipe that the loop
- * polls; the loop then reaps children or shuts down. SIGPIPE is ignored: a closed stdout shows up
+ * SIGCHLD, SIGTERM/SIGINT and SIGHUP set a bit and write one byte to a self-pipe that the loop
+ * polls; the loop then reaps children, shuts down, or (serve --http) reloads its TLS
+ * certificate on SIGHUP, where stdio serve ends as on SIGTERM. SIGPIPE is ignored: a closed stdout shows up
  * as EPIPE from write(2), which the loop handles.
  */
 #include <errno.h>
@@ -20,7 +21,8 @@ static unsigned sig_pending; /* touched only with __atomic builtins */
 static void sig_handler(int signo)
 {
 	int saved = errno;
-	__atomic_fetch_or(&sig_pending, signo == SIGCHLD ? SIG_CHLD : SIG_TERM, __ATOMIC_SEQ_CST);
+	__atomic_fetch_or(&sig_pending, signo == SIGCHLD ? SIG_CHLD : signo == SIGHUP ? SIG_HUP : SIG_TERM,
+			  __ATOMIC_SEQ_CST);
 	ssize_t w = write(sig_pipe[1], "x", 1);
 	(void)w;
 	errno = saved;

@@ -394,7 +394,7 @@ int stdio_serve(const struct serve_config *cfg)
 		unsigned sig = sig_take();
 		if (sig & SIG_CHLD)
 			relay_reap(r);
-		if (sig & SIG_TERM) {
+		if (sig & (SIG_TERM | SIG_HUP)) {
 			log_info("signal received; shutting down");
 			break;
 		}
