@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "lib/mono.h"
 #include "master/kubecfg.h"
 #include "master/master.h"
 #include "master/monitor.h"
@@ -170,7 +171,7 @@ void mon_send_token(struct worker *w, uint32_t seq, const struct utok_answer *a)
  * WORKER_TOKEN_PER_MINUTE; an honest worker caches what it gets and asks far less */
 static bool mon_token_rate(struct worker *w)
 {
-	double now = spawn_now();
+	double now = mono_s();
 	if (w->tok_at == 0)
 		w->tok_allow = WORKER_TOKEN_BURST;
 	else

@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 
 #include "ipc/ipc.h"
+#include "lib/secret.h"
 #include "master/auth.h"
 
 #define OIDC_GOOGLE "https://accounts.google.com"
@@ -496,12 +497,8 @@ static void oidc_grant_take(const json_t *ans, struct oidc_grant *g)
 /* oidc_grant_clear - see auth.h */
 void oidc_grant_clear(struct oidc_grant *g)
 {
-	if (g->refresh_token)
-		explicit_bzero(g->refresh_token, strlen(g->refresh_token));
-	if (g->access_token)
-		explicit_bzero(g->access_token, strlen(g->access_token));
-	free(g->refresh_token);
-	free(g->access_token);
+	secret_free(g->refresh_token);
+	secret_free(g->access_token);
 	memset(g, 0, sizeof(*g));
 }
 

@@ -24,6 +24,7 @@
 #include <time.h>
 
 #include "ipc/ipc.h"
+#include "lib/secret.h"
 #include "master/auth.h"
 #include "master/usertoken.h"
 
@@ -65,17 +66,9 @@ static const char SIGN_IN_AGAIN[] =
 	"asks you to on its next request (in Claude Code: /mcp, then kode-gopher, Authenticate); then "
 	"run this again";
 
-static void wipe_free(char *s)
-{
-	if (s) {
-		explicit_bzero(s, strlen(s));
-		free(s);
-	}
-}
-
 void utok_answer_clear(struct utok_answer *a)
 {
-	wipe_free(a->token);
+	secret_free(a->token);
 	memset(a, 0, sizeof(*a));
 }
 
@@ -102,8 +95,8 @@ static struct ugrant *find(const char *user)
 /* grant_drop - forget a grant's tokens (under mu) */
 static void grant_drop(struct ugrant *e)
 {
-	wipe_free(e->refresh);
-	wipe_free(e->access);
+	secret_free(e->refresh);
+	secret_free(e->access);
 	e->refresh = e->access = NULL;
 	e->access_exp = 0;
 }
@@ -141,11 +134,11 @@ void utok_signed_in(const char *user, struct oidc_grant *g)
 		snprintf(e->user, sizeof(e->user), "%s", user);
 	}
 	if (g->refresh_token) { /* a sign-in without one (the provider gave none) keeps the last */
-		wipe_free(e->refresh);
+		secret_free(e->refresh);
 		e->refresh = g->refresh_token;
 		g->refresh_token = NULL;
 	}
-	wipe_free(e->access);
+	secret_free(e->access);
 	e->access = g->access_token;
 	g->access_token = NULL;
 	e->access_exp = e->access ? now + (g->expires_in > 0 ? g->expires_in : 3600) : 0;
@@ -279,19 +272,19 @@ static void *refresh_thread(void *arg)
 	struct oidc_grant g;
 	char why[300];
 	int r = oidc_refresh(j->refresh, &g, why, sizeof(why));
-	wipe_free(j->refresh);
+	secret_free(j->refresh);
 	time_t now = time(NULL);
 	pthread_mutex_lock(&U.mu);
 	struct ugrant *e = find(j->user);
 	bool revoked = false;
 	if (e && e->gen == j->gen) {
 		if (r == 0) {
-			wipe_free(e->access);
+			secret_free(e->access);
 			e->access = g.access_token;
 			g.access_token = NULL;
 			e->access_exp = now + (g.expires_in > 0 ? g.expires_in : 3600);
 			if (g.refresh_token) { /* rotated */
-				wipe_free(e->refresh);
+				secret_free(e->refresh);
 				e->refresh = g.refresh_token;
 				g.refresh_token = NULL;
 			}
@@ -414,7 +407,7 @@ bool utok_request(pid_t pid, const char *session, uint32_t seq, const char *user
 		}
 		if (!j || !rt || pthread_create(&th, &at, refresh_thread, j) != 0) {
 			pthread_attr_destroy(&at);
-			wipe_free(rt);
+			secret_free(rt);
 			free(j);
 			free(w);
 			pthread_mutex_unlock(&U.mu);
