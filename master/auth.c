@@ -1000,9 +1000,9 @@ static json_t *tokens_answer(struct grant *g, time_t now)
 	}
 	sha256(rt, g->hash);
 	g->last = now;
-	json_t *claims = json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:s}", "iss", A.public_url, "aud", A.resource,
+	json_t *claims = json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:s, s:I}", "iss", A.public_url, "aud", A.resource,
 				   "sub", g->user, "client_id", g->client_id, "iat", (json_int_t)now, "exp",
-				   (json_int_t)(now + AUTH_ACCESS_TOKEN_S), "jti", jti);
+				   (json_int_t)(now + AUTH_ACCESS_TOKEN_S), "jti", jti, "kg_grant", (json_int_t)g->family);
 	if (claims && g->scope[0])
 		json_object_set_new(claims, "scope", json_string(g->scope));
 	char *at = claims ? jwt_sign_hs256(claims, "at+jwt", A.key, sizeof(A.key)) : NULL;
@@ -1156,24 +1156,25 @@ static enum MHD_Result do_token(struct MHD_Connection *c, const char *body, size
 
 /* ---- the resource server ---- */
 
-/* Users signed out by the server (their Google grant was revoked): access tokens issued to them
- * before that are refused. An entry is needed only as long as such a token lives. */
+/* Users signed out by the server (their Google grant was revoked): the access tokens of the
+ * sign-ins (refresh-token families, the token's kg_grant) they had until then are refused; a
+ * later sign-in has a higher family. An entry is needed only as long as such a token lives. */
 #define AUTH_MAX_REVOKED 256
 static struct {
 	pthread_mutex_t mu;
 	int n;
-	struct { char user[AUTH_USER_MAX]; time_t at; } e[AUTH_MAX_REVOKED];
+	struct { char user[AUTH_USER_MAX]; time_t at; unsigned long upto; } e[AUTH_MAX_REVOKED];
 } rv = { .mu = PTHREAD_MUTEX_INITIALIZER };
 
-/* revoked_before - was user signed out after a token issued at iat? */
-static bool revoked_before(const char *user, time_t iat, time_t now)
+/* revoked_grant - was user signed out after the sign-in (family) a token belongs to? */
+static bool revoked_grant(const char *user, unsigned long family, time_t now)
 {
 	if (__atomic_load_n(&rv.n, __ATOMIC_ACQUIRE) == 0)
 		return false;
 	bool r = false;
 	pthread_mutex_lock(&rv.mu);
 	for (int i = 0; i < AUTH_MAX_REVOKED; i++)
-		if (rv.e[i].at && now - rv.e[i].at <= AUTH_ACCESS_TOKEN_S && iat <= rv.e[i].at &&
+		if (rv.e[i].at && now - rv.e[i].at <= AUTH_ACCESS_TOKEN_S && family <= rv.e[i].upto &&
 		    strcmp(rv.e[i].user, user) == 0)
 			r = true;
 	pthread_mutex_unlock(&rv.mu);
@@ -1187,6 +1188,7 @@ void auth_user_revoked(const char *user)
 	for (int i = 0; i < AUTH_MAX_GRANTS; i++)
 		if (A.grants[i].live && strcmp(A.grants[i].user, user) == 0)
 			grant_revoke(A.grants[i].family);
+	unsigned long upto = A.next_family; /* every sign-in so far */
 	pthread_mutex_unlock(&A.mu);
 	pthread_mutex_lock(&rv.mu);
 	int slot = 0;
@@ -1200,6 +1202,7 @@ void auth_user_revoked(const char *user)
 	}
 	snprintf(rv.e[slot].user, sizeof(rv.e[slot].user), "%s", user);
 	rv.e[slot].at = now;
+	rv.e[slot].upto = upto;
 	__atomic_store_n(&rv.n, 1, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&rv.mu);
 }
@@ -1214,11 +1217,11 @@ int auth_check_access(const char *tok, size_t len, time_t now, char *user, size_
 	const char *iss = json_string_value(json_object_get(j.claims, "iss"));
 	const char *aud = json_string_value(json_object_get(j.claims, "aud"));
 	const char *sub = json_string_value(json_object_get(j.claims, "sub"));
-	json_t *exp = json_object_get(j.claims, "exp"), *iat = json_object_get(j.claims, "iat");
+	json_t *exp = json_object_get(j.claims, "exp"), *fam = json_object_get(j.claims, "kg_grant");
 	if (typ && strcmp(typ, "at+jwt") == 0 && jwt_verify_hs256(&j, A.key, sizeof(A.key)) == 0 && iss &&
 	    strcmp(iss, A.public_url) == 0 && aud && strcmp(aud, A.resource) == 0 && json_is_integer(exp) &&
-	    json_integer_value(exp) > now && json_is_integer(iat) && sub && strlen(sub) < cap &&
-	    !revoked_before(sub, (time_t)json_integer_value(iat), now)) {
+	    json_integer_value(exp) > now && json_is_integer(fam) && json_integer_value(fam) > 0 && sub &&
+	    strlen(sub) < cap && !revoked_grant(sub, (unsigned long)json_integer_value(fam), now)) {
 		snprintf(user, cap, "%s", sub);
 		r = 0;
 	}
@@ -1233,7 +1236,7 @@ int auth_check_access(const char *tok, size_t len, time_t now, char *user, size_
 #define AUTH_TOKEN_CACHE_BYTES 1024
 static struct {
 	pthread_mutex_t mu;
-	struct { size_t len; char tok[AUTH_TOKEN_CACHE_BYTES]; char user[AUTH_USER_MAX]; time_t exp, iat; } e[AUTH_TOKEN_CACHE];
+	struct { size_t len; char tok[AUTH_TOKEN_CACHE_BYTES]; char user[AUTH_USER_MAX]; time_t exp; unsigned long fam; } e[AUTH_TOKEN_CACHE];
 } tc = { .mu = PTHREAD_MUTEX_INITIALIZER };
 
 static unsigned token_slot(const char *t, size_t len)
@@ -1251,12 +1254,12 @@ static int check_cached(const char *t, size_t len, time_t now, char *user, size_
 	pthread_mutex_lock(&tc.mu);
 	bool hit = tc.e[k].len == len && len && tc.e[k].exp > now && CRYPTO_memcmp(tc.e[k].tok, t, len) == 0 &&
 		   strlen(tc.e[k].user) < cap;
-	time_t iat = tc.e[k].iat;
+	unsigned long fam = tc.e[k].fam;
 	if (hit)
 		snprintf(user, cap, "%s", tc.e[k].user);
 	pthread_mutex_unlock(&tc.mu);
 	if (hit)
-		return revoked_before(user, iat, now) ? -EACCES : 0;
+		return revoked_grant(user, fam, now) ? -EACCES : 0;
 	if (auth_check_access(t, len, now, user, cap) != 0)
 		return -EACCES;
 	struct jwt j;
@@ -1265,7 +1268,7 @@ static int check_cached(const char *t, size_t len, time_t now, char *user, size_
 		memcpy(tc.e[k].tok, t, len);
 		tc.e[k].len = len;
 		tc.e[k].exp = (time_t)json_integer_value(json_object_get(j.claims, "exp"));
-		tc.e[k].iat = (time_t)json_integer_value(json_object_get(j.claims, "iat"));
+		tc.e[k].fam = (unsigned long)json_integer_value(json_object_get(j.claims, "kg_grant"));
 		snprintf(tc.e[k].user, sizeof(tc.e[k].user), "%s", user);
 		pthread_mutex_unlock(&tc.mu);
 		jwt_free(&j);

@@ -149,9 +149,9 @@ static void test_rs256_and_es256(void **state)
 /* access - an access token with these claims changed, signed with key */
 static char *access_token(const unsigned char *key, const char *typ, const char *k, json_t *v)
 {
-	json_t *c = json_pack("{s:s, s:s, s:s, s:I, s:I}", "iss", "http://127.0.0.1:8080", "aud",
+	json_t *c = json_pack("{s:s, s:s, s:s, s:I, s:I, s:I}", "iss", "http://127.0.0.1:8080", "aud",
 			      "http://127.0.0.1:8080/mcp", "sub", "alice@example.com", "iat", (json_int_t)NOW,
-			      "exp", (json_int_t)NOW + AUTH_ACCESS_TOKEN_S);
+			      "exp", (json_int_t)NOW + AUTH_ACCESS_TOKEN_S, "kg_grant", (json_int_t)1);
 	if (k)
 		json_object_set_new(c, k, v);
 	char *t = jwt_sign_hs256(c, typ, key, 32);
@@ -180,6 +180,8 @@ static void test_access_tokens(void **state)
 		{ "at+jwt", "exp", json_integer(NOW - 1), key },                       /* expired */
 		{ "at+jwt", "exp", json_string("9999999999"), key },
 		{ "at+jwt", "sub", json_integer(5), key },
+		{ "at+jwt", "kg_grant", json_string("1"), key },                       /* not a sign-in of ours */
+		{ "at+jwt", "kg_grant", json_integer(0), key },
 		{ "JWT", NULL, NULL, key },                                            /* an ID token's type */
 		{ "at+jwt", NULL, NULL, other },                                       /* another key */
 	};
