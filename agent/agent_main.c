@@ -60,7 +60,7 @@ static const char am_usage[] =
 	"  --go PATH           the go command (default: go from PATH)\n"
 	"  --log-level LEVEL   debug, info, warn, error or off (default info)\n"
 	"  --max-timeout SECONDS  largest run timeout a call may ask for (default 300)\n"
-	"  --memory-limit BYTES, --pids-limit N\n"
+	"  --memory-limit BYTES, --pids-limit N, --disk-limit BYTES\n"
 	"                      the sandbox's limits, named in results a limit ended\n"
 	"  --help              print this text\n";
 
@@ -185,7 +185,7 @@ static void am_isolation(const char *listen, const char *app_dir, const char *st
 int agent_main(int argc, char **argv)
 {
 	enum { OPT_LISTEN = 1, OPT_APP, OPT_STATE, OPT_RUNTIME, OPT_MODCACHE, OPT_GOCACHE, OPT_GO,
-	       OPT_LOG, OPT_MAX_TIMEOUT, OPT_MEMORY, OPT_PIDS, OPT_HELP };
+	       OPT_LOG, OPT_MAX_TIMEOUT, OPT_MEMORY, OPT_PIDS, OPT_DISK, OPT_HELP };
 	static const struct option longopts[] = {
 		{ "listen", required_argument, NULL, OPT_LISTEN },
 		{ "app-dir", required_argument, NULL, OPT_APP },
@@ -198,6 +198,7 @@ int agent_main(int argc, char **argv)
 		{ "max-timeout", required_argument, NULL, OPT_MAX_TIMEOUT },
 		{ "memory-limit", required_argument, NULL, OPT_MEMORY },
 		{ "pids-limit", required_argument, NULL, OPT_PIDS },
+		{ "disk-limit", required_argument, NULL, OPT_DISK },
 		{ "help", no_argument, NULL, OPT_HELP },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -205,7 +206,7 @@ int agent_main(int argc, char **argv)
 	const char *runtime_dir = KG_RUNTIME_DIR, *modcache = NULL, *gocache = NULL, *go = NULL;
 	enum log_level level = LOG_LVL_INFO;
 	long max_timeout_s = 300;
-	long long memory_limit = 0;
+	long long memory_limit = 0, disk_limit = 0;
 	long pids_limit = 0;
 
 	opterr = 0;
@@ -222,6 +223,7 @@ int agent_main(int argc, char **argv)
 		case OPT_GO: go = optarg; break;
 		case OPT_MEMORY: memory_limit = atoll(optarg); break;
 		case OPT_PIDS: pids_limit = atol(optarg); break;
+		case OPT_DISK: disk_limit = atoll(optarg); break;
 		case OPT_MAX_TIMEOUT:
 			max_timeout_s = strtol(optarg, NULL, 10);
 			if (max_timeout_s < 1 || max_timeout_s > 86400) {
@@ -291,6 +293,7 @@ int agent_main(int argc, char **argv)
 		.default_timeout_ms = 60000,
 		.max_timeout_ms = (int)max_timeout_s * 1000,
 		.memory_limit = memory_limit,
+		.disk_limit = disk_limit,
 		.pids_limit = (int)pids_limit,
 		.output_cap = 1024 * 1024,
 		.doc_cap = 64 * 1024,

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -61,7 +62,7 @@ struct pl_cfg {
 	int default_timeout_ms, max_timeout_ms;
 	size_t output_cap, doc_cap;
 	const struct sock_fprog *user_filter;
-	long long memory_limit;
+	long long memory_limit, disk_limit;
 	int pids_limit;
 	struct gobuild_env env;
 };
@@ -100,6 +101,7 @@ static int pl_cfg_init(const struct pipeline_config *in, struct pl_cfg *c)
 	c->doc_cap = in->doc_cap ? in->doc_cap : 64 * 1024;
 	c->user_filter = in->user_filter;
 	c->memory_limit = in->memory_limit;
+	c->disk_limit = in->disk_limit;
 	c->pids_limit = in->pids_limit;
 	int rc = 0;
 	if (in->gomodcache_dir)
@@ -925,6 +927,29 @@ static json_t *run_outcome(const struct pl_cfg *c, bool snippet, int timeout_ms,
 	return kind_msg("exit", msg);
 }
 
+/* disk_full - when the sandbox's disk limit is what failed text's writes (ENOSPC, EDQUOT, or
+ * /app's file system full now), the sentence that says so into buf; false otherwise */
+static bool disk_full(const struct pl_cfg *c, const char *text, size_t len, char *buf, size_t cap)
+{
+	if (c->disk_limit <= 0)
+		return false;
+	struct statvfs v;
+	bool said = text && (memmem(text, len, "no space left on device", 23) ||
+			     memmem(text, len, "disk quota exceeded", 19));
+	bool stat_ok = statvfs(c->app_dir, &v) == 0;
+	/* ext4 keeps a few blocks back from a write that fails: "full" is under 1 MiB left */
+	bool no_blocks = stat_ok && (unsigned long long)v.f_bavail * v.f_frsize < (1ull << 20);
+	bool no_inodes = stat_ok && v.f_files > 0 && v.f_favail == 0;
+	if (!said && !no_blocks && !no_inodes)
+		return false;
+	snprintf(buf, cap, "the sandbox's disk is full%s: it allows %lld MiB for /app, /app/persist "
+		 "and the session's caches together; write less, or remove files from /app/persist "
+		 "(the rest of /app is wiped before each call)",
+		 no_inodes && !no_blocks ? " (no more files: all its inodes are used)" : "",
+		 c->disk_limit >> 20);
+	return true;
+}
+
 /* resource_hint - when a sandbox limit ended the program, say which, in words a model can act
  * on: the kernel's SIGKILL or Go's "failed to create new OS thread" mean nothing by themselves */
 static json_t *resource_hint(const struct pl_cfg *c, const struct runproc_result *r, json_t *res)
@@ -939,7 +964,15 @@ static json_t *resource_hint(const struct pl_cfg *c, const struct runproc_result
 		     strstr(err, "resource temporarily unavailable") ||
 		     strstr(err, "pthread_create failed") ||
 		     (msg && strstr(msg, "fork/exec") && strstr(msg, "resource temporarily unavailable"));
-	if (oom)
+	const char *kind = json_string_value(json_object_get(res, "kind"));
+	if (kind && strcmp(kind, "ok") == 0)
+		return res;
+	size_t errlen = r->err.data ? r->err.len : 0, outlen = r->out.data ? r->out.len : 0;
+	if (disk_full(c, err, errlen, hint, sizeof(hint)) ||
+	    disk_full(c, r->out.data, outlen, hint, sizeof(hint)) ||
+	    (msg && disk_full(c, msg, strlen(msg), hint, sizeof(hint))))
+		; /* the disk's sentence is in hint */
+	else if (oom)
 		snprintf(hint, sizeof(hint), "the program ran out of memory: the sandbox allows %lld MiB "
 			 "(builds included); use less, e.g. stream or summarize the data",
 			 c->memory_limit >> 20);
@@ -949,7 +982,7 @@ static json_t *resource_hint(const struct pl_cfg *c, const struct runproc_result
 	else if (r->signal == SIGKILL && !r->timed_out)
 		snprintf(hint, sizeof(hint), "the program was killed by SIGKILL; if it used a lot of "
 			 "memory it probably ran out (the sandbox allows %lld MiB)", c->memory_limit >> 20);
-	if (!hint[0] || c->memory_limit <= 0)
+	if (!hint[0] || (c->memory_limit <= 0 && c->disk_limit <= 0))
 		return res;
 	char full[1024];
 	snprintf(full, sizeof(full), "%s%s%.400s", hint, msg ? ": " : "", msg ? msg : "");
@@ -1587,7 +1620,9 @@ json_t *pipeline_execute(const struct pipeline_config *cfg, json_t *req,
 	json_object_set_new(o, "tidied", json_boolean(tidied));
 	json_object_set_new(o, "cached_build", json_boolean(cached));
 	if (!built) {
-		build_error_result(o, &c, &nr, br.out.data, br.out.len, br.timed_out, NULL);
+		char full[512];
+		bool disk = disk_full(&c, br.out.data, br.out.data ? br.out.len : 0, full, sizeof(full));
+		build_error_result(o, &c, &nr, br.out.data, br.out.len, br.timed_out, disk ? full : NULL);
 		runproc_result_free(&br);
 		o = finish(o, "build", mode, &tm, &t0);
 		goto out;

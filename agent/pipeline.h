@@ -38,6 +38,7 @@ struct pipeline_config {
 	const struct sock_fprog *user_filter;
 	/* the sandbox's limits, to explain a program they stopped; 0: unknown */
 	long long memory_limit;
+	long long disk_limit;        /* bytes of /app's own file system (local jail, k8s) */
 	int pids_limit;
 	/* credentials (docs/credentials.md): the metadata-server emulator that serves a call's
 	 * "metadata" credentials during its run (NULL: such calls fail), and how it asks the

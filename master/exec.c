@@ -9,6 +9,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <limits.h>
@@ -16,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -23,6 +25,7 @@
 #include "agent/normalize.h"
 #include "ipc/fsutil.h"
 #include "master/stdio.h"
+#include "policy/volume.h"
 #include "worker/creds.h"
 
 static const char exec_usage[] =
@@ -46,7 +49,8 @@ static const char exec_usage[] =
 	"  --log-level LEVEL     server log level on stderr (default warn)\n"
 	"  --runtime-dir DIR     the precompiled Go caches (default " KG_RUNTIME_DIR ")\n"
 	"  --sandbox-root DIR    where sandboxes live\n"
-	"  --sandbox-network on|host|none, --sandbox-memory SIZE, --sandbox-pids N, --seccomp MODE\n"
+	"  --sandbox-network on|host|none, --sandbox-memory SIZE, --sandbox-pids N,\n"
+	"  --sandbox-disk SIZE, --seccomp MODE\n"
 	"                        as for serve\n"
 	"  --credentials MODE    the program's Google credentials, as for serve (default adc when\n"
 	"                        an ADC file exists, else none); with --project, --scopes,\n"
@@ -463,6 +467,7 @@ static int exec_run(int argc, char **argv, const char **sargv, char (*names)[40]
 		{ "runtime-dir", required_argument, 0, 0 }, { "sandbox-root", required_argument, 0, 0 },
 		{ "sandbox-network", required_argument, 0, 0 }, { "sandbox-memory", required_argument, 0, 0 },
 		{ "sandbox-pids", required_argument, 0, 0 }, { "seccomp", required_argument, 0, 0 },
+		{ "sandbox-disk", required_argument, 0, 0 },
 		{ "credentials", required_argument, 0, 0 }, { "project", required_argument, 0, 0 },
 		{ "scopes", required_argument, 0, 0 },     { "token-endpoint", required_argument, 0, 0 },
 		{ "iam-endpoint", required_argument, 0, 0 }, { "metadata-host", required_argument, 0, 0 },
@@ -613,25 +618,92 @@ static const char sandboxes_usage[] =
 	"       kode-gopher sandboxes rm [--force] NAME... [--sandbox-root DIR]\n"
 	"\n"
 	"List or remove the sandboxes kept by `exec --keep` and `serve --persistent`. list prints\n"
-	"one line per sandbox: its name, has-persist when /app/persist holds something, and in-use\n"
-	"(a session holds it) or idle. rm refuses a sandbox in use unless --force. Both first remove\n"
+	"a header, then one line per sandbox: its name, has-persist when /app/persist holds\n"
+	"something, in-use (a session holds it) or idle, its age, and the host disk it takes.\n"
+	"rm refuses a sandbox in use unless --force. Both first remove\n"
 	"what sessions killed before they could release left behind (sandboxes that were not kept).\n"
 	"The default DIR is serve's default --sandbox-root ($KODE_GOPHER_SANDBOX_ROOT if set).\n";
 
-/* sandboxes_has_persist - does root/name/app/persist hold anything? */
-static bool sandboxes_has_persist(const char *root, const char *name)
+/* sandboxes_has_persist - does root/name/app/persist hold anything? 1, 0, or -1: cannot tell */
+static int sandboxes_has_persist(const char *root, const char *name)
 {
 	char p[PATH_MAX];
+	snprintf(p, sizeof(p), "%s/%s", root, name);
+	int v = volume_has_persist(p);
+	if (v != -ENOENT)
+		return v < 0 ? -1 : v;
 	snprintf(p, sizeof(p), "%s/%s/app/persist", root, name);
 	DIR *d = opendir(p);
 	if (!d)
-		return false;
+		return 0;
 	struct dirent *e;
 	bool any = false;
 	while (!any && (e = readdir(d)) != NULL)
 		any = strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
 	closedir(d);
 	return any;
+}
+
+static long long sandboxes_du_total;
+
+/* sandboxes_du_one - nftw: add one file's blocks */
+static int sandboxes_du_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)path, (void)flag, (void)ftw;
+	sandboxes_du_total += (long long)st->st_blocks * 512;
+	return 0;
+}
+
+/* sandboxes_size - bytes root/name takes on the host's disk (its image's blocks, when it has
+ * one, and the few files beside it); FTW_MOUNT: never into a mount */
+static long long sandboxes_size(const char *root, const char *name)
+{
+	char p[PATH_MAX];
+	snprintf(p, sizeof(p), "%s/%s", root, name);
+	sandboxes_du_total = 0;
+	nftw(p, sandboxes_du_one, 16, FTW_PHYS | FTW_MOUNT);
+	return sandboxes_du_total;
+}
+
+/* sandboxes_human - a size like du -h: 512K, 4.3M, 1.2G */
+static void sandboxes_human(long long b, char *out, size_t cap)
+{
+	static const char units[] = "KMGT";
+	double v = (double)b / 1024;
+	int u = 0;
+	while (v >= 1024 && u < 3) {
+		v /= 1024;
+		u++;
+	}
+	if (v < 10 && u > 0)
+		snprintf(out, cap, "%.1f%c", v, units[u]);
+	else
+		snprintf(out, cap, "%.0f%c", v, units[u]);
+}
+
+/* sandboxes_age - time since root/name was made, like 45s, 12m, 3h, 5d */
+static void sandboxes_age(const char *root, const char *name, char *out, size_t cap)
+{
+	char p[PATH_MAX];
+	snprintf(p, sizeof(p), "%s/%s", root, name);
+	struct statx sx;
+	time_t made;
+	if (statx(AT_FDCWD, p, AT_SYMLINK_NOFOLLOW, STATX_BTIME | STATX_MTIME, &sx) != 0) {
+		snprintf(out, cap, "?");
+		return;
+	}
+	made = (sx.stx_mask & STATX_BTIME) ? (time_t)sx.stx_btime.tv_sec : (time_t)sx.stx_mtime.tv_sec;
+	long long d = (long long)(time(NULL) - made);
+	if (d < 0)
+		d = 0;
+	if (d < 120)
+		snprintf(out, cap, "%llds", d);
+	else if (d < 2 * 3600)
+		snprintf(out, cap, "%lldm", d / 60);
+	else if (d < 2 * 86400)
+		snprintf(out, cap, "%lldh", d / 3600);
+	else
+		snprintf(out, cap, "%lldd", d / 86400);
 }
 
 int sandboxes_main(int argc, char **argv)
@@ -694,9 +766,15 @@ int sandboxes_main(int argc, char **argv)
 				continue;
 			long holder;
 			bool live = sandbox_local_in_use(root, e->d_name, &holder);
-			printf("%s\t%s\t%s\n", e->d_name, sandboxes_has_persist(root, e->d_name) ?
-			       "has-persist" : "-", live ? "in-use" : "idle");
-			shown++;
+			int persist = sandboxes_has_persist(root, e->d_name);
+			char age[32], size[16];
+			sandboxes_age(root, e->d_name, age, sizeof(age));
+			sandboxes_human(sandboxes_size(root, e->d_name), size, sizeof(size));
+			if (shown++ == 0)
+				printf("NAME\tPERSIST\tSTATE\tAGE\tSIZE\n");
+			printf("%s\t%s\t%s\t%s\t%s\n", e->d_name,
+			       persist > 0 ? "has-persist" : persist == 0 ? "-" : "?",
+			       live ? "in-use" : "idle", age, size);
 		}
 		if (d)
 			closedir(d);

@@ -28,6 +28,7 @@ struct serve_config {
 	const char *claim;        /* --claim NAME: reattach to a kept sandbox */
 	const char *network;      /* --sandbox-network on (default) | host | none */
 	long long memory;         /* --sandbox-memory, bytes */
+	long long disk;           /* --sandbox-disk, bytes; 0: none (off, or not possible here) */
 	int pids;                 /* --sandbox-pids */
 	/* the shared server (serve --http) */
 	const char *http;         /* ADDR:PORT, NULL for stdio */
@@ -163,7 +164,7 @@ bool http_media_admits(const char *accept, const char *type);
 bool http_content_type_json(const char *content_type);
 
 /* master/serve.c: settings shared by serve and exec */
-int serve_backend_init(const struct serve_config *cfg);
+int serve_backend_init(struct serve_config *cfg);
 bool serve_dns_label(const char *s);
 /* the Kubernetes backend's options (serve and exec) */
 #define SERVE_KUBE_OPTIONS                                                                       \

@@ -313,22 +313,24 @@ int sandbox_local_spawn(struct worker *w, const struct serve_config *cfg, const 
 	unlink(sock);
 
 	static const char *const names[] = { "debug", "info", "warn", "error", "off" };
-	char mem[32], pids[16], maxtmo[16], modcache[600], gocache[600];
+	char mem[32], disk[32], pids[16], maxtmo[16], modcache[600], gocache[600];
 	snprintf(modcache, sizeof(modcache), "%s/gomodcache", cfg->runtime_dir);
 	snprintf(gocache, sizeof(gocache), "%s/gocache", cfg->runtime_dir);
 	snprintf(mem, sizeof(mem), "%lld", cfg->memory);
+	snprintf(disk, sizeof(disk), "%lld", cfg->disk);
 	snprintf(pids, sizeof(pids), "%d", cfg->pids);
 	snprintf(maxtmo, sizeof(maxtmo), "%d", cfg->max_timeout_s);
 	const char *level = names[cfg->log_level];
 	char *argv[] = { "kode-gopher", "jail", "--dir", dir, "--name", (char *)name,
 			 "--runtime-dir", (char *)cfg->runtime_dir, "--memory", mem, "--pids", pids,
+			 "--disk", disk,
 			 "--network", (char *)cfg->network, "--log-level", (char *)level, "--",
 			 "kode-gopher", "agent", "--listen", "unix:" JAIL_SOCK_DIR "/agent.sock",
 			 "--app-dir", JAIL_APP, "--state-dir", JAIL_STATE,
 			 "--runtime-dir", (char *)cfg->runtime_dir, "--gomodcache", modcache,
 			 "--gocache", gocache,
 			 "--log-level", (char *)level, "--max-timeout", maxtmo,
-			 "--memory-limit", mem, "--pids-limit", pids, NULL };
+			 "--memory-limit", mem, "--pids-limit", pids, "--disk-limit", disk, NULL };
 	pid_t parent = getpid();
 	pid_t pid = fork();
 	if (pid < 0) {

@@ -21,6 +21,7 @@
 #include "master/pool.h"
 #include "master/stdio.h"
 #include "master/tls.h"
+#include "policy/volume.h"
 #include "worker/creds.h"
 
 /* `make debug` builds with "log": a denied syscall is logged by name instead of killing */
@@ -50,6 +51,8 @@ static const char serve_usage[] =
 	"                          user on their own machine)\n"
 	"  --sandbox-memory SIZE   memory limit of a sandbox, builds included (default 4g)\n"
 	"  --sandbox-pids N        process and thread limit of a sandbox (default 512)\n"
+	"  --sandbox-disk SIZE     disk limit of a sandbox: /app, /app/persist and its cache layers\n"
+	"                          on a file system of their own, as root (default 10g; off: none)\n"
 	"  --persistent            keep the sandbox when the session ends (reattach with --claim)\n"
 	"  --claim NAME            reattach to a kept sandbox (local) or SandboxClaim (kubernetes),\n"
 	"                          with its /app/persist and caches\n"
@@ -123,12 +126,22 @@ static const char serve_usage[] =
 
 /* serve_backend_init - with --backend kubernetes, resolve the cluster access now, so a bad
  * kubeconfig is reported at start-up rather than at the first tool call */
-int serve_backend_init(const struct serve_config *cfg)
+int serve_backend_init(struct serve_config *cfg)
 {
 	if (!cfg->kubernetes) {
 		if (cfg->kubeconfig || cfg->kube_context || cfg->kube_namespace)
 			log_warn("--kubeconfig, --context and --namespace apply to --backend kubernetes "
 				 "only; ignored");
+		const char *why = cfg->disk > 0 ? volume_unavailable() : NULL;
+		if (why) {
+			log_warn("the sandbox disk limit (--sandbox-disk %lld MiB) is not in force: %s; "
+				 "sandboxes write to the host's disk under %s without a limit",
+				 cfg->disk >> 20, why, cfg->sandbox_root);
+			cfg->disk = 0;
+		} else if (cfg->disk > 0) {
+			log_info("sandbox disk limit: %lld MiB each (a file system image per sandbox)",
+				 cfg->disk >> 20);
+		}
 		return 0;
 	}
 	char err[1024];
@@ -169,6 +182,7 @@ void serve_config_defaults(struct serve_config *cfg)
 	cfg->network = "on";
 	cfg->memory = 4ll << 30;
 	cfg->pids = 512;
+	cfg->disk = VOLUME_DEFAULT_BYTES;
 	cfg->session_timeout_s = 15 * 60;
 	cfg->unused_session_timeout_s = SERVE_UNUSED_SESSION_TIMEOUT_S;
 	cfg->max_sessions_per_peer = SERVE_MAX_SESSIONS_PER_PEER;
@@ -284,6 +298,14 @@ int serve_config_option(struct serve_config *cfg, const char *name, const char *
 		if (parse_bytes(val, &cfg->memory) != 0) {
 			fprintf(stderr, "kode-gopher: --sandbox-memory wants a size of at least 64m, "
 				"like 2g or 512m\n");
+			return -1;
+		}
+	} else if (strcmp(name, "sandbox-disk") == 0) {
+		if (strcmp(val, "off") == 0) {
+			cfg->disk = 0;
+		} else if (parse_bytes(val, &cfg->disk) != 0) {
+			fprintf(stderr, "kode-gopher: --sandbox-disk wants a size of at least 64m, like "
+				"10g or 512m, or off\n");
 			return -1;
 		}
 	} else if (strcmp(name, "sandbox-pids") == 0) {
@@ -469,7 +491,7 @@ int serve_main(int argc, char **argv)
 		{ "max-timeout", required_argument, 0, 0 },  { "seccomp", required_argument, 0, 0 },
 		{ "claim", required_argument, 0, 0 },        { "persistent", no_argument, 0, 0 },
 		{ "sandbox-network", required_argument, 0, 0 }, { "sandbox-memory", required_argument, 0, 0 },
-		{ "sandbox-pids", required_argument, 0, 0 },
+		{ "sandbox-pids", required_argument, 0, 0 }, { "sandbox-disk", required_argument, 0, 0 },
 		{ "http", optional_argument, 0, 0 },         { "session-timeout", required_argument, 0, 0 },
 		{ "unused-session-timeout", required_argument, 0, 0 },
 		{ "max-sessions-per-peer", required_argument, 0, 0 },

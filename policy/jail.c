@@ -46,6 +46,7 @@
 #include "policy/caps.h"
 #include "policy/netif.h"
 #include "policy/seccomp.h"
+#include "policy/volume.h"
 
 #define JAIL_SLIRP_MTU "65520"
 #define JAIL_SLIRP_DNS "10.0.2.3" /* slirp4netns's resolver, forwarding to the host's */
@@ -60,6 +61,7 @@ struct jail_opts {
 	const char *dir, *name, *runtime;
 	enum jail_net network;
 	long long memory; /* bytes; 0: no limit */
+	long long disk;   /* bytes of the sandbox's own file system (policy/volume.h); 0: none */
 	long pids;
 	char **agent_argv;
 	int self_fd;      /* O_PATH descriptor of the running binary */
@@ -74,6 +76,8 @@ static const char jail_usage[] =
 	"options:\n"
 	"  --memory BYTES     memory limit through the memory cgroup (default 4 GiB)\n"
 	"  --pids N           process limit through the pids cgroup and RLIMIT_NPROC (default 512)\n"
+	"  --disk BYTES       size of the sandbox's own file system for app, state and cache, as\n"
+	"                     root (default 0: none, they are on the host's disk)\n"
 	"  --network MODE     on (default): a network of its own with egress through slirp4netns,\n"
 	"                     none of the host's addresses; host: the host's; none: no network\n"
 	"  --log-level LEVEL  debug, info, warn, error or off\n";
@@ -417,6 +421,12 @@ static void jail_fs(const struct jail_opts *o)
 		mkdirs(at(rw[i].target), 0755);
 		bind(p, at(rw[i].target), true);
 	}
+	/* each run's result file on a tmpfs of its own (results are at most 16 MiB): a program that
+	 * fills the sandbox's disk still has its result (the error that says so) read back */
+	mkdirs(at(JAIL_STATE "/run"), 0700);
+	snprintf(p, sizeof(p), "mode=0700,size=40m,uid=%d,gid=%d", JAIL_UID, JAIL_UID);
+	if (mount("tmpfs", at(JAIL_STATE "/run"), "tmpfs", MS_NOSUID | MS_NODEV, p) != 0)
+		die("tmpfs %s/run: %s", JAIL_STATE, strerror(errno));
 
 	mkdirs(at("/dev"), 0755);
 	if (mount("tmpfs", at("/dev"), "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755,size=64k") != 0)
@@ -722,6 +732,7 @@ int jail_main(int argc, char **argv)
 		{ "runtime-dir", required_argument, 0, 'r' }, { "memory", required_argument, 0, 'm' },
 		{ "pids", required_argument, 0, 'p' },    { "network", required_argument, 0, 'N' },
 		{ "log-level", required_argument, 0, 'l' }, { "help", no_argument, 0, 'h' },
+		{ "disk", required_argument, 0, 'D' },
 		{ 0, 0, 0, 0 }
 	};
 	int c;
@@ -732,6 +743,7 @@ int jail_main(int argc, char **argv)
 		case 'r': o.runtime = optarg; break;
 		case 'm': o.memory = atoll(optarg); break;
 		case 'p': o.pids = atol(optarg); break;
+		case 'D': o.disk = atoll(optarg); break;
 		case 'N':
 			if (strcmp(optarg, "on") == 0)
 				o.network = JAIL_NET_ON;
@@ -763,6 +775,15 @@ int jail_main(int argc, char **argv)
 	uid_t uid = jail_host_uid(&o);
 	gid_t gid = root ? (gid_t)uid : getgid();
 	pid_t parent = getppid();
+	if (root && o.disk > 0) {
+		char err[512];
+		int r = volume_attach(o.dir, o.disk, uid, gid, err, sizeof(err));
+		if (r < 0)
+			die("its disk of %lld MiB: %s", o.disk >> 20, err);
+		if (r > 0)
+			log_warn("sandbox %s was made before disk limits and has none: its files stay on "
+				 "the host's disk (a new sandbox gets one)", o.name);
+	}
 	if (root) {
 		if (setgroups(0, NULL) != 0 || setresgid(gid, gid, gid) != 0 || setresuid(uid, uid, uid) != 0)
 			die("switch to the sandbox's uid %u: %s", (unsigned)uid, strerror(errno));

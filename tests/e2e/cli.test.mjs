@@ -277,10 +277,11 @@ test('sandboxes list: says so when there are none; --sandbox-root names where', 
 	assert.match(r.stderr, new RegExp(`^no kept sandboxes in ${empty} `));
 	fs.mkdirSync(path.join(empty, 'sb-one', 'app', 'persist'), { recursive: true });
 	const bare = await kg(['sandboxes', 'list', `--sandbox-root=${empty}`]);
-	assert.equal(bare.stdout, 'sb-one\t-\tidle\n', 'an empty /app/persist is not has-persist');
+	const row = '^NAME\tPERSIST\tSTATE\tAGE\tSIZE\nsb-one\t%s\tidle\t\\d+s\t\\d+(\\.\\d)?[KMG]\n$';
+	assert.match(bare.stdout, new RegExp(row.replace('%s', '-')), 'an empty /app/persist is not has-persist');
 	fs.writeFileSync(path.join(empty, 'sb-one', 'app', 'persist', 'data'), 'x');
 	const one = await kg(['sandboxes', 'list', `--sandbox-root=${empty}`]);
-	assert.equal(one.stdout, 'sb-one\thas-persist\tidle\n');
+	assert.match(one.stdout, new RegExp(row.replace('%s', 'has-persist')));
 	assert.equal(one.stderr, '');
 	const rm = await kg(['sandboxes', '--sandbox-root', empty, 'rm', 'sb-one']);
 	assert.equal(rm.code, 0, rm.stderr);

@@ -202,7 +202,7 @@ const files = fs.mkdtempSync(path.join(os.tmpdir(), 'kg-e2e-files-'));
 
 after(async () => {
 	// kept sandboxes: remove through the command, then whatever is left on disk
-	const names = (await kg(['sandboxes', 'list'])).stdout.split('\n').map((l) => l.split('\t')[0]).filter(Boolean);
+	const names = (await kg(['sandboxes', 'list'])).stdout.split('\n').slice(1).map((l) => l.split('\t')[0]).filter(Boolean);
 	if (names.length)
 		await kg(['sandboxes', 'rm', ...names]);
 	for (const pid of procsMatching(execRoot))
@@ -249,7 +249,9 @@ function file(name, content) {
 async function listed() {
 	const r = await kg(['sandboxes', 'list']);
 	assert.equal(r.code, 0, `sandboxes list: ${r.stderr}`);
-	return r.stdout.split('\n').filter(Boolean).map((l) => l.split('\t')[0]);
+	const [header, ...rows] = r.stdout.split('\n').filter(Boolean);
+	assert.equal(header, 'NAME\tPERSIST\tSTATE\tAGE\tSIZE');
+	return rows.map((l) => l.split('\t')[0]);
 }
 
 test('exec --json: exit 0 for an ok result, 1 for an error result', T, async () => {

@@ -48,7 +48,7 @@ test('a kept sandbox in use is locked: a second attach is refused naming the hol
 			const res = await callTool(s.client, 'execute_go_code', { code: QUICK });
 			assert.equal(sc(res).result.value, 7);
 			assert.equal(sc(res).sandbox, name);
-			assert.match(kg(root, ['sandboxes', 'list']).stdout, new RegExp(`^${name}\\t\\S+\\tin-use$`, 'm'));
+			assert.match(kg(root, ['sandboxes', 'list']).stdout, new RegExp(`^${name}\\t\\S+\\tin-use\\t`, 'm'));
 			// a second session on the same sandbox
 			const file = path.join(os.tmpdir(), `kg-kept-${process.pid}.go`);
 			fs.writeFileSync(file, QUICK);
@@ -68,7 +68,7 @@ test('a kept sandbox in use is locked: a second attach is refused naming the hol
 			await s.close();
 		}
 		// kept, and free again
-		assert.match(kg(root, ['sandboxes', 'list']).stdout, new RegExp(`^${name}\\t\\S+\\tidle$`, 'm'));
+		assert.match(kg(root, ['sandboxes', 'list']).stdout, new RegExp(`^${name}\\t\\S+\\tidle\\t`, 'm'));
 		const rm = kg(root, ['sandboxes', 'rm', name]);
 		assert.equal(rm.status, 0, rm.stderr);
 		assert.equal(fs.existsSync(path.join(root, name)), false);

@@ -1,0 +1,324 @@
+/*
+ * volume.c - a local sandbox's disk limit (see volume.h).
+ *
+ * Called by the jail (policy/jail.c) as root, before it gives up root: the image is made with
+ * mke2fs and attached to a loop device here, with ioctls rather than losetup, so that the only
+ * outside program is e2fsprogs. The loop device is set to clear itself when its last user goes:
+ * that is the mount, which lives in the jail's own mount namespace and dies with the jail.
+ * Also called by `sandboxes list` (volume_usage, volume_has_persist) and by serve at start-up
+ * (volume_unavailable).
+ */
+#include "policy/volume.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/loop.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define VOLUME_LOOP_TRIES 16
+#define VOLUME_LIST_MAX_BYTES 65536
+
+static const char *const volume_subdirs[] = { "app", "state", "cache" };
+
+/* find_tool - an e2fsprogs program in the usual places, or NULL */
+static const char *find_tool(const char *name)
+{
+	static char buf[2][64];
+	static int i;
+	static const char *const dirs[] = { "/usr/sbin", "/sbin", "/usr/bin", "/bin" };
+	i = (i + 1) % 2;
+	for (size_t d = 0; d < sizeof(dirs) / sizeof(dirs[0]); d++) {
+		snprintf(buf[i], sizeof(buf[i]), "%s/%s", dirs[d], name);
+		if (access(buf[i], X_OK) == 0)
+			return buf[i];
+	}
+	return NULL;
+}
+
+/* volume_unavailable - see volume.h */
+const char *volume_unavailable(void)
+{
+	if (getuid() != 0)
+		return "it needs root (a file system image loop-mounted per sandbox), and kode-gopher "
+		       "runs as a normal user";
+	if (!find_tool("mke2fs"))
+		return "mke2fs is missing (`apt-get install e2fsprogs`)";
+	if (access("/dev/loop-control", R_OK | W_OK) != 0)
+		return "/dev/loop-control is missing or unusable (no loop devices here: "
+		       "`modprobe loop`, or a container without them)";
+	return NULL;
+}
+
+/* run_tool - run argv with fd as descriptor 3, output to out (or nowhere); its exit status */
+static int run_tool(char *const argv[], int fd, int out)
+{
+	pid_t pid = fork();
+	if (pid < 0)
+		return -errno;
+	if (pid == 0) {
+		int null = open("/dev/null", O_RDWR);
+		if (null < 0)
+			_exit(127);
+		if (fd >= 0 && dup2(fd, 3) != 3)
+			_exit(127);
+		dup2(null, STDIN_FILENO);
+		dup2(out >= 0 ? out : null, STDOUT_FILENO);
+		dup2(null, STDERR_FILENO);
+		char *envp[] = { "PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C", NULL };
+		execve(argv[0], argv, envp);
+		_exit(127);
+	}
+	int status;
+	while (waitpid(pid, &status, 0) < 0)
+		if (errno != EINTR)
+			return -errno;
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* loop_attach - a loop device backed by img that clears itself when unused; its open fd */
+static int loop_attach(int img, char *dev, size_t devlen)
+{
+	int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
+	if (ctl < 0)
+		return -errno;
+	int r = -EBUSY;
+	for (int i = 0; i < VOLUME_LOOP_TRIES; i++) {
+		int n = ioctl(ctl, LOOP_CTL_GET_FREE);
+		if (n < 0) {
+			r = -errno;
+			break;
+		}
+		snprintf(dev, devlen, "/dev/loop%d", n);
+		int fd = open(dev, O_RDWR | O_CLOEXEC);
+		if (fd < 0 && errno == ENOENT) {
+			/* no udev (a container): the kernel made the device, we make its node */
+			mknod(dev, S_IFBLK | 0600, makedev(7, (unsigned)n));
+			fd = open(dev, O_RDWR | O_CLOEXEC);
+		}
+		if (fd < 0) {
+			r = -errno;
+			break;
+		}
+		struct loop_config cfg = { .fd = (unsigned)img, .info = { .lo_flags = LO_FLAGS_AUTOCLEAR } };
+		if (ioctl(fd, LOOP_CONFIGURE, &cfg) == 0) {
+			close(ctl);
+			return fd;
+		}
+		r = -errno;
+		close(fd);
+		if (r != -EBUSY) /* someone else took it between GET_FREE and CONFIGURE: again */
+			break;
+	}
+	close(ctl);
+	return r;
+}
+
+/* bind_sub - bind vol's directory sub (made if missing, owned by uid:gid) over dir/sub */
+static int bind_sub(int vol, const char *dir, const char *sub, uid_t uid, gid_t gid)
+{
+	if (mkdirat(vol, sub, 0700) == 0) {
+		if (fchownat(vol, sub, uid, gid, AT_SYMLINK_NOFOLLOW) != 0)
+			return -errno;
+	} else if (errno != EEXIST) {
+		return -errno;
+	}
+	int src = openat(vol, sub, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (src < 0)
+		return -errno;
+	char from[64], to[4096];
+	snprintf(from, sizeof(from), "/proc/self/fd/%d", src);
+	snprintf(to, sizeof(to), "%s/%s", dir, sub);
+	int r = mkdir(to, 0700) == 0 || errno == EEXIST ? 0 : -errno;
+	if (r == 0 && mount(from, to, NULL, MS_BIND, NULL) != 0)
+		r = -errno;
+	close(src);
+	return r;
+}
+
+/* volume_attach - see volume.h */
+int volume_attach(const char *dir, long long bytes, uid_t uid, gid_t gid, char *err, size_t errlen)
+{
+	char img[4096], vol[4096], cache[4096];
+	snprintf(img, sizeof(img), "%s/" VOLUME_IMAGE, dir);
+	snprintf(vol, sizeof(vol), "%s/" VOLUME_MOUNT, dir);
+	snprintf(cache, sizeof(cache), "%s/cache/gomod", dir);
+	int fd = open(img, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+	bool fresh = false;
+	if (fd < 0 && errno == ENOENT) {
+		struct stat st;
+		if (stat(cache, &st) == 0)
+			return 1; /* made before disk limits: its files are on the host's disk */
+		fd = open(img, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+		fresh = true;
+	}
+	if (fd < 0) {
+		snprintf(err, errlen, "open %s: %s", img, strerror(errno));
+		return -errno;
+	}
+	struct stat st;
+	int r = 0;
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != 0 || st.st_nlink != 1) {
+		snprintf(err, errlen, "%s is not the sandbox's own image (a regular file of root's, "
+			 "with one link)", img);
+		r = -EPERM;
+		goto out;
+	}
+	if (fresh) {
+		if (ftruncate(fd, bytes) != 0) {
+			r = -errno;
+			snprintf(err, errlen, "size %s: %s", img, strerror(errno));
+			goto out;
+		}
+		const char *mke2fs = find_tool("mke2fs");
+		char ext[160];
+		snprintf(ext, sizeof(ext), "lazy_itable_init=1,lazy_journal_init=1,nodiscard,root_owner=%u:%u",
+			 (unsigned)uid, (unsigned)gid);
+		char *argv[] = { (char *)mke2fs, "-q", "-F", "-t", "ext4", "-m", "0", "-L", "kg-sandbox",
+				 "-E", ext, "/proc/self/fd/3", NULL };
+		int rc = mke2fs ? run_tool(argv, fd, -1) : -ENOENT;
+		if (rc != 0) {
+			snprintf(err, errlen, "mke2fs on %s failed (%s %d)", img, rc < 0 ? "error" : "status",
+				 rc < 0 ? -rc : rc);
+			r = -EIO;
+			goto out;
+		}
+	}
+	if (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) {
+		r = -errno;
+		snprintf(err, errlen, "a mount namespace for the sandbox's disk: %s", strerror(errno));
+		goto out;
+	}
+	char dev[64];
+	int loop = loop_attach(fd, dev, sizeof(dev));
+	if (loop < 0) {
+		r = loop;
+		snprintf(err, errlen, "a loop device for %s: %s", img, strerror(-loop));
+		goto out;
+	}
+	if ((mkdir(vol, 0700) != 0 && errno != EEXIST) ||
+	    mount(dev, vol, "ext4", MS_NOSUID | MS_NODEV | MS_NOATIME, "noinit_itable,discard,errors=remount-ro") != 0) {
+		r = -errno;
+		snprintf(err, errlen, "mount %s: %s", img, strerror(errno));
+		close(loop);
+		goto out;
+	}
+	close(loop); /* the mount holds it now; it clears itself when the mount goes */
+	int vfd = open(vol, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (vfd < 0) {
+		r = -errno;
+		snprintf(err, errlen, "open %s: %s", vol, strerror(errno));
+		goto out;
+	}
+	for (size_t i = 0; r == 0 && i < sizeof(volume_subdirs) / sizeof(volume_subdirs[0]); i++)
+		if ((r = bind_sub(vfd, dir, volume_subdirs[i], uid, gid)) != 0)
+			snprintf(err, errlen, "put %s/%s on the sandbox's disk: %s", dir, volume_subdirs[i],
+				 strerror(-r));
+	if (r == 0) {
+		/* /app/persist too, as the master makes it for a sandbox without an image */
+		char persist[4200];
+		snprintf(persist, sizeof(persist), "%s/app/persist", dir);
+		if (mkdir(persist, 0700) == 0) {
+			if (chown(persist, uid, gid) != 0)
+				r = -errno;
+		} else if (errno != EEXIST) {
+			r = -errno;
+		}
+		if (r)
+			snprintf(err, errlen, "make %s: %s", persist, strerror(-r));
+	}
+	close(vfd);
+out:
+	close(fd);
+	if (r != 0 && fresh)
+		unlink(img);
+	return r;
+}
+
+/* volume_usage - see volume.h */
+long long volume_usage(const char *dir)
+{
+	char img[4096];
+	struct stat st;
+	snprintf(img, sizeof(img), "%s/" VOLUME_IMAGE, dir);
+	if (lstat(img, &st) != 0 || !S_ISREG(st.st_mode))
+		return -1;
+	return (long long)st.st_blocks * 512;
+}
+
+/* volume_has_persist - see volume.h */
+int volume_has_persist(const char *dir)
+{
+	char img[4096];
+	snprintf(img, sizeof(img), "%s/" VOLUME_IMAGE, dir);
+	int fd = open(img, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return -errno;
+	const char *debugfs = find_tool("debugfs");
+	int p[2];
+	if (!debugfs || pipe2(p, O_CLOEXEC) != 0) {
+		close(fd);
+		return debugfs ? -errno : -ENOENT;
+	}
+	/* -c: catastrophic mode, no bitmaps read (faster, and fine for a listing) */
+	char *argv[] = { (char *)debugfs, "-c", "-R", "ls -p /app/persist", "/proc/self/fd/3", NULL };
+	pid_t pid = fork();
+	if (pid < 0) {
+		close(fd);
+		close(p[0]);
+		close(p[1]);
+		return -errno;
+	}
+	if (pid == 0) {
+		close(p[0]);
+		_exit(run_tool(argv, fd, p[1]) == 0 ? 0 : 1);
+	}
+	close(p[1]);
+	close(fd);
+	/* one line per entry, "/inode/mode/uid/gid/name/size/": anything but . and .. counts */
+	char buf[VOLUME_LIST_MAX_BYTES + 1];
+	size_t len = 0;
+	ssize_t n;
+	while (len < VOLUME_LIST_MAX_BYTES && (n = read(p[0], buf + len, VOLUME_LIST_MAX_BYTES - len)) != 0) {
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			break;
+		len += (size_t)n;
+	}
+	close(p[0]);
+	kill(pid, SIGKILL);
+	int status;
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	buf[len] = '\0';
+	int found = 0, lines = 0;
+	for (char *line = buf, *next; line && *line; line = next) {
+		next = strchr(line, '\n');
+		if (next)
+			*next++ = '\0';
+		if (line[0] != '/')
+			continue;
+		lines++;
+		char *f = line;
+		for (int i = 0; i < 4 && f; i++)
+			f = strchr(f + 1, '/');
+		if (!f)
+			continue;
+		char *name = f + 1, *end = strchr(name, '/');
+		if (end)
+			*end = '\0';
+		if (strcmp(name, ".") && strcmp(name, ".."))
+			found = 1;
+	}
+	return found ? 1 : lines > 0 ? 0 : -EIO;
+}

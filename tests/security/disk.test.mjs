@@ -1,0 +1,123 @@
+/*
+ * disk.test.mjs - a sandbox's disk limit (issue 13 item 2): /app, /app/persist and the session's
+ * cache layers are on a file system of the sandbox's own, --sandbox-disk large, so a program
+ * that writes without end (one big file, or many small ones for the inodes) stops at the limit
+ * with a result that names it, the next call in the session works, another session and the
+ * host's disk are untouched, and df inside shows the sandbox's own limit.
+ *
+ * As root only (a loop-mounted image per sandbox); as a normal user the test checks that serve
+ * says at start-up that the limit is not in force.
+ */
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
+import test from 'node:test';
+
+import { callTool, connect, sc, snippet } from '../e2e/lib.mjs';
+
+const T = { timeout: 300_000 };
+const ROOT = process.getuid() === 0;
+const LIMIT_MIB = 64;
+
+/* df - the sandbox's own view of /app's file system: total and free bytes, total and free inodes */
+const DF = snippet(`	var s syscall.Statfs_t
+	if err := syscall.Statfs("/app", &s); err != nil {
+		return nil, err
+	}
+	var p syscall.Statfs_t
+	if err := syscall.Statfs("/app/persist", &p); err != nil {
+		return nil, err
+	}
+	return map[string]uint64{"size": s.Blocks * uint64(s.Bsize), "free": s.Bavail * uint64(s.Bsize),
+		"files": s.Files, "ffree": s.Ffree, "persist_size": p.Blocks * uint64(p.Bsize)}, nil`, ['syscall']);
+
+/* fill - write into dir until the disk refuses: one big file, or many empty ones */
+const fill = (dir, many) => snippet(`	if err := os.MkdirAll(${JSON.stringify(dir)}, 0o755); err != nil {
+		return nil, err
+	}
+	if ${many} {
+		for i := 0; ; i++ {
+			f, err := os.Create(fmt.Sprintf("${dir}/f%d", i))
+			if err != nil {
+				return nil, fmt.Errorf("after %d files: %w", i, err)
+			}
+			f.Close()
+		}
+	}
+	f, err := os.Create("${dir}/big")
+	if err != nil {
+		return nil, err
+	}
+	buf := make([]byte, 1<<20)
+	for i := 0; ; i++ {
+		if _, err := f.Write(buf); err != nil {
+			return nil, fmt.Errorf("after %d MiB: %w", i, err)
+		}
+	}`, ['fmt', 'os']);
+
+const WRITE_SOME = snippet(`	if err := os.WriteFile("/app/some", make([]byte, 8<<20), 0o644); err != nil {
+		return nil, err
+	}
+	return "wrote 8 MiB", nil`, ['os']);
+
+/* imageBytes - what the sandbox's image takes on the host's disk */
+function imageBytes(s, name) {
+	return fs.statSync(path.join(s.sandboxRoot, name, 'disk.img')).blocks * 512;
+}
+
+test('a program that fills the sandbox disk stops at --sandbox-disk, the next call works, others untouched', { ...T, skip: !ROOT && 'as root only' }, async () => {
+	const a = await connect({ args: ['--sandbox-disk', `${LIMIT_MIB}m`, '--credentials', 'none'] });
+	const b = await connect({ args: ['--sandbox-disk', `${LIMIT_MIB}m`, '--credentials', 'none'] });
+	try {
+		const df = sc(await callTool(a.client, 'execute_go_code', { code: DF }));
+		assert.equal(df.result.kind, 'ok', JSON.stringify(df.result));
+		const v = df.result.value;
+		assert.ok(v.size <= LIMIT_MIB << 20 && v.size > (LIMIT_MIB / 2) << 20, `df inside shows the sandbox's own disk: ${JSON.stringify(v)}`);
+		assert.equal(v.persist_size, v.size, '/app/persist is on the same limited disk');
+		const other = sc(await callTool(b.client, 'execute_go_code', { code: WRITE_SOME }));
+		assert.equal(other.result.kind, 'ok', JSON.stringify(other.result));
+
+		for (const [where, many] of [['/app/junk', false], ['/app/many', true]]) {
+			const full = sc(await callTool(a.client, 'execute_go_code', { code: fill(where, many), timeout_seconds: 120 }));
+			assert.equal(full.result.kind, 'error', JSON.stringify(full.result));
+			assert.match(full.result.message, new RegExp(`^the sandbox's disk is full( \\(no more files: all its inodes are used\\))?: it allows ${LIMIT_MIB} MiB`), full.result.message);
+			assert.match(full.result.message, /no space left on device/);
+			if (many)
+				assert.match(full.result.message, /after \d+ files/);
+			// the host's disk holds no more than the limit for it
+			assert.ok(imageBytes(a, full.sandbox) <= (LIMIT_MIB + 1) << 20, `image ${imageBytes(a, full.sandbox)} bytes`);
+			// the other session is untouched, and so is this one's next call (the wipe frees /app)
+			const again = sc(await callTool(b.client, 'execute_go_code', { code: WRITE_SOME }));
+			assert.equal(again.result.kind, 'ok', JSON.stringify(again.result));
+			const next = sc(await callTool(a.client, 'execute_go_code', { code: WRITE_SOME }));
+			assert.equal(next.result.kind, 'ok', JSON.stringify(next.result));
+		}
+	} finally {
+		await a.close();
+		await b.close();
+	}
+});
+
+test('filling /app/persist also stops at the limit and says so, in build or run', { ...T, skip: !ROOT && 'as root only' }, async () => {
+	const s = await connect({ args: ['--sandbox-disk', `${LIMIT_MIB}m`, '--credentials', 'none'] });
+	try {
+		const full = sc(await callTool(s.client, 'execute_go_code', { code: fill('/app/persist/junk', false), timeout_seconds: 120 }));
+		assert.equal(full.result.kind, 'error', JSON.stringify(full.result));
+		assert.match(full.result.message, new RegExp(`the sandbox's disk is full.*: it allows ${LIMIT_MIB} MiB`));
+		// /app/persist survives the wipe: the next call meets the same full disk, and is told so
+		const next = sc(await callTool(s.client, 'execute_go_code', { code: WRITE_SOME }));
+		const said = JSON.stringify(next);
+		assert.match(said, new RegExp(`the sandbox's disk is full.*: it allows ${LIMIT_MIB} MiB`), said);
+	} finally {
+		await s.close();
+	}
+});
+
+test('as a normal user, serve says at start-up that the disk limit is not in force, and why', { ...T, skip: ROOT && 'as a normal user only' }, async () => {
+	const s = await connect({ args: ['--credentials', 'none'] });
+	try {
+		assert.match(s.stderr, /the sandbox disk limit \(--sandbox-disk 10240 MiB\) is not in force: it needs root/);
+	} finally {
+		await s.close();
+	}
+});
