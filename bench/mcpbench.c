@@ -2189,6 +2189,147 @@ static void section_sandbox(const struct opts *o)
 	free(r);
 }
 
+/* ---- f4: a base cache aged past the go command's trim limit ---- */
+
+#define AGED_S (8 * 86400) /* a week and a day after `make runtime` */
+
+/* copy_aged - copy_file, then mtime and atime set to when */
+static int copy_aged(const char *src, const char *dst, time_t when)
+{
+	int r = copy_file(src, dst);
+	struct timespec t[2] = { { when, 0 }, { when, 0 } };
+	if (r == 0 && utimensat(AT_FDCWD, dst, t, 0) != 0)
+		r = -errno;
+	return r;
+}
+
+/*
+ * runtime_copy - dst: the runtime's build cache as make runtime left it, `age_s` old: action
+ * entries (-a, which decide a hit) and the small files copied with that mtime, outputs (-d)
+ * hard links (same inodes: never written, an overlay never writes its lower layer), trim.txt
+ * saying the last trim was then; no lockfile and an empty module cache (f's snippets use the
+ * standard library only). A fresh copy (age 0) is the same with today's times, for comparison.
+ */
+static int runtime_copy(const char *src, const char *dst, long age_s)
+{
+	char s[PATH_MAX], d[PATH_MAX], sf[PATH_MAX * 2], df[PATH_MAX * 2];
+	time_t when = time(NULL) - age_s;
+	snprintf(d, sizeof(d), "%s/gomodcache", dst);
+	if (mkdir(dst, 0755) != 0 || mkdir(d, 0755) != 0)
+		return -errno;
+	snprintf(s, sizeof(s), "%s/gocache", src);
+	snprintf(d, sizeof(d), "%s/gocache", dst);
+	if (mkdir(d, 0755) != 0)
+		return -errno;
+	DIR *top = opendir(s);
+	if (!top)
+		return -errno;
+	struct dirent *e;
+	int r = 0;
+	while (r == 0 && (e = readdir(top)) != NULL) {
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(sf, sizeof(sf), "%s/%s", s, e->d_name);
+		snprintf(df, sizeof(df), "%s/%s", d, e->d_name);
+		if (e->d_type != DT_DIR) {
+			r = strcmp(e->d_name, "trim.txt") == 0 ? 0 : copy_aged(sf, df, when);
+			continue;
+		}
+		if (mkdir(df, 0755) != 0) {
+			r = -errno;
+			break;
+		}
+		DIR *sub = opendir(sf);
+		struct dirent *f;
+		while (sub && r == 0 && (f = readdir(sub)) != NULL) {
+			if (f->d_type != DT_REG)
+				continue;
+			char a[PATH_MAX * 3], b[PATH_MAX * 3];
+			snprintf(a, sizeof(a), "%s/%s", sf, f->d_name);
+			snprintf(b, sizeof(b), "%s/%s", df, f->d_name);
+			size_t l = strlen(f->d_name);
+			if (l > 2 && strcmp(f->d_name + l - 2, "-d") == 0 && link(a, b) == 0)
+				continue;
+			r = copy_aged(a, b, when);
+		}
+		if (sub)
+			closedir(sub);
+	}
+	closedir(top);
+	snprintf(df, sizeof(df), "%s/trim.txt", d);
+	FILE *t = r == 0 ? fopen(df, "w") : NULL;
+	if (t) {
+		fprintf(t, "%lld", (long long)when);
+		fclose(t);
+	}
+	return r;
+}
+
+/* section_aged - f4: fresh sessions on a base cache aged 8 days against the same copy with
+ * today's times, interleaved; the aged one must be as warm */
+static void section_aged(const struct opts *o)
+{
+	const char *fig = "f4. base cache aged 8 days";
+	char fresh[PATH_MAX + 16], aged[PATH_MAX + 16];
+	snprintf(fresh, sizeof(fresh), "%s/rt-fresh", o->tmp);
+	snprintf(aged, sizeof(aged), "%s/rt-aged", o->tmp);
+	int r = runtime_copy(o->runtime_dir, fresh, 0);
+	if (r == 0)
+		r = runtime_copy(o->runtime_dir, aged, AGED_S);
+	if (r != 0) {
+		row_fail(fig, "cannot copy the runtime's build cache from %s: %s", o->runtime_dir,
+			 strerror(-r));
+		return;
+	}
+	int n = o->sessions;
+	struct sess_rec *rec[2] = { calloc((size_t)n, sizeof(struct sess_rec)),
+				    calloc((size_t)n, sizeof(struct sess_rec)) };
+	double *v = calloc((size_t)n, sizeof(double));
+	struct jailinfo ji;
+	struct opts oo = *o;
+	const char *dirs[2] = { fresh, aged };
+	for (int i = 0; rec[0] && rec[1] && v && i < n; i++)
+		for (int k = 0; k < 2; k++) {
+			int which = (i + k) % 2; /* interleaved, each first in turn */
+			fprintf(stderr, "\r  f4. %s base cache, session %d/%d", which ? "aged" : "fresh", i + 1, n);
+			oo.runtime_dir = dirs[which];
+			if (sandbox_session(&oo, i, &rec[which][i], &ji, fig) < 0) {
+				fprintf(stderr, "\n");
+				goto out;
+			}
+		}
+	fprintf(stderr, "\n");
+	double later[2], first[2], lb[2], p90;
+	for (int k = 0; k < 2; k++) {
+		for (int i = 0; i < n; i++)
+			v[i] = rec[k][i].first_ms;
+		stats(v, n, &first[k], &p90);
+		for (int i = 0; i < n; i++)
+			v[i] = rec[k][i].later_build_ms;
+		stats(v, n, &lb[k], &p90);
+		for (int i = 0; i < n; i++)
+			v[i] = rec[k][i].later_ms;
+		stats(v, n, &later[k], &p90);
+		char note[300], x[32], y[32];
+		snprintf(note, sizeof(note), "%s; later calls' median of medians; first call %s ms, "
+			 "later build_ms %s (medians)", k ? "every base entry and trim.txt 8 days old "
+			 "(past the go command's 5-day trim limit)" : "the same copy with today's times",
+			 fmt_num(x, sizeof(x), first[k]), fmt_num(y, sizeof(y), lb[k]));
+		row_series(k ? "f4. later calls, aged base cache (ms)" : "f4. later calls, fresh base cache (ms)",
+			   v, n, note);
+	}
+	char x[32];
+	snprintf(x, sizeof(x), "%.2f", later[1] / later[0]);
+	row_add("f4. ratio: aged / fresh, later calls", x, "-", n, "aim: equal within noise; first "
+		"calls %.2f; interleaved sessions", first[1] / first[0]);
+out:
+	free(v);
+	free(rec[0]);
+	free(rec[1]);
+	rm_tree(fresh);
+	rm_tree(aged);
+}
+
 /* usage - how to call */
 static void usage(FILE *f)
 {
@@ -2324,8 +2465,10 @@ int main(int argc, char **argv)
 	if (o.calls_on)
 		section_tidy(&o);
 sandbox:
-	if (o.sandbox)
+	if (o.sandbox) {
 		section_sandbox(&o);
+		section_aged(&o);
+	}
 
 	header(&o, load_start);
 	table_print();

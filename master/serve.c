@@ -139,7 +139,7 @@ int serve_backend_init(struct serve_config *cfg)
 				 cfg->disk >> 20, why, cfg->sandbox_root);
 			cfg->disk = 0;
 		} else if (cfg->disk > 0) {
-			log_info("sandbox disk limit: %lld MiB each (a file system image per sandbox)",
+			log_debug("sandbox disk limit: %lld MiB each (a file system image per sandbox)",
 				 cfg->disk >> 20);
 		}
 		return 0;

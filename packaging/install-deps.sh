@@ -9,6 +9,7 @@ debs=(build-essential pkg-config libnng-dev libmsgpack-dev libcurl4-openssl-dev 
       libseccomp-dev libmicrohttpd-dev libssl-dev libyaml-dev libcmocka-dev clang libclang-rt-14-dev
       curl ca-certificates openssl iproute2 hyperfine
       slirp4netns # each local sandbox's own network (policy/jail.c)
+      e2fsprogs   # mke2fs, debugfs: each local sandbox's own disk (policy/volume.c)
       chromium)   # the sign-in test's browser (tests/e2e/signin-browser.test.mjs, with playwright-core)
 missing=()
 for p in "${debs[@]}"; do

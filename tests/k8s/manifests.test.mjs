@@ -162,6 +162,12 @@ test('the template runs the agent under gVisor, without a token or privileges, r
 	const i = c.args.indexOf('--memory-limit');
 	assert.ok(i >= 0, 'the agent is not told the memory limit');
 	assert.equal(c.resources.limits.memory, `${Number(c.args[i + 1]) / 1024 ** 3}Gi`);
+	// and the disk limit: ephemeral-storage, the local backend's --sandbox-disk default
+	const d = c.args.indexOf('--disk-limit');
+	assert.ok(d >= 0, 'the agent is not told the disk limit');
+	assert.equal(c.resources.limits['ephemeral-storage'], `${Number(c.args[d + 1]) / 1024 ** 3}Gi`);
+	assert.equal(c.resources.limits['ephemeral-storage'], '10Gi', 'as --sandbox-disk defaults to');
+	assert.ok(c.resources.requests['ephemeral-storage'], 'the scheduler must know the disk a sandbox needs');
 
 	const pool = find(await objects('warm-pool.yaml'), 'SandboxWarmPool', 'go-runtime-pool');
 	assert.equal(pool.spec.sandboxTemplateRef.name, 'go-runtime');
