@@ -47,6 +47,8 @@
 #define PL_RESULT_MAX      (16 * 1024 * 1024)
 /* deepest nesting of a returned value (kodeGopherMaxDepth in runtime/main.go.tmpl) */
 #define PL_RESULT_MAX_DEPTH 512
+#define PL_DISK_RESERVE_MIN (8ll << 20)   /* a standard-library build's binary, twice */
+#define PL_DISK_RESERVE_MAX (256ll << 20)
 #define PL_CRASH_MAX       (256 * 1024)
 #define PL_STACK_MAX       (64 * 1024)
 #define PL_MAX_ENV         256
@@ -950,6 +952,40 @@ static bool disk_full(const struct pl_cfg *c, const char *text, size_t len, char
 	return true;
 }
 
+/*
+ * disk_reserve - the agent's reserve on the sandbox's own disk (a file in the state directory,
+ * allocated but never written, so it costs the host nothing). A program may fill /app/persist,
+ * which the wipe keeps; without room the next build would fail too, and the session could never
+ * run the program that cleans up. So: when, after the wipe, less than the reserve is free, the
+ * reserve goes and this call builds in its place; whenever twice that is free again, it comes
+ * back. Only where /app is on a file system of the limit's size (the local jail's, policy/volume.c).
+ */
+static void disk_reserve(const struct pl_cfg *c)
+{
+	struct statvfs v;
+	if (c->disk_limit <= 0 || statvfs(c->app_dir, &v) != 0 ||
+	    (long long)v.f_blocks * (long long)v.f_frsize > c->disk_limit)
+		return;
+	long long size = c->disk_limit / 8, free_b = (long long)v.f_bavail * (long long)v.f_frsize;
+	size = size < PL_DISK_RESERVE_MIN ? PL_DISK_RESERVE_MIN : size > PL_DISK_RESERVE_MAX ? PL_DISK_RESERVE_MAX : size;
+	char path[PATH_MAX];
+	if (pathf(path, sizeof(path), "%s/.disk-reserve", c->state_dir) != 0)
+		return;
+	struct stat st;
+	bool have = lstat(path, &st) == 0;
+	if (have && free_b < size) {
+		unlink(path);
+		log_info("the sandbox's disk is nearly full (%lld KiB free): its reserve of %lld MiB is "
+			 "given to this call", free_b >> 10, size >> 20);
+	} else if (!have && free_b >= 2 * size) {
+		int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+		if (fd >= 0 && fallocate(fd, 0, 0, size) != 0)
+			unlink(path);
+		if (fd >= 0)
+			close(fd);
+	}
+}
+
 /* resource_hint - when a sandbox limit ended the program, say which, in words a model can act
  * on: the kernel's SIGKILL or Go's "failed to create new OS thread" mean nothing by themselves */
 static json_t *resource_hint(const struct pl_cfg *c, const struct runproc_result *r, json_t *res)
@@ -1434,6 +1470,7 @@ json_t *pipeline_execute(const struct pipeline_config *cfg, json_t *req,
 	rc = pl_wipe_app(c.app_dir);
 	if (rc < 0)
 		return internal_result("%s could not be prepared: %s", c.app_dir, strerror(-rc));
+	disk_reserve(&c);
 	long wipe_ms = mono_since_ms(&ts);
 
 	/* 2. normalize */
@@ -1708,6 +1745,7 @@ out:
 		artifacts_digest(appfd, digest);
 		json_object_set_new(o, "resources_digest", json_string(digest));
 	}
+	disk_reserve(&c);
 	pl_creds_end(cfg, &pcr);
 	gobuild_strv_free(envp);
 	gobuild_strv_free(pkgs);

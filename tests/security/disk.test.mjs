@@ -98,16 +98,20 @@ test('a program that fills the sandbox disk stops at --sandbox-disk, the next ca
 	}
 });
 
-test('filling /app/persist also stops at the limit and says so, in build or run', { ...T, skip: !ROOT && 'as root only' }, async () => {
+test('a full /app/persist: the next call still builds, so the program that cleans up can run', { ...T, skip: !ROOT && 'as root only' }, async () => {
 	const s = await connect({ args: ['--sandbox-disk', `${LIMIT_MIB}m`, '--credentials', 'none'] });
 	try {
 		const full = sc(await callTool(s.client, 'execute_go_code', { code: fill('/app/persist/junk', false), timeout_seconds: 120 }));
 		assert.equal(full.result.kind, 'error', JSON.stringify(full.result));
 		assert.match(full.result.message, new RegExp(`the sandbox's disk is full.*: it allows ${LIMIT_MIB} MiB`));
-		// /app/persist survives the wipe: the next call meets the same full disk, and is told so
+		// /app/persist survives the wipe; the agent's reserve lets this call build all the same
+		const clean = sc(await callTool(s.client, 'execute_go_code', {
+			code: snippet('\treturn nil, os.RemoveAll("/app/persist/junk")', ['os']),
+		}));
+		assert.equal(clean.phase, 'run', JSON.stringify(clean));
+		assert.equal(clean.result.kind, 'ok', JSON.stringify(clean.result));
 		const next = sc(await callTool(s.client, 'execute_go_code', { code: WRITE_SOME }));
-		const said = JSON.stringify(next);
-		assert.match(said, new RegExp(`the sandbox's disk is full.*: it allows ${LIMIT_MIB} MiB`), said);
+		assert.equal(next.result.kind, 'ok', JSON.stringify(next.result));
 	} finally {
 		await s.close();
 	}
