@@ -501,7 +501,9 @@ test('metadata mode, service-account key: JWT-bearer grant signed RS256, ?scopes
 
 test('adc mode: the ADC file is in the sandbox for the run only', T, async () => {
 	const adc = userAdc();
-	const s = await session(['--credentials', 'adc'], { GOOGLE_APPLICATION_CREDENTIALS: adc });
+	// --sandbox-disk off: the state directory is then on the host's disk, where the test looks
+	// (with the limit it is inside the sandbox's disk image)
+	const s = await session(['--credentials', 'adc', '--sandbox-disk', 'off'], { GOOGLE_APPLICATION_CREDENTIALS: adc });
 	const first = ok(await run(s, `package snippet
 
 import (

@@ -89,8 +89,11 @@ function walk(dir) {
 function exec(root, runtime, src, extra) {
 	const file = path.join(root, 'main.go');
 	fs.writeFileSync(file, src);
+	// --sandbox-disk off: the cache layers then sit in the sandbox directory, where the test can
+	// count them (with the limit they are inside the sandbox's disk image; the agent's hold on
+	// trimming is the same either way)
 	const r = spawnSync(BIN, ['exec', '--json', '--credentials', 'none', '--runtime-dir', runtime,
-		'--sandbox-root', root, ...extra, file], { encoding: 'utf8', timeout: 300_000 });
+		'--sandbox-root', root, '--sandbox-disk', 'off', ...extra, file], { encoding: 'utf8', timeout: 300_000 });
 	fs.rmSync(file);
 	assert.equal(r.status, 0, r.stderr);
 	return JSON.parse(r.stdout);

@@ -161,7 +161,9 @@ test('the sandbox sees only a tmpfs root with /usr, a few /etc files, /app, /tmp
 
 test('another session\'s /app/persist is invisible, by path and by walking /', T, async () => {
 	const a = await live();
-	const b = await connect();
+	// b without a disk image: its /app/persist is then a plain directory on the host, a path a
+	// can try (with the limit b's files are inside its disk image, further out of reach)
+	const b = await connect({ args: ['--sandbox-disk', 'off'] });
 	const marker = `kg-secret-${randomUUID()}`;
 	const content = `the secret of session b ${randomUUID()}`;
 	// b writes its secret and can read it back
