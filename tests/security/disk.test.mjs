@@ -5,15 +5,17 @@
  * with a result that names it, the next call in the session works, another session and the
  * host's disk are untouched, and df inside shows the sandbox's own limit.
  *
- * As root only (a loop-mounted image per sandbox); as a normal user the test checks that serve
- * says at start-up that the limit is not in force.
+ * The limit needs root (a loop-mounted image per sandbox); run as a normal user (nobody, from
+ * root), serve must say at start-up that the limit is not in force, and why.
  */
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import test from 'node:test';
 
-import { callTool, connect, sc, snippet } from '../e2e/lib.mjs';
+import { BIN, callTool, connect, sc, snippet } from '../e2e/lib.mjs';
 
 const T = { timeout: 300_000 };
 const ROOT = process.getuid() === 0;
@@ -117,11 +119,24 @@ test('a full /app/persist: the next call still builds, so the program that clean
 	}
 });
 
-test('as a normal user, serve says at start-up that the disk limit is not in force, and why', { ...T, skip: ROOT && 'as a normal user only' }, async () => {
-	const s = await connect({ args: ['--credentials', 'none'] });
+test('as a normal user, serve says at start-up that the disk limit is not in force, and why', T, () => {
+	// as root: serve run as nobody (setpriv), with a home and a runtime directory of its own;
+	// stdin closed, so serve ends by itself once started
+	const home = fs.mkdtempSync(path.join(os.tmpdir(), 'kg-disk-user-'));
+	fs.chmodSync(home, 0o777);
 	try {
-		assert.match(s.stderr, /the sandbox disk limit \(--sandbox-disk 10240 MiB\) is not in force: it needs root/);
+		const env = { PATH: process.env.PATH, HOME: home, XDG_RUNTIME_DIR: home };
+		// a copy nobody can run, wherever the build is (a home may be 0700)
+		const bin = path.join(home, 'kode-gopher');
+		fs.copyFileSync(BIN, bin);
+		fs.chmodSync(bin, 0o755);
+		const serve = [bin, 'serve', '--sandbox-root', path.join(home, 'sb')];
+		const r = ROOT
+			? spawnSync('setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', ...serve], { env, input: '', encoding: 'utf8', timeout: 60_000 })
+			: spawnSync(serve[0], serve.slice(1), { env, input: '', encoding: 'utf8', timeout: 60_000 });
+		assert.equal(r.error, undefined, String(r.error));
+		assert.match(r.stderr, /the sandbox disk limit \(--sandbox-disk 10240 MiB\) is not in force: it needs root \(a file system image loop-mounted per sandbox\), and kode-gopher runs as a normal user; sandboxes write to the host's disk under \S+ without a limit/, r.stderr);
 	} finally {
-		await s.close();
+		fs.rmSync(home, { recursive: true, force: true });
 	}
 });
