@@ -123,21 +123,6 @@ static char **go_env(const struct gobuild_env *e, bool online)
 	return b.v;
 }
 
-/* write_all - write(2) until done */
-static int write_all(int fd, const char *p, size_t n)
-{
-	while (n) {
-		ssize_t w = write(fd, p, n);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w < 0)
-			return -errno;
-		p += w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
-
 /*
  * hold_trim - tell the go command its build cache was trimmed just now, before each command.
  *
@@ -159,7 +144,7 @@ static void hold_trim(const struct gobuild_env *e)
 		return;
 	int n = snprintf(now, sizeof(now), "%lld", (long long)time(NULL));
 	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
-	int r = fd < 0 ? -errno : write_all(fd, now, (size_t)n);
+	int r = fd < 0 ? -errno : fs_write_all(fd, now, (size_t)n);
 	if (fd >= 0 && close(fd) != 0 && r == 0)
 		r = -errno;
 	if (r == 0 && rename(tmp, path) != 0)
@@ -260,7 +245,7 @@ static int write_at(int dirfd, const char *name, const char *data, size_t len, b
 	int fd = openat(dirfd, target, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
 	if (fd < 0)
 		return -errno;
-	int rc = write_all(fd, data, len);
+	int rc = fs_write_all(fd, data, len);
 	if (close(fd) < 0 && rc == 0)
 		rc = -errno;
 	if (rc == 0 && !excl && renameat(dirfd, tmp, dirfd, name) < 0)

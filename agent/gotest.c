@@ -353,6 +353,13 @@ void gotest_report_package(struct gotest_report *r, const char *pkg, const char 
 		gt_text_add(&p->out, output, strlen(output));
 }
 
+void gotest_report_elapsed(struct gotest_report *r, const char *pkg, double seconds)
+{
+	struct gt_pkg *p = r ? gt_pkg_get(r, pkg) : NULL;
+	if (p && p->elapsed <= 0)
+		p->elapsed = seconds;
+}
+
 bool gotest_report_timed_out(const struct gotest_report *r)
 {
 	return r && r->timed_out;

@@ -50,6 +50,9 @@ int gotest_report_finish(struct gotest_report *r, json_t **tests, json_t **packa
 			 json_t **totals, char *failed, size_t failed_len, char **text,
 			 size_t *text_len, bool *text_truncated);
 
+/* gotest_report_elapsed - the run's wall time for a package test2json gave no time for */
+void gotest_report_elapsed(struct gotest_report *r, const char *pkg, double seconds);
+
 /* gotest_report_timed_out - a binary panicked with "test timed out after" */
 bool gotest_report_timed_out(const struct gotest_report *r);
 

@@ -1372,6 +1372,7 @@ static json_t *pl_test(const struct pipeline_config *cfg, struct pl_cfg *c, json
 			continue;
 		}
 		gotest_report_feed(rep, ipath, rr.out.data, rr.out.len);
+		gotest_report_elapsed(rep, ipath, rr.wall_ms / 1000.0);
 		wall += rr.wall_ms;
 		tm->cpu_user_ms += rr.user_ms;
 		tm->cpu_sys_ms += rr.sys_ms;

@@ -285,3 +285,19 @@ int fs_rm_tree_at(int parent, const char *name)
 		return rm_deep(parent, name); /* not a directory, absent, or mode 000 */
 	return rm_near(parent, name, fd, 0);
 }
+
+/* fs_write_all - see fsutil.h */
+int fs_write_all(int fd, const void *buf, size_t n)
+{
+	const char *p = buf;
+	while (n) {
+		ssize_t w = write(fd, p, n);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0)
+			return -errno;
+		p += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}

@@ -14,6 +14,9 @@ int fs_mkdir_p(const char *path, mode_t mode);
  * close fd. 0, -EINVAL (not a regular file), -EFBIG (over max), -ENOMEM or -errno */
 int fs_read_fd(int fd, size_t max, char **data, size_t *len);
 
+/* fs_write_all - write(2) until all n bytes are written; 0 or -errno */
+int fs_write_all(int fd, const void *p, size_t n);
+
 /* fs_locked_flags - the mount flags of path's file system that a bind remount inside a user
  * namespace must keep (the kernel locks nosuid, nodev, noexec and the atime flags there) */
 unsigned long fs_locked_flags(const char *path);

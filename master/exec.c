@@ -24,6 +24,7 @@
 
 #include "agent/normalize.h"
 #include "ipc/fsutil.h"
+#include "lib/base64.h"
 #include "master/stdio.h"
 #include "policy/volume.h"
 #include "worker/creds.h"
@@ -38,11 +39,18 @@ static const char exec_usage[] =
 	"\n"
 	"Like `go run`: the program's stdout goes to stdout (and a snippet's returned value, as\n"
 	"JSON), its stderr to stderr, then one summary line on stderr; colour only on a terminal.\n"
+	"With _test.go files it runs go test instead and prints what go test prints: the failing\n"
+	"tests' output, benchmark lines, and a line per package (ok, FAIL, or no test files).\n"
 	"Exit status: 0 when the result is ok, 1 when it is not (the code has something to fix),\n"
 	"2 on a usage error or when the server or the sandbox failed (no result, or phase internal).\n"
 	"\n"
 	"options:\n"
-	"  --json                print the result JSON on stdout instead\n"
+	"  --json                print the result JSON on stdout instead (artifacts' bytes\n"
+	"                        included: data in base64, or text)\n"
+	"  --out DIR             write the files the code left in /app/out to DIR\n"
+	"  --run REGEXP, --bench REGEXP, --cover\n"
+	"                        test mode (any _test.go file among the files): go test's -run,\n"
+	"                        -bench and -cover\n"
 	"  --timeout SECONDS     run timeout, 1 to 300 (default 60)\n"
 	"  --keep                keep the sandbox afterwards and print its name\n"
 	"  --claim NAME          run in a kept sandbox (its /app/persist and caches)\n"
@@ -65,7 +73,9 @@ static const char exec_usage[] =
 	"  kode-gopher exec snippet.go\n"
 	"  echo 'package main; import \"fmt\"; func main() { fmt.Println(42) }' | kode-gopher exec -\n"
 	"  kode-gopher exec --keep --json main.go util/util.go\n"
-	"  kode-gopher exec ~/src/tool           # every file under it\n";
+	"  kode-gopher exec ~/src/tool           # every file under it\n"
+	"  kode-gopher exec --cover ~/src/calc   # its _test.go files: go test\n"
+	"  kode-gopher exec --out charts plot.go # what plot.go writes to /app/out\n";
 
 /* read_all - a whole file (or stdin for "-"), bounded by the largest message */
 static char *read_all(const char *path, size_t *len)
@@ -167,6 +177,8 @@ static bool exec_color(void)
 	return isatty(STDERR_FILENO) && !getenv("NO_COLOR") && !(term && strcmp(term, "dumb") == 0);
 }
 
+static void exec_print_tests(json_t *sc);
+
 /* exec_print_summary - what a person wants to see of a result, in the order `go run` shows
  * it: the program's output, what went wrong (once), then one summary line */
 static void exec_print_summary(json_t *sc)
@@ -179,9 +191,13 @@ static void exec_print_summary(json_t *sc)
 	const char *stack = json_string_value(json_object_get(res, "stack"));
 	const char *out = json_string_value(json_object_get(sc, "stdout"));
 	const char *err = json_string_value(json_object_get(sc, "stderr"));
-	bool ran = phase && strcmp(phase, "run") == 0;
+	bool tested = phase && strcmp(phase, "test") == 0;
+	bool ran = (phase && strcmp(phase, "run") == 0) || tested;
 
-	exec_put(stdout, out);
+	if (tested)
+		exec_print_tests(sc);
+	else
+		exec_put(stdout, out);
 	json_t *v = json_object_get(res, "value");
 	if (v && kind && strcmp(kind, "ok") == 0) {
 		char *t = json_dumps(v, JSON_INDENT(2) | JSON_ENCODE_ANY);
@@ -241,7 +257,207 @@ static void exec_print_summary(json_t *sc)
 	}
 	if (json_is_true(json_object_get(sc, "retried")))
 		fprintf(stderr, ", retried in a fresh sandbox");
+	size_t na = json_array_size(json_object_get(sc, "artifacts"));
+	if (na)
+		fprintf(stderr, ", %zu artifact%s in /app/out", na, na == 1 ? "" : "s");
 	fputc('\n', stderr);
+	const char *note = json_string_value(json_object_get(sc, "artifacts_note"));
+	if (note)
+		fprintf(stderr, "artifacts: %s\n", note);
+}
+
+/* exec_print_tests - test mode, as `go test` prints it: the failed tests' output, the
+ * benchmarks' lines, one line per package */
+static void exec_print_tests(json_t *sc)
+{
+	size_t i;
+	json_t *t;
+	json_array_foreach(json_object_get(sc, "tests"), i, t) {
+		const char *st = json_string_value(json_object_get(t, "status"));
+		const char *name = json_string_value(json_object_get(t, "name"));
+		if (st && strcmp(st, "fail") == 0) {
+			/* a subtest's output is in its own entry; a parent shows only its own */
+			exec_put(stdout, json_string_value(json_object_get(t, "output")));
+		} else if (name && json_is_number(json_object_get(t, "ns_per_op"))) {
+			printf("%-24s %10lld %14.2f ns/op", name,
+			       json_integer_value(json_object_get(t, "iterations")),
+			       json_number_value(json_object_get(t, "ns_per_op")));
+			if (json_is_integer(json_object_get(t, "bytes_per_op")))
+				printf(" %8lld B/op %8lld allocs/op",
+				       json_integer_value(json_object_get(t, "bytes_per_op")),
+				       json_integer_value(json_object_get(t, "allocs_per_op")));
+			putchar('\n');
+		}
+	}
+	json_t *p;
+	json_array_foreach(json_object_get(sc, "packages"), i, p) {
+		const char *st = json_string_value(json_object_get(p, "status"));
+		const char *name = json_string_value(json_object_get(p, "package"));
+		double el = json_number_value(json_object_get(p, "elapsed"));
+		json_t *cov = json_object_get(p, "coverage");
+		if (st && strcmp(st, "no_tests") == 0)
+			printf("?   \t%s\t[no test files]\n", name);
+		else if (st && strcmp(st, "pass") == 0)
+			printf("ok  \t%s\t%.3fs", name, el);
+		else {
+			/* what the package printed outside its tests: an init panic, a crash */
+			const char *out = json_string_value(json_object_get(p, "output"));
+			if (out && strstr(out, "panic"))
+				exec_put(stdout, out);
+			printf("FAIL\t%s\t%.3fs", name, el);
+		}
+		if (st && strcmp(st, "no_tests") != 0) {
+			if (json_is_number(cov))
+				printf("\tcoverage: %.1f%% of statements", json_number_value(cov));
+			putchar('\n');
+		}
+	}
+	fflush(stdout);
+	json_t *tt = json_object_get(sc, "test_totals");
+	if (tt)
+		fprintf(stderr, "%lld passed, %lld failed, %lld skipped of %lld tests in %lld "
+			"package%s\n", json_integer_value(json_object_get(tt, "passed")),
+			json_integer_value(json_object_get(tt, "failed")),
+			json_integer_value(json_object_get(tt, "skipped")),
+			json_integer_value(json_object_get(tt, "tests")),
+			json_integer_value(json_object_get(tt, "packages")),
+			json_integer_value(json_object_get(tt, "packages")) == 1 ? "" : "s");
+}
+
+/* ---- artifacts ---- */
+
+/* exec_artifact_bytes - put each embedded artifact's bytes back into structuredContent from the
+ * content blocks, for --json: the server writes one block per artifact that has a media type,
+ * in the order of the list (worker/call.c, artifact_block) */
+static void exec_artifact_bytes(json_t *result, json_t *sc)
+{
+	json_t *blocks = json_object_get(result, "content");
+	size_t next = 1, i;
+	json_t *a;
+	json_array_foreach(json_object_get(sc, "artifacts"), i, a) {
+		if (!json_is_string(json_object_get(a, "media_type")))
+			continue;
+		json_t *b = json_array_get(blocks, next++);
+		const char *type = json_string_value(json_object_get(b, "type"));
+		json_t *r = json_object_get(b, "resource");
+		if (type && strcmp(type, "image") == 0)
+			json_object_set(a, "data", json_object_get(b, "data"));
+		else if (type && strcmp(type, "resource") == 0 && json_object_get(r, "text"))
+			json_object_set(a, "text", json_object_get(r, "text"));
+		else if (type && strcmp(type, "resource") == 0)
+			json_object_set(a, "data", json_object_get(r, "blob"));
+	}
+}
+
+/* exec_out_open - create DIR/name for writing, never through a link; the name comes from the
+ * sandbox, so each component must be a plain name */
+static int exec_out_open(int dirfd, const char *name)
+{
+	char buf[PATH_MAX];
+	if (snprintf(buf, sizeof(buf), "%s", name) >= (int)sizeof(buf))
+		return -ENAMETOOLONG;
+	int dfd = fcntl(dirfd, F_DUPFD_CLOEXEC, 0);
+	char *comp = buf;
+	for (;;) {
+		char *slash = strchr(comp, '/');
+		if (slash)
+			*slash = '\0';
+		if (!*comp || strcmp(comp, ".") == 0 || strcmp(comp, "..") == 0) {
+			close(dfd);
+			return -EINVAL;
+		}
+		if (!slash)
+			break;
+		if (mkdirat(dfd, comp, 0755) < 0 && errno != EEXIST) {
+			close(dfd);
+			return -errno;
+		}
+		int sub = openat(dfd, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		close(dfd);
+		if (sub < 0)
+			return -errno;
+		dfd = sub;
+		comp = slash + 1;
+	}
+	int fd = openat(dfd, comp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+	int e = errno;
+	close(dfd);
+	return fd < 0 ? -e : fd;
+}
+
+/* exec_write_out - --out DIR: every artifact, read in pieces with resources/read (so files
+ * too large to embed come too); returns how many could not be written */
+static int exec_write_out(FILE *to, FILE *from, json_t *sc, const char *dir)
+{
+	if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
+		fprintf(stderr, "kode-gopher exec: --out %s cannot be made: %s\n", dir, strerror(errno));
+		return 1;
+	}
+	int dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dirfd < 0) {
+		fprintf(stderr, "kode-gopher exec: --out %s cannot be opened: %s\n", dir, strerror(errno));
+		return 1;
+	}
+	int failed = 0, id = 100;
+	size_t i;
+	json_t *a;
+	json_array_foreach(json_object_get(sc, "artifacts"), i, a) {
+		const char *name = json_string_value(json_object_get(a, "name"));
+		const char *uri = json_string_value(json_object_get(a, "uri"));
+		if (!name || !uri || !json_is_string(json_object_get(a, "media_type")))
+			continue; /* a link or special file: listed, never read */
+		int fd = exec_out_open(dirfd, name);
+		if (fd < 0) {
+			fprintf(stderr, "kode-gopher exec: %s/%s cannot be written: %s\n", dir, name,
+				strerror(-fd));
+			failed++;
+			continue;
+		}
+		bool ok = true;
+		for (long long off = 0; ok;) {
+			char piece[PATH_MAX + 64];
+			snprintf(piece, sizeof(piece), "%s?offset=%lld", uri, off);
+			json_t *resp = NULL;
+			ok = exec_send(to, json_pack("{s:s, s:i, s:s, s:{s:s}}", "jsonrpc", "2.0", "id", ++id,
+						     "method", "resources/read", "params", "uri",
+						     piece)) == 0 &&
+			     (resp = exec_read(from, id, false)) != NULL;
+			json_t *res = json_object_get(resp, "result");
+			json_t *c = json_array_get(json_object_get(res, "contents"), 0);
+			json_t *meta = json_object_get(res, "_meta");
+			const char *text = json_string_value(json_object_get(c, "text"));
+			const char *blob = json_string_value(json_object_get(c, "blob"));
+			size_t n = 0;
+			unsigned char *bytes = NULL;
+			if (ok && text) {
+				n = json_string_length(json_object_get(c, "text"));
+				bytes = (unsigned char *)strndup(text, n);
+			} else if (ok && blob) {
+				bytes = b64_decode_alloc(blob, strlen(blob), B64_LAX, &n);
+			}
+			if (!bytes) {
+				const char *m = json_string_value(json_object_get(json_object_get(resp, "error"), "message"));
+				fprintf(stderr, "kode-gopher exec: %s could not be read: %s\n", name,
+					m ? m : "no answer");
+				ok = false;
+			} else {
+				ok = fs_write_all(fd, bytes, n) == 0;
+				free(bytes);
+				off += (long long)n;
+				if (json_is_true(json_object_get(meta, "kode-gopher/eof")) || n == 0) {
+					json_decref(resp);
+					break;
+				}
+			}
+			json_decref(resp);
+		}
+		if (close(fd) != 0)
+			ok = false;
+		if (!ok)
+			failed++;
+	}
+	close(dirfd);
+	return failed;
 }
 
 /* ---- the files on the command line ---- */
@@ -457,10 +673,13 @@ static int exec_run(int argc, char **argv, const char **sargv, char (*names)[40]
 {
 	struct serve_config cfg;
 	serve_config_defaults(&cfg);
-	bool as_json = false, keep = false;
+	bool as_json = false, keep = false, cover = false;
+	const char *out_dir = NULL, *run_re = NULL, *bench_re = NULL;
 	int timeout_s = 0;
 	static const struct option opts[] = {
 		{ "json", no_argument, 0, 'j' },           { "keep", no_argument, 0, 'k' },
+		{ "out", required_argument, 0, 'o' },      { "run", required_argument, 0, 'r' },
+		{ "bench", required_argument, 0, 'b' },    { "cover", no_argument, 0, 'c' },
 		{ "timeout", required_argument, 0, 't' },  { "help", no_argument, 0, 'h' },
 		/* the rest are serve's, checked here and passed on as they came */
 		{ "claim", required_argument, 0, 0 },      { "log-level", required_argument, 0, 0 },
@@ -487,6 +706,10 @@ static int exec_run(int argc, char **argv, const char **sargv, char (*names)[40]
 		switch (c) {
 		case 'j': as_json = true; break;
 		case 'k': keep = true; break;
+		case 'o': out_dir = optarg; break;
+		case 'r': run_re = optarg; break;
+		case 'b': bench_re = optarg; break;
+		case 'c': cover = true; break;
 		case 't': {
 			char *end;
 			long v = strtol(optarg, &end, 10);
@@ -526,6 +749,16 @@ static int exec_run(int argc, char **argv, const char **sargv, char (*names)[40]
 	json_t *args = exec_args(argc - optind, argv + optind, timeout_s);
 	if (!args)
 		return 2;
+	if (run_re || bench_re || cover) {
+		json_t *t = json_object();
+		if (run_re)
+			json_object_set_new(t, "run", json_string(run_re));
+		if (bench_re)
+			json_object_set_new(t, "bench", json_string(bench_re));
+		if (cover)
+			json_object_set_new(t, "cover", json_true());
+		json_object_set_new(args, "test", t);
+	}
 
 	/* the server, as an MCP client would start it */
 	int to_srv[2], from_srv[2];
@@ -562,7 +795,9 @@ static int exec_run(int argc, char **argv, const char **sargv, char (*names)[40]
 		json_t *result = json_object_get(resp, "result");
 		json_t *sc = json_object_get(result, "structuredContent");
 		if (sc) {
+			int unwritten = out_dir ? exec_write_out(to, from, sc, out_dir) : 0;
 			if (as_json) {
+				exec_artifact_bytes(result, sc);
 				json_dumpf(sc, stdout, JSON_INDENT(2));
 				putchar('\n');
 				fflush(stdout);
@@ -572,6 +807,8 @@ static int exec_run(int argc, char **argv, const char **sargv, char (*names)[40]
 			const char *phase = json_string_value(json_object_get(sc, "phase"));
 			status = phase && strcmp(phase, "internal") == 0 ? 2 :
 				 json_is_true(json_object_get(result, "isError")) ? 1 : 0;
+			if (unwritten && status == 0)
+				status = 2;
 			const char *kept = json_string_value(json_object_get(sc, "sandbox"));
 			if (keep && cfg.kubernetes)
 				fprintf(stderr, "kept SandboxClaim %s, without a lease (reattach with "

@@ -10,12 +10,16 @@
  * One session serves most tests, as one model would use it. Run by tests/run.sh (node --test).
  */
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import test from 'node:test';
 import zlib from 'node:zlib';
 
 import { ResourceListChangedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
 
-import { callTool, connect, McpError, sc, sharedSession, text } from './lib.mjs';
+import { BIN, callTool, connect, McpError, sc, sharedSession, text } from './lib.mjs';
 
 const T = { timeout: 600_000 };
 let changes = 0;
@@ -427,4 +431,81 @@ test('the capability is advertised; reads are read-only (no write method)', T, a
 	assert.equal(caps.resources?.listChanged, true);
 	await assert.rejects(session.client.request({ method: 'resources/write', params: { uri: 'sandbox:///app/persist/x' } },
 		(await import('@modelcontextprotocol/sdk/types.js')).EmptyResultSchema), /Method not found/);
+});
+
+/* kgExec - kode-gopher exec with args in a sandbox root of its own; resolves {code, stdout, stderr} */
+function kgExec(args) {
+	const root = fs.mkdtempSync(path.join(os.tmpdir(), 'kg-e2e-exec-'));
+	return new Promise((resolve, reject) => {
+		const env = { ...process.env, KODE_GOPHER_SANDBOX_ROOT: root };
+		for (const k of ['NODE_TEST_CONTEXT', 'NODE_OPTIONS', 'NODE_CHANNEL_FD'])
+			delete env[k];
+		const child = spawn(BIN, ['exec', '--credentials', 'none', ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+		let stdout = '', stderr = '';
+		child.stdout.on('data', (d) => (stdout += d));
+		child.stderr.on('data', (d) => (stderr += d));
+		child.on('error', reject);
+		child.on('close', (code) => {
+			fs.rmSync(root, { recursive: true, force: true });
+			resolve({ code, stdout, stderr });
+		});
+	});
+}
+
+test('exec: a go test summary with the failing tests\' output, --out writes the artifacts, --json carries them', T, async () => {
+	const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kg-e2e-exec-src-'));
+	const out = fs.mkdtempSync(path.join(os.tmpdir(), 'kg-e2e-exec-out-'));
+	fs.writeFileSync(path.join(dir, 'calc.go'), LIB);
+	fs.writeFileSync(path.join(dir, 'calc_test.go'), `package calc
+
+import (
+	"os"
+	"testing"
+)
+
+func TestAdd(t *testing.T) {
+	if Add(2, 3) != 5 {
+		t.Fatal("2+3")
+	}
+}
+
+func TestWrong(t *testing.T) {
+	t.Log("about to fail")
+	t.Errorf("Sign(3) = %d, want 0", Sign(3))
+}
+
+func TestWrites(t *testing.T) {
+	big := make([]byte, 3<<20) // over the 2 MiB a result embeds: --out reads it in pieces
+	big[len(big)-1] = 'Z'
+	dir := os.Getenv("KODE_GOPHER_OUT")
+	os.MkdirAll(dir+"/sub", 0o755)
+	os.WriteFile(dir+"/sub/report.txt", []byte("hello from a test\\n"), 0o644)
+	os.WriteFile(dir+"/big.bin", big, 0o644)
+}
+`);
+	try {
+		const r = await kgExec(['--out', out, dir]);
+		assert.equal(r.code, 1, r.stderr);
+		assert.match(r.stdout, /=== RUN {3}TestWrong\n {4}calc_test.go:\d+: about to fail\n {4}calc_test.go:\d+: Sign\(3\) = 1, want 0\n--- FAIL: TestWrong/, r.stderr);
+		assert.doesNotMatch(r.stdout, /TestAdd/, 'passing tests are not shown, as with go test');
+		assert.match(r.stdout, /^FAIL\tapp\t\d+\.\d{3}s$/m);
+		assert.match(r.stderr, /2 passed, 1 failed, 0 skipped of 3 tests in 1 package/);
+		assert.match(r.stderr, /test_failure \(test\): 1 of 3 tests failed: TestWrong/);
+		assert.equal(fs.readFileSync(path.join(out, 'sub', 'report.txt'), 'utf8'), 'hello from a test\n');
+		const big = fs.readFileSync(path.join(out, 'big.bin'));
+		assert.equal(big.length, 3 << 20);
+		assert.equal(big[big.length - 1], 'Z'.charCodeAt(0));
+
+		const j = await kgExec(['--json', '--run', 'Add|Writes', '--cover', dir]);
+		assert.equal(j.code, 0, j.stderr);
+		const s = JSON.parse(j.stdout);
+		assert.equal(s.phase, 'test');
+		assert.equal(typeof s.packages[0].coverage, 'number');
+		const rep = s.artifacts.find((a) => a.name === 'sub/report.txt');
+		assert.equal(rep.text, 'hello from a test\n');
+		assert.equal(s.artifacts.find((a) => a.name === 'big.bin').embedded, false);
+	} finally {
+		fs.rmSync(dir, { recursive: true, force: true });
+		fs.rmSync(out, { recursive: true, force: true });
+	}
 });
