@@ -572,9 +572,9 @@ static int client_get(const char *id, struct client *out, char *why, size_t cap)
 
 static enum MHD_Result metadata_resource(struct MHD_Connection *c)
 {
-	return respond_json(c, 200, json_pack("{s:s, s:[s], s:[s], s:s}", "resource", A.resource,
+	return respond_json(c, 200, json_pack("{s:s, s:[s], s:[s], s:s, s:[s]}", "resource", A.resource,
 					      "authorization_servers", A.public_url, "bearer_methods_supported",
-					      "header", "resource_name", "kode-gopher"));
+					      "header", "resource_name", "kode-gopher", "scopes_supported", AUTH_SCOPE));
 }
 
 static enum MHD_Result metadata_server(struct MHD_Connection *c)
@@ -584,11 +584,12 @@ static enum MHD_Result metadata_server(struct MHD_Connection *c)
 	snprintf(t, sizeof(t), "%s/token", A.public_url);
 	snprintf(r, sizeof(r), "%s/register", A.public_url);
 	return respond_json(c, 200, json_pack(
-		"{s:s, s:s, s:s, s:s, s:[s], s:[s,s], s:[s], s:[s], s:b, s:b}", "issuer", A.public_url,
+		"{s:s, s:s, s:s, s:s, s:[s], s:[s,s], s:[s], s:[s], s:b, s:b, s:[s]}", "issuer", A.public_url,
 		"authorization_endpoint", a, "token_endpoint", t, "registration_endpoint", r,
 		"response_types_supported", "code", "grant_types_supported", "authorization_code", "refresh_token",
 		"code_challenge_methods_supported", "S256", "token_endpoint_auth_methods_supported", "none",
-		"authorization_response_iss_parameter_supported", 1, "client_id_metadata_document_supported", 1));
+		"authorization_response_iss_parameter_supported", 1, "client_id_metadata_document_supported", 1,
+		"scopes_supported", AUTH_SCOPE));
 }
 
 /* ---- /register (RFC 7591) ---- */
@@ -794,7 +795,9 @@ static enum MHD_Result do_authorize(struct MHD_Connection *c)
 	snprintf(p->redirect_uri, sizeof(p->redirect_uri), "%s", redirect_uri);
 	snprintf(p->client_state, sizeof(p->client_state), "%s", state ? state : "");
 	snprintf(p->challenge, sizeof(p->challenge), "%s", challenge);
-	snprintf(p->scope, sizeof(p->scope), "%s", scope ? scope : "");
+	/* RFC 6749 3.3: what is granted is this server's one scope, whatever else was asked for
+	 * (the token answer says so); a request naming others still gets it */
+	snprintf(p->scope, sizeof(p->scope), "%s", AUTH_SCOPE);
 	pkce_challenge(p->verifier, upstream_challenge);
 	char *url = oidc_authorize_url(A.callback, p->state, p->nonce, upstream_challenge);
 	pthread_mutex_unlock(&A.mu);
@@ -1156,6 +1159,21 @@ static enum MHD_Result do_token(struct MHD_Connection *c, const char *body, size
 
 /* ---- the resource server ---- */
 
+/* scope_has - is w one of the space-separated scopes in list? */
+static bool scope_has(const char *list, const char *w)
+{
+	size_t n = strlen(w);
+	for (const char *p = list; *p;) {
+		while (*p == ' ')
+			p++;
+		size_t l = strcspn(p, " ");
+		if (l == n && strncmp(p, w, n) == 0)
+			return true;
+		p += l;
+	}
+	return false;
+}
+
 /* Users signed out by the server (their Google grant was revoked): the access tokens of the
  * sign-ins (refresh-token families, the token's kg_grant) they had until then are refused; a
  * later sign-in has a higher family. An entry is needed only as long as such a token lives. */
@@ -1223,7 +1241,9 @@ int auth_check_access(const char *tok, size_t len, time_t now, char *user, size_
 	    json_integer_value(exp) > now && json_is_integer(fam) && json_integer_value(fam) > 0 && sub &&
 	    strlen(sub) < cap && !revoked_grant(sub, (unsigned long)json_integer_value(fam), now)) {
 		snprintf(user, cap, "%s", sub);
-		r = 0;
+		/* RFC 6750 3.1: a valid token without the scope /mcp needs is insufficient_scope */
+		const char *sc = json_string_value(json_object_get(j.claims, "scope"));
+		r = sc && scope_has(sc, AUTH_SCOPE) ? 0 : -EPERM;
 	}
 	jwt_free(&j);
 	return r;
@@ -1260,8 +1280,9 @@ static int check_cached(const char *t, size_t len, time_t now, char *user, size_
 	pthread_mutex_unlock(&tc.mu);
 	if (hit)
 		return revoked_grant(user, fam, now) ? -EACCES : 0;
-	if (auth_check_access(t, len, now, user, cap) != 0)
-		return -EACCES;
+	int r = auth_check_access(t, len, now, user, cap);
+	if (r != 0)
+		return r;
 	struct jwt j;
 	if (len < AUTH_TOKEN_CACHE_BYTES && jwt_parse(t, len, &j) == 0) {
 		pthread_mutex_lock(&tc.mu);
@@ -1286,13 +1307,29 @@ bool auth_bearer(struct MHD_Connection *c, char *user, size_t cap, enum MHD_Resu
 		const char *t = h + 7;
 		while (*t == ' ')
 			t++;
-		if (check_cached(t, strlen(t), time(NULL), user, cap) == 0)
+		int r = check_cached(t, strlen(t), time(NULL), user, cap);
+		if (r == 0)
 			return true;
 		pthread_mutex_lock(&A.mu);
 		A.tokens_refused++;
 		pthread_mutex_unlock(&A.mu);
-		snprintf(hdr + n, sizeof(hdr) - (size_t)n, ", error=\"invalid_token\", error_description=\"the "
-			 "access token is not valid here (expired, or not issued by this server for it)\"");
+		if (r == -EPERM) {
+			snprintf(hdr + n, sizeof(hdr) - (size_t)n, ", error=\"insufficient_scope\", scope=\"%s\", "
+				 "error_description=\"this token does not carry the scope %s that /mcp needs; "
+				 "authorize again with it\"\nAccess-Control-Expose-Headers: WWW-Authenticate\n"
+				 "Access-Control-Allow-Origin: *\n", AUTH_SCOPE, AUTH_SCOPE);
+			*q = respond(c, 403, "application/json",
+				     "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32001,\"message\":"
+				     "\"Forbidden: the access token lacks the scope mcp (authorize again with "
+				     "scope=mcp)\"}}", hdr);
+			return false;
+		}
+		snprintf(hdr + n, sizeof(hdr) - (size_t)n, ", scope=\"%s\", error=\"invalid_token\", "
+			 "error_description=\"the access token is not valid here (expired, or not issued by "
+			 "this server for it)\"", AUTH_SCOPE);
+	} else {
+		/* RFC 6750 3: the scope a client should ask for (MCP: scope selection from the 401) */
+		snprintf(hdr + n, sizeof(hdr) - (size_t)n, ", scope=\"%s\"", AUTH_SCOPE);
 	}
 	strcat(hdr, "\nAccess-Control-Expose-Headers: WWW-Authenticate\nAccess-Control-Allow-Origin: *\n");
 	*q = respond(c, 401, "application/json",

@@ -20,6 +20,10 @@
 
 #include "master/master.h"
 
+/* The one scope this server grants and /mcp requires (RFC 6750 3.1: a valid token without it
+ * gets 403 insufficient_scope). Every authorization grants it, whatever else a client asked for. */
+#define AUTH_SCOPE "mcp"
+
 /* lifetimes */
 #define AUTH_ACCESS_TOKEN_S 1800        /* an access token kode-gopher mints (30 min) */
 #define AUTH_REFRESH_TOKEN_S (14 * 86400) /* a refresh token, rotated on every use */
@@ -145,7 +149,8 @@ void auth_metrics(char **m, size_t *len);
 /* auth_user_revoked - user's Google grant is gone (master/usertoken.c): end their refresh
  * tokens and refuse the access tokens issued to them so far, so their MCP clients sign in again */
 void auth_user_revoked(const char *user);
-/* auth_check_access - kode-gopher's access token at time now: 0 and its user, or -EACCES */
+/* auth_check_access - kode-gopher's access token at time now: 0 and its user, -EPERM when it
+ * is valid but lacks AUTH_SCOPE (the user is set), or -EACCES */
 int auth_check_access(const char *tok, size_t len, time_t now, char *user, size_t cap);
 /* auth_client_metadata_parse - a Client ID Metadata Document fetched from url, checked into
  * *cl (master/auth.c's registry entry); 0, or -EINVAL with a sentence in why */

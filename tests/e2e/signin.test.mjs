@@ -166,11 +166,11 @@ function authorizeUrl(params) {
 }
 
 /* rawCode - register, authorize and sign in without the SDK; {client_id, redirect, verifier, code} */
-async function rawCode(email, redirect = 'http://127.0.0.1:41111/cb') {
+async function rawCode(email, redirect = 'http://127.0.0.1:41111/cb', extra = {}) {
 	const reg = await register([redirect]);
 	assert.equal(reg.status, 201, JSON.stringify(reg.json));
 	const p = pkce();
-	const back = await browse(authorizeUrl({ client_id: reg.json.client_id, redirect_uri: redirect, code_challenge: p.challenge }),
+	const back = await browse(authorizeUrl({ client_id: reg.json.client_id, redirect_uri: redirect, code_challenge: p.challenge, ...extra }),
 		login(email), { server: srv.base, issuer: idp.issuer });
 	assert.ok(back.location, `sent back (${back.status} ${back.body?.slice(0, 300)})`);
 	const code = back.location.searchParams.get('code');
@@ -216,21 +216,24 @@ test('signin: without a token /mcp answers 401 pointing at the protected resourc
 	const r = await mcpWith(null);
 	assert.equal(r.status, 401);
 	const prm = `${srv.base}/.well-known/oauth-protected-resource/mcp`;
-	assert.equal(r.headers['www-authenticate'], `Bearer resource_metadata="${prm}"`);
+	assert.equal(r.headers['www-authenticate'], `Bearer resource_metadata="${prm}", scope="mcp"`);
 	for (const p of ['/.well-known/oauth-protected-resource/mcp', '/.well-known/oauth-protected-resource']) {
 		const m = await (await fetch(srv.base + p)).json();
 		assert.equal(m.resource, srv.url, p);
 		assert.deepEqual(m.authorization_servers, [srv.base], p);
+		assert.deepEqual(m.scopes_supported, ['mcp'], p);
 	}
 	const as = await (await fetch(`${srv.base}/.well-known/oauth-authorization-server`)).json();
 	assert.equal(as.issuer, srv.base);
 	assert.deepEqual(as.code_challenge_methods_supported, ['S256']);
 	assert.ok(as.registration_endpoint);
 	assert.equal(as.authorization_response_iss_parameter_supported, true);
+	assert.deepEqual(as.scopes_supported, ['mcp']);
 });
 
 test('signin: the SDK signs alice in (DCR, PKCE, the provider\'s login) and her tool call is accounted to her', T, async () => {
 	alice = await signIn('alice@example.com');
+	assert.equal(alice.provider.tokens().scope, 'mcp', 'the SDK asked for the 401\'s scope and got it');
 	const res = await callTool(alice.client, 'execute_go_code', { code: QUICK });
 	assert.equal(sc(res)?.result?.kind, 'ok', JSON.stringify(res));
 	const line = await waitFor(() => acct().find((l) => l.event === 'call' && l.session === alice.transport.sessionId.slice(0, 8)),
@@ -284,6 +287,17 @@ test('signin: tokens of another audience, forged or malformed ones are refused w
 		assert.match(res.headers['www-authenticate'], /error="invalid_token"/, what);
 	}
 	assert.equal((await mcpWith(good)).status, 200, 'the real token still works');
+});
+
+test('signin: whatever scopes a client asks for, the token carries mcp, which /mcp needs (RFC 6749 3.3)', T, async () => {
+	const c = await rawCode('bob@example.com', 'http://127.0.0.1:41112/cb', { scope: 'openid profile' });
+	const r = await token({ grant_type: 'authorization_code', code: c.code, redirect_uri: c.redirect, client_id: c.client_id,
+		code_verifier: c.verifier, resource: srv.url });
+	assert.equal(r.status, 200, JSON.stringify(r.json));
+	assert.equal(r.json.scope, 'mcp');
+	assert.equal((await mcpWith(r.json.access_token)).status, 200);
+	const refreshed = await token({ grant_type: 'refresh_token', refresh_token: r.json.refresh_token, client_id: c.client_id });
+	assert.equal(refreshed.json.scope, 'mcp');
 });
 
 test('signin: a code works once; its replay is refused and revokes what it gave', T, async () => {

@@ -149,9 +149,10 @@ static void test_rs256_and_es256(void **state)
 /* access - an access token with these claims changed, signed with key */
 static char *access_token(const unsigned char *key, const char *typ, const char *k, json_t *v)
 {
-	json_t *c = json_pack("{s:s, s:s, s:s, s:I, s:I, s:I}", "iss", "http://127.0.0.1:8080", "aud",
+	json_t *c = json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:s}", "iss", "http://127.0.0.1:8080", "aud",
 			      "http://127.0.0.1:8080/mcp", "sub", "alice@example.com", "iat", (json_int_t)NOW,
-			      "exp", (json_int_t)NOW + AUTH_ACCESS_TOKEN_S, "kg_grant", (json_int_t)1);
+			      "exp", (json_int_t)NOW + AUTH_ACCESS_TOKEN_S, "kg_grant", (json_int_t)1, "scope",
+			      "openid mcp");
 	if (k)
 		json_object_set_new(c, k, v);
 	char *t = jwt_sign_hs256(c, typ, key, 32);
@@ -190,6 +191,16 @@ static void test_access_tokens(void **state)
 		assert_int_equal(auth_check_access(t, strlen(t), NOW, user, sizeof(user)), -EACCES);
 		free(t);
 	}
+	/* valid, but without the scope /mcp needs: insufficient_scope (403), not invalid_token */
+	json_t *narrow[] = { json_string("openid email"), json_string("mcpx"), json_string(""), json_integer(1), NULL };
+	for (size_t i = 0; narrow[i]; i++) {
+		t = access_token(key, "at+jwt", "scope", narrow[i]);
+		assert_int_equal(auth_check_access(t, strlen(t), NOW, user, sizeof(user)), -EPERM);
+		free(t);
+	}
+	t = access_token(key, "at+jwt", "scope", json_string(AUTH_SCOPE));
+	assert_int_equal(auth_check_access(t, strlen(t), NOW, user, sizeof(user)), 0);
+	free(t);
 }
 
 static int check(json_t *c, const char *domains, const char *users, struct oidc_identity *id, char *why)
