@@ -3,7 +3,7 @@
 #
 # Called by the root Makefile's bench target (which has already built build/mcpbench), or by
 # hand: bench/run.sh [--quick] [--only ping|rss|calls|sandbox|http|http-throughput|http-rss|
-# http-open|signin|k8s|k8s-latency|k8s-throughput] [--sessions N] [mcpbench options...].  Three tables:
+# http-open|signin|testmode|k8s|k8s-latency|k8s-throughput] [--sessions N] [mcpbench options...].  Three tables:
 # mcpbench's (one session over stdio, tool calls, the local sandbox), then httpbench's (the shared
 # server, `serve --http`, against the TypeScript SDK's reference server), then signinbench's (what
 # `--auth google` costs); --only picks a section of one of them.  A third, k8sbench's (the Kubernetes backend on the test cluster of tests/k8s),
@@ -41,7 +41,7 @@ fi
 
 # which tables: --only http* is httpbench's alone, --only k8s* k8sbench's alone, any other
 # --only mcpbench's alone; the rest of the arguments are mcpbench's, but --quick goes to all
-run_mc=yes run_http=yes run_k8s=no run_signin=yes quick= only_http= only_k8s=
+run_mc=yes run_http=yes run_k8s=no run_signin=yes run_testmode=no quick= only_http= only_k8s=
 n=$#
 while [ "$n" -gt 0 ]; do
 	a=$1
@@ -59,6 +59,7 @@ while [ "$n" -gt 0 ]; do
 		k8s) run_mc=no run_http=no run_signin=no run_k8s=yes ;;
 		k8s-latency | k8s-throughput) run_mc=no run_http=no run_signin=no run_k8s=yes only_k8s=${sec#k8s-} ;;
 		signin) run_mc=no run_http=no ;;
+		testmode) run_mc=no run_http=no run_signin=no run_testmode=yes ;;
 		*) run_http=no run_signin=no; set -- "$@" --only "$sec" ;;
 		esac
 		;;
@@ -91,6 +92,13 @@ if [ $run_http = yes ]; then
 	node bench/httpbench.mjs $quick ${only_http:+--only "$only_http"} \
 		--bin "${KODE_GOPHER_BIN:-$BUILD/kode-gopher}" --runtime-dir "$RUNTIME_DIR" \
 		${HTTPBENCH_ARGS:-} || status=$?
+fi
+
+# testbench: test mode against go test by hand, and a 1 MiB artifact (issue 16); only with
+# --only testmode (it builds a test binary from a cold private cache once: minutes under load)
+if [ $run_testmode = yes ]; then
+	KODE_GOPHER_BIN=${KODE_GOPHER_BIN:-$BUILD/kode-gopher} node bench/testbench.mjs \
+		${quick:+--rounds 3} || status=$?
 fi
 
 if [ $run_signin = yes ]; then

@@ -235,15 +235,14 @@ static json_t *tool_result(json_t *sc, bool is_error)
 	size_t i;
 	json_t *a;
 	if (json_is_array(arts)) {
-		/* the structured part appears twice (text and structuredContent) */
-		char *probe = json_dumps(sc, JSON_COMPACT | JSON_ENSURE_ASCII);
-		size_t payload = 0, rest = probe ? strlen(probe) : 0;
-		free(probe);
-		json_array_foreach(arts, i, a) {
-			size_t p = artifact_payload(a);
-			payload += p;
-			rest -= p < rest ? p : rest;
-		}
+		/* the structured part appears twice (text and structuredContent); its big strings
+		 * are stdout and stderr, the rest is small. Estimated, not dumped: a dump of a
+		 * result with a MiB of artifacts costs tens of ms. */
+		size_t payload = 0;
+		size_t rest = 64 * 1024 + json_string_length(json_object_get(sc, "stdout")) +
+			      json_string_length(json_object_get(sc, "stderr"));
+		json_array_foreach(arts, i, a)
+			payload += artifact_payload(a);
 		size_t limit = MCP_MAX_MESSAGE - 64 * 1024;
 		while (payload + 2 * rest > limit) {
 			json_t *big = NULL;
