@@ -866,7 +866,9 @@ static void srv_mhd_log(void *cls, const char *fmt, va_list ap)
 
 /* ---- listening ---- */
 
-/* srv_listen_unix - bind a 0600 unix socket at path */
+/* srv_listen_unix - bind a 0660 unix socket at path: the owner's and its group's, which in a
+ * local sandbox of a root serve is its worker's own gid (the jail makes the directory setgid,
+ * policy/jail.c); the directory around it keeps everyone else out */
 static int srv_listen_unix(struct agent_server *s, const char *path, char *err, size_t errlen)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
@@ -893,7 +895,7 @@ static int srv_listen_unix(struct agent_server *s, const char *path, char *err, 
 		return -e;
 	}
 	/* umask, not a later chmod, so the socket is never connectable by others. */
-	mode_t old = umask(0177);
+	mode_t old = umask(0117);
 	int b = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
 	int e = errno;
 	umask(old);
@@ -902,7 +904,7 @@ static int srv_listen_unix(struct agent_server *s, const char *path, char *err, 
 		snprintf(err, errlen, "cannot bind %s: %s", path, strerror(e));
 		return -e;
 	}
-	if (chmod(path, 0600) < 0 || listen(fd, 64) < 0 || stat(path, &st) < 0) {
+	if (chmod(path, 0660) < 0 || listen(fd, 64) < 0 || stat(path, &st) < 0) {
 		e = errno;
 		close(fd);
 		unlink(path);

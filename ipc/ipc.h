@@ -5,8 +5,10 @@
  * from that table; the master's dispatch (master/monitor.c) and the worker's (worker/main.c)
  * take the direction, the phases and the flags from it. docs/architecture.md explains it.
  *
- * Transport: one nng pair1 socket per worker on an ipc:// path inside the master's 0700 runtime
- * directory; the master listens, the worker dials, and the master admits only the pid it forked.
+ * Transport: one nng pair1 socket per worker on an ipc:// path inside the master's runtime
+ * directory (0700, or 0711 when workers have identities of their own; the socket is 0600 and
+ * its worker's); the master listens, the worker dials, and the master admits only the pid it
+ * forked.
  *
  * Every message is a msgpack array [version, type, seq, body] where body is a map with string
  * keys. Types come in request/answer pairs (IPC_REQ_x answered by IPC_ANS_x with the same seq)
@@ -86,6 +88,10 @@
  *                    (master/usertoken.c), within a rate bound
  *   ANS_TOKEN        the access token and its remaining seconds, or why not (status 403: sign
  *                    in again or a scope not granted; 503: try later); never a refresh token
+ *   REQ_ADC          the text of the Application Default Credentials file, which the worker's
+ *                    own identity cannot read (the operator's file; credential modes that use
+ *                    one only)
+ *   ANS_ADC          the text, or why there is none (absent: no file at all)
  */
 #define IPC_W2M 1 /* worker -> master */
 #define IPC_M2W 2 /* master -> worker */
@@ -122,7 +128,9 @@
 	X(ANS_KUBE,       ans_kube,        kube_ans,     IPC_M2W, IPC_PH_SESSION | IPC_PH_ENDING, IPC_ANSWER) \
 	X(NOTE_CLAIM,     note_claim,      claim_note,   IPC_W2M, IPC_PH_SERVING,               0)          \
 	X(REQ_TOKEN,      req_token,       token_req,    IPC_W2M, IPC_PH_SERVING,               0)          \
-	X(ANS_TOKEN,      ans_token,       token_ans,    IPC_M2W, IPC_PH_SESSION | IPC_PH_ENDING, IPC_ANSWER)
+	X(ANS_TOKEN,      ans_token,       token_ans,    IPC_M2W, IPC_PH_SESSION | IPC_PH_ENDING, IPC_ANSWER) \
+	X(REQ_ADC,        req_adc,         adc_req,      IPC_W2M, IPC_PH_SERVING,               0)          \
+	X(ANS_ADC,        ans_adc,         adc_ans,      IPC_M2W, IPC_PH_SERVING,               IPC_ANSWER)
 
 /* The bodies: F(S, kind, name, min, max). */
 #define IPC_BODY_HELLO(F, S) F(S, UINT, pid, 1, INT32_MAX) F(S, STR, version, 0, 64)
@@ -160,6 +168,10 @@
 #define IPC_BODY_ANS_TOKEN(F, S)                                                                  \
 	F(S, BOOL, ok, 0, 1) F(S, STR, error, 0, 1024) F(S, UINT, status, 0, 599)                 \
 	F(S, STR, token, 0, IPC_TOKEN_MAX) F(S, UINT, expires_in, 0, 86400)
+#define IPC_BODY_REQ_ADC(F, S)
+#define IPC_BODY_ANS_ADC(F, S)                                                                    \
+	F(S, BOOL, ok, 0, 1) F(S, BOOL, absent, 0, 1) F(S, STR, error, 0, 1024)                   \
+	F(S, BIN, text, 0, 64 * 1024)
 
 enum ipc_type {
 	IPC_TYPE_NONE = 0,

@@ -84,6 +84,9 @@ struct worker {
 	int claim_attempts;
 	/* its REQ_TOKEN rate (master/monitor.c) */
 	double tok_allow, tok_at;
+	/* its own identity on a root serve (master/identity.c): uid = gid; 0 when it has none */
+	uid_t uid;
+	bool id_held;             /* the worker holds a reference to uid (master/identity.c) */
 };
 
 /* Supervision shared by both transports (master/spawn.c): start-up failures throttle the next
@@ -95,6 +98,23 @@ struct spawn_throttle {
 	unsigned failures;        /* start-up failures since the last one logged */
 	char stopped[240];        /* non-empty: why no worker will be started any more */
 };
+
+/* master/identity.c */
+/* identity_init - at serve's start: may workers get identities of their own (root)? Logs what
+ * it decided, and for a serve that is not root that workers share its uid. */
+bool identity_init(void);
+bool identity_on(void);
+/* identity_base - where the runtime directories of such a serve go (0711, root's); NULL if none */
+const char *identity_base(void);
+/* identity_take - a free uid for worker w (w->uid, w->id_held); 0 with w->uid 0 when identities
+ * are off; a negative errno when none can be had (the worker must not start then) */
+int identity_take(struct worker *w);
+/* identity_release - the worker is gone: drop its reference to its uid, which is given back
+ * once no release of its sandboxes is under way either */
+void identity_release(struct worker *w);
+/* identity_ref, identity_unref - a reference to uid for a sandbox release (any thread) */
+void identity_ref(uid_t uid);
+void identity_unref(uid_t uid);
 
 /* master/spawn.c */
 /* spawn_ended - a worker ended (status from wait); served: it answered a request of its session;

@@ -16,11 +16,13 @@
 #include <string.h>
 
 #include "lib/mono.h"
+#include "lib/secret.h"
 #include "master/kubecfg.h"
 #include "master/master.h"
 #include "master/monitor.h"
 #include "master/usertoken.h"
 #include "policy/limits.h"
+#include "worker/creds.h" /* creds_adc_read: where the file is and how it is read */
 
 /* mon_end - see monitor.h */
 void mon_end(struct worker *w, const char *fmt, ...)
@@ -258,6 +260,29 @@ static int mon_answer_claim_msg(struct mon_peer *p, const struct ipc_msg *m)
 	return mon_answer_claim(p->w, &m->u.claim_note);
 }
 
+/* mon_answer_adc - REQ_ADC: the ADC file's text, for a credentials mode that uses one (adc,
+ * metadata, server, service-account); read anew each time, so a long session follows
+ * `gcloud auth application-default login` */
+static int mon_answer_adc(struct mon_peer *p, const struct ipc_msg *m)
+{
+	const char *mode = p->w->cfg->credentials ? p->w->cfg->credentials : "none";
+	if (strcmp(mode, "none") == 0 || strcmp(mode, "user") == 0) {
+		mon_end(p->w, "asked for the Application Default Credentials in --credentials %s, "
+			"which uses none", mode);
+		return -EPERM;
+	}
+	char err[300] = "";
+	size_t len = 0;
+	bool absent = false;
+	char *text = creds_adc_read(&len, &absent, err, sizeof(err));
+	struct ipc_buf b;
+	if (ipc_pack_ans_adc(&b, m->seq, text != NULL, absent, text ? "" : err, text ? text : "",
+			     text ? len : 0) == 0)
+		spawn_send(p->w, &b);
+	secret_free(text);
+	return 0;
+}
+
 /* The dispatch table: every message a worker may send, and who answers it. Which phases permit
  * it and its flags are the contract's (ipc/ipc.h), checked before the answer runs. */
 static const mon_answer_fn mon_table[IPC_TYPE_MAX] = {
@@ -273,6 +298,7 @@ static const mon_answer_fn mon_table[IPC_TYPE_MAX] = {
 	[IPC_REQ_KUBE] = mon_answer_kube,
 	[IPC_NOTE_CLAIM] = mon_answer_claim_msg,
 	[IPC_REQ_TOKEN] = mon_answer_token,
+	[IPC_REQ_ADC] = mon_answer_adc,
 };
 
 /* mon_dispatch - see monitor.h */

@@ -153,6 +153,7 @@ struct sandbox_gone {
 	char dir[512];
 	bool keep;
 	int lock; /* descriptor + 1, or 0 */
+	uid_t worker_uid; /* a reference to the worker's identity (its gid is on the directory), or 0 */
 };
 
 /* sandbox_signal - SIGKILL the agent's whole process group; what is left to do goes to g */
@@ -167,10 +168,27 @@ static void sandbox_signal(struct worker *w, struct sandbox_gone *g)
 	snprintf(g->dir, sizeof(g->dir), "%s", w->sandbox_dir);
 	g->keep = w->sandbox_keep;
 	g->lock = w->sandbox_lock;
+	/* the worker's gid stays on the directory and socket until they are gone: no new worker
+	 * may get it before (master/identity.c) */
+	g->worker_uid = w->id_held ? w->uid : 0;
+	if (g->worker_uid)
+		identity_ref(g->worker_uid);
 	w->sandbox_pid = 0;
 	w->sandbox_lock = 0;
 	w->sandbox_dir[0] = '\0';
 	w->sandbox_name[0] = '\0';
+}
+
+/* sandbox_forget_worker - a kept sandbox outlives its worker, whose uid a later worker may get:
+ * the directory and sock/ go back to the sandbox's own group (the next jail sets its worker's) */
+static void sandbox_forget_worker(const char *dir)
+{
+	char sock[600];
+	struct stat st;
+	snprintf(sock, sizeof(sock), "%s/sock", dir);
+	if (lstat(dir, &st) == 0 && S_ISDIR(st.st_mode))
+		if (lchown(dir, (uid_t)-1, (gid_t)st.st_uid) != 0 || lchown(sock, (uid_t)-1, (gid_t)st.st_uid) != 0)
+			log_warn("kept sandbox %s: cannot take its worker's group off it: %s", dir, strerror(errno));
 }
 
 /* sandbox_finish - the slow part of a release: wait, remove cgroups and directory, unlock */
@@ -187,6 +205,8 @@ static void sandbox_finish(struct sandbox_gone *g)
 			break;
 		usleep(5000);
 	}
+	if (g->dir[0] && g->keep && g->worker_uid)
+		sandbox_forget_worker(g->dir);
 	if (g->dir[0] && !g->keep) {
 		int r = fs_rm_tree_at(AT_FDCWD, g->dir);
 		if (r != 0) {
@@ -202,6 +222,8 @@ static void sandbox_finish(struct sandbox_gone *g)
 	}
 	if (g->lock > 0)
 		close(g->lock - 1);
+	if (g->worker_uid)
+		identity_unref(g->worker_uid);
 }
 
 /* sandbox_local_release - kill the worker's sandbox and remove it unless it is kept; returns
@@ -321,10 +343,13 @@ int sandbox_local_spawn(struct worker *w, const struct serve_config *cfg, const 
 	snprintf(pids, sizeof(pids), "%d", cfg->pids);
 	snprintf(maxtmo, sizeof(maxtmo), "%d", cfg->max_timeout_s);
 	const char *level = names[cfg->log_level];
+	char wgid[16];
+	snprintf(wgid, sizeof(wgid), "%u", (unsigned)w->uid); /* 0: the worker has no gid of its own */
 	char *argv[] = { "kode-gopher", "jail", "--dir", dir, "--name", (char *)name,
 			 "--runtime-dir", (char *)cfg->runtime_dir, "--memory", mem, "--pids", pids,
 			 "--disk", disk,
-			 "--network", (char *)cfg->network, "--log-level", (char *)level, "--",
+			 "--network", (char *)cfg->network, "--log-level", (char *)level,
+			 "--worker-gid", wgid, "--",
 			 "kode-gopher", "agent", "--listen", "unix:" JAIL_SOCK_DIR "/agent.sock",
 			 "--app-dir", JAIL_APP, "--state-dir", JAIL_STATE,
 			 "--runtime-dir", (char *)cfg->runtime_dir, "--gomodcache", modcache,

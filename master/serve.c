@@ -543,6 +543,7 @@ int serve_main(int argc, char **argv)
 	if (auth_check_config(&cfg) != 0 || tls_check_config(&cfg) != 0)
 		return 2;
 	log_init("master", cfg.log_level);
+	identity_init();
 	if (serve_backend_init(&cfg) != 0)
 		return 2;
 	if (!cfg.kubernetes && (serve_runtime_check(cfg.runtime_dir) != 0 ||

@@ -103,13 +103,21 @@ void spawn_random_hex(char *out, size_t nbytes)
 	out[2 * nbytes] = '\0';
 }
 
-/* spawn_runtime_dir - create the master's private 0700 directory for sockets */
+/* spawn_runtime_dir - create the master's private directory for sockets: 0700, or 0711 when
+ * workers run as identities of their own (they must pass through to their own socket, which
+ * is theirs alone; the directory cannot be listed) */
 int spawn_runtime_dir(char *out, size_t cap)
 {
 	const char *xdg = getenv("XDG_RUNTIME_DIR");
+	bool pass = identity_on();
+	mode_t mode = pass ? 0711 : 0700;
 	char base[PATH_MAX];
 	struct stat st;
-	if (xdg && *xdg && stat(xdg, &st) == 0 && S_ISDIR(st.st_mode) && access(xdg, W_OK) == 0)
+	if (pass) {
+		if (!identity_base())
+			return -EPERM; /* identity_init said why */
+		snprintf(base, sizeof(base), "%s", identity_base());
+	} else if (xdg && *xdg && stat(xdg, &st) == 0 && S_ISDIR(st.st_mode) && access(xdg, W_OK) == 0)
 		snprintf(base, sizeof(base), "%s", xdg);
 	else {
 		snprintf(base, sizeof(base), "/tmp/kode-gopher-%u", (unsigned)getuid());
@@ -126,7 +134,7 @@ int spawn_runtime_dir(char *out, size_t cap)
 	spawn_random_hex(rnd, 8);
 	if ((size_t)snprintf(out, cap, "%s/kode-gopher.%d.%s", base, (int)getpid(), rnd) >= cap)
 		return -ENAMETOOLONG;
-	if (mkdir(out, 0700) != 0)
+	if (mkdir(out, 0700) != 0 || chmod(out, mode) != 0)
 		return -errno;
 	return 0;
 }
@@ -201,15 +209,28 @@ int spawn_worker(struct worker *w, const struct serve_config *cfg, const char *r
 	    sizeof(w->ipc_path))
 		return -ENAMETOOLONG;
 	snprintf(url, sizeof(url), "ipc://%s", w->ipc_path);
-	int r = chan_listen(&w->sock, url);
+	int r = identity_take(w);
+	if (r == 0 && (r = chan_listen(&w->sock, url)) != 0)
+		identity_release(w);
 	if (r)
 		return r;
 	nng_pipe_notify(w->sock, NNG_PIPE_EV_ADD_PRE, spawn_pipe_check, w);
 	nng_pipe_notify(w->sock, NNG_PIPE_EV_ADD_POST, spawn_pipe_up, w);
 	nng_pipe_notify(w->sock, NNG_PIPE_EV_REM_POST, spawn_pipe_up, w);
 	w->recv_fd = chan_recv_fd(w->sock);
-	/* the socket file must not be reachable by anyone else even if the dir were */
+	/* the socket file must not be reachable by anyone else even if the dir were: it is the
+	 * worker's own identity's, or root's */
 	chmod(w->ipc_path, 0600);
+	char uid[16] = "";
+	if (w->uid && chown(w->ipc_path, w->uid, w->uid) != 0) {
+		r = -errno;
+		log_error("cannot give worker identity %u its channel %s: %s", (unsigned)w->uid,
+			  w->ipc_path, strerror(errno));
+		nng_close(w->sock);
+		identity_release(w);
+		return r;
+	}
+	snprintf(uid, sizeof(uid), "%u", (unsigned)w->uid);
 
 	static const char *const names[] = { "debug", "info", "warn", "error", "off" };
 	snprintf(level, sizeof(level), "%s", names[cfg->log_level]);
@@ -225,6 +246,7 @@ int spawn_worker(struct worker *w, const struct serve_config *cfg, const char *r
 	if (pid < 0) {
 		r = -errno;
 		nng_close(w->sock);
+		identity_release(w);
 		return r;
 	}
 	if (pid == 0) {
@@ -261,13 +283,22 @@ int spawn_worker(struct worker *w, const struct serve_config *cfg, const char *r
 			}
 		if (cfg->kubernetes && cfg->persistent)
 			argv[argc++] = "--persistent";
+		/* its own identity, which it takes before anything else (policy/privdrop.c) */
+		if (uid[0] && strcmp(uid, "0") != 0) {
+			argv[argc++] = "--uid";
+			argv[argc++] = uid;
+		}
 		argv[argc] = NULL;
 		execv("/proc/self/exe", argv);
 		_exit(127);
 	}
 	__atomic_store_n(&w->pid, pid, __ATOMIC_SEQ_CST);
 	w->started = mono_s();
-	log_info("started worker pid %d for session %.8s…", (int)pid, session);
+	if (w->uid)
+		log_info("started worker pid %d for session %.8s… as uid %u", (int)pid, session,
+			 (unsigned)w->uid);
+	else
+		log_info("started worker pid %d for session %.8s…", (int)pid, session);
 	return 0;
 }
 
@@ -353,9 +384,11 @@ void spawn_stop(struct worker *w, int grace_ms)
 }
 
 /* spawn_forget - a dead worker's last words: a claim note still queued (the worker deleted its
- * claim on the way out) counts; what it still held is let go */
+ * claim on the way out) counts; what it still held is let go (its identity: a release of its
+ * sandbox under way keeps its own reference) */
 void spawn_forget(struct worker *w)
 {
+	identity_release(w);
 	struct ipc_msg m;
 	while (w->claim[0] && w->recv_fd >= 0 && chan_recv(w->sock, &m, NNG_FLAG_NONBLOCK, NULL) == 0) {
 		if (m.type == IPC_NOTE_CLAIM && !w->ended)

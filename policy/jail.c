@@ -65,6 +65,7 @@ struct jail_opts {
 	long pids;
 	char **agent_argv;
 	int self_fd;      /* O_PATH descriptor of the running binary */
+	gid_t worker_gid; /* the worker's own gid (policy/privdrop.h), 0: none */
 };
 
 static const char jail_usage[] =
@@ -80,7 +81,9 @@ static const char jail_usage[] =
 	"                     root (default 0: none, they are on the host's disk)\n"
 	"  --network MODE     on (default): a network of its own with egress through slirp4netns,\n"
 	"                     none of the host's addresses; host: the host's; none: no network\n"
-	"  --log-level LEVEL  debug, info, warn, error or off\n";
+	"  --log-level LEVEL  debug, info, warn, error or off\n"
+	"  --worker-gid N     the gid of the worker this sandbox serves: its way in to the agent's\n"
+	"                     socket (DIR and DIR/sock carry it, and so does the socket)\n";
 
 /* die - the jail could not be built: say what failed, and exit 1 */
 static void __attribute__((noreturn, format(printf, 1, 2))) die(const char *fmt, ...)
@@ -221,6 +224,20 @@ static uid_t jail_host_uid(const struct jail_opts *o)
 	mkdir(cache, 0700);
 	chown_tree(o->dir, uid, uid); /* a fresh or re-owned sandbox: everything in it is its own */
 	return uid;
+}
+
+/* jail_worker_way_in - the worker's gid on DIR (traverse only) and on DIR/sock (traverse, and
+ * setgid so the agent's socket, made 0660 by the agent, is created with that group): the
+ * worker reaches its agent without a capability, and no other worker reaches it. Set at every
+ * start, since a kept sandbox is reattached by another worker. */
+static void jail_worker_way_in(const struct jail_opts *o, uid_t uid)
+{
+	char sock[PATH_MAX];
+	snprintf(sock, sizeof(sock), "%s/sock", o->dir);
+	if (lchown(o->dir, uid, o->worker_gid) != 0 || chmod(o->dir, 0710) != 0 ||
+	    lchown(sock, uid, o->worker_gid) != 0 || chmod(sock, 02710) != 0)
+		die("give the worker's gid %u its way to the agent's socket in %s: %s",
+		    (unsigned)o->worker_gid, o->dir, strerror(errno));
 }
 
 /* ---- the file system ---- */
@@ -733,7 +750,7 @@ int jail_main(int argc, char **argv)
 		{ "pids", required_argument, 0, 'p' },    { "network", required_argument, 0, 'N' },
 		{ "log-level", required_argument, 0, 'l' }, { "help", no_argument, 0, 'h' },
 		{ "disk", required_argument, 0, 'D' },
-		{ 0, 0, 0, 0 }
+		{ "worker-gid", required_argument, 0, 'g' }, { 0, 0, 0, 0 }
 	};
 	int c;
 	while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
@@ -757,6 +774,7 @@ int jail_main(int argc, char **argv)
 			}
 			break;
 		case 'l': log_parse_level(optarg, &lvl); break;
+		case 'g': o.worker_gid = (gid_t)strtoul(optarg, NULL, 10); break;
 		case 'h': fputs(jail_usage, stdout); return 0;
 		default: fputs(jail_usage, stderr); return 2;
 		}
@@ -784,6 +802,8 @@ int jail_main(int argc, char **argv)
 			log_warn("sandbox %s was made before disk limits and has none: its files stay on "
 				 "the host's disk (a new sandbox gets one)", o.name);
 	}
+	if (root && o.worker_gid)
+		jail_worker_way_in(&o, uid);
 	if (root) {
 		if (setgroups(0, NULL) != 0 || setresgid(gid, gid, gid) != 0 || setresuid(uid, uid, uid) != 0)
 			die("switch to the sandbox's uid %u: %s", (unsigned)uid, strerror(errno));

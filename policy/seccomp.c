@@ -7,6 +7,11 @@
  * pod IPs and for Google's APIs through libcurl). No exec, no fork (clone only for threads), no
  * ptrace, no mount, no namespace changes, no new files outside what libcurl's resolver reads.
  * Called once by worker/main.c after the channel and the call thread are up.
+ *
+ * Arguments are checked where a filter can see them (not behind pointers): socket families,
+ * types and protocols; the ioctl requests a worker makes; clone only for a thread and never
+ * with a namespace flag; prctl only to name a thread; prlimit64 and tgkill only on itself;
+ * and, where Landlock is absent, openat only for reading.
  */
 #include "policy/seccomp.h"
 
@@ -24,7 +29,11 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <termios.h>
 #include <ucontext.h>
 #include <unistd.h>
 
@@ -42,18 +51,45 @@ static const char *const allow_plain[] = {
 	"clock_gettime", "clock_getres", "gettimeofday", "nanosleep", "clock_nanosleep", "time",
 	/* descriptors */
 	"read", "write", "readv", "writev", "pread64", "pwrite64", "close", "lseek", "dup", "dup3",
-	"fcntl", "ioctl", "pipe2", "eventfd2", "poll", "ppoll", "select", "pselect6",
+	"fcntl", "pipe2", "eventfd2", "poll", "ppoll", "select", "pselect6",
 	"epoll_create1", "epoll_ctl", "epoll_wait", "epoll_pwait", "timerfd_create",
 	"timerfd_settime", "fstat", "newfstatat", "statx", "fstatfs",
-	/* files: libcurl's resolver and TLS read /etc (hosts, resolv.conf, nsswitch, CA certs) */
-	"openat", "getdents64", "readlink", "access", "faccessat", "faccessat2", "getcwd",
-	/* sockets of the permitted families (socket itself is filtered below) */
+	/* files: libcurl's resolver and TLS read /etc (hosts, resolv.conf, nsswitch, CA certs);
+	 * openat is below */
+	"getdents64", "readlink", "access", "faccessat", "faccessat2", "getcwd",
+	/* sockets of the permitted families (socket itself is filtered below); no listen, no
+	 * accept: bind is for glibc's netlink query, a worker serves nothing */
 	"connect", "sendto", "recvfrom", "sendmsg", "recvmsg", "sendmmsg", "recvmmsg", "shutdown",
 	"getsockopt", "setsockopt", "getsockname", "getpeername", "bind",
 	/* identity and limits, read only */
 	"getuid", "geteuid", "getgid", "getegid", "getrandom", "uname", "sysinfo", "getrusage",
-	"prlimit64", "getpriority",
+	"getpriority",
 };
+
+/* The ioctl requests in use: isatty and the terminal size (stdio, logs), non-blocking and
+ * close-on-exec flags, bytes waiting, and an interface index for a scoped IPv6 address (glibc's
+ * resolver). Nothing that reaches a device or a terminal's input. */
+static const unsigned long ioctl_ok[] = { TCGETS, TIOCGWINSZ, FIONBIO, FIONREAD, FIOCLEX,
+					  FIONCLEX, SIOCGIFINDEX, SIOCGIFNAME };
+
+/* socket(family, type, protocol) a worker makes: unix streams (nng, the agent, curl's wakeup
+ * pair, nscd); TCP and UDP over IPv4 and IPv6 (libcurl, glibc's resolver); protocol 0 or the
+ * type's own */
+static const struct {
+	int family, type, protocol;
+} socket_ok[] = {
+	{ AF_UNIX, SOCK_STREAM, 0 },
+	{ AF_INET, SOCK_STREAM, 0 },  { AF_INET, SOCK_STREAM, IPPROTO_TCP },
+	{ AF_INET, SOCK_DGRAM, 0 },   { AF_INET, SOCK_DGRAM, IPPROTO_UDP },
+	{ AF_INET6, SOCK_STREAM, 0 }, { AF_INET6, SOCK_STREAM, IPPROTO_TCP },
+	{ AF_INET6, SOCK_DGRAM, 0 },  { AF_INET6, SOCK_DGRAM, IPPROTO_UDP },
+};
+#define SOCK_TYPE_MASK 0xf /* the type without SOCK_NONBLOCK and SOCK_CLOEXEC */
+
+/* clone's namespace flags: a worker's threads never make a namespace */
+#define CLONE_NS_FLAGS                                                                           \
+	(CLONE_NEWNS | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS |  \
+	 CLONE_NEWCGROUP)
 
 static const char *const mode_names[] = { "kill", "log", "off" };
 
@@ -90,7 +126,7 @@ static int add(scmp_filter_ctx ctx, uint32_t action, const char *name, unsigned 
 	return r;
 }
 
-int seccomp_worker_lockdown(const char *mode)
+int seccomp_worker_lockdown(const char *mode, unsigned flags)
 {
 	int m = 0;
 	while (m < 3 && strcmp(mode, mode_names[m]) != 0)
@@ -120,20 +156,49 @@ int seccomp_worker_lockdown(const char *mode)
 	for (size_t i = 0; r == 0 && i < sizeof(allow_plain) / sizeof(allow_plain[0]); i++)
 		r = add(ctx, SCMP_ACT_ALLOW, allow_plain[i], 0, NULL);
 
-	/* clone: threads only (CLONE_THREAD set); a fork would escape the filter's purpose */
-	struct scmp_arg_cmp thread = SCMP_A0(SCMP_CMP_MASKED_EQ, CLONE_THREAD, CLONE_THREAD);
+	/* clone: threads only (CLONE_THREAD set, no namespace flag); a fork would escape the
+	 * filter's purpose */
+	struct scmp_arg_cmp thread = SCMP_A0(SCMP_CMP_MASKED_EQ, CLONE_THREAD | CLONE_NS_FLAGS,
+					     CLONE_THREAD);
 	if (r == 0)
 		r = add(ctx, SCMP_ACT_ALLOW, "clone", 1, &thread);
 	/* clone3 hides its flags in memory a filter cannot read: make glibc fall back to clone */
 	if (r == 0)
 		r = add(ctx, SCMP_ACT_ERRNO(ENOSYS), "clone3", 0, NULL);
-	/* sockets: only the families in use */
-	static const int families[] = { AF_UNIX, AF_INET, AF_INET6 };
-	for (size_t i = 0; r == 0 && i < 3; i++) {
-		struct scmp_arg_cmp fam = SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)families[i]);
-		r = add(ctx, SCMP_ACT_ALLOW, "socket", 1, &fam);
-		if (r == 0 && families[i] == AF_UNIX)
-			r = add(ctx, SCMP_ACT_ALLOW, "socketpair", 1, &fam);
+	/* sockets: only the families, types and protocols in use */
+	for (size_t i = 0; r == 0 && i < sizeof(socket_ok) / sizeof(socket_ok[0]); i++) {
+		struct scmp_arg_cmp sk[3] = {
+			SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)socket_ok[i].family),
+			SCMP_A1(SCMP_CMP_MASKED_EQ, SOCK_TYPE_MASK, (scmp_datum_t)socket_ok[i].type),
+			SCMP_A2(SCMP_CMP_EQ, (scmp_datum_t)socket_ok[i].protocol),
+		};
+		r = add(ctx, SCMP_ACT_ALLOW, "socket", 3, sk);
+		if (r == 0 && socket_ok[i].family == AF_UNIX)
+			r = add(ctx, SCMP_ACT_ALLOW, "socketpair", 3, sk);
+	}
+	/* ioctl: the requests above (the kernel reads the low 32 bits) */
+	for (size_t i = 0; r == 0 && i < sizeof(ioctl_ok) / sizeof(ioctl_ok[0]); i++) {
+		struct scmp_arg_cmp req = SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffu, (scmp_datum_t)ioctl_ok[i]);
+		r = add(ctx, SCMP_ACT_ALLOW, "ioctl", 1, &req);
+	}
+	/* limits: its own only (glibc's getrlimit and setrlimit pass pid 0) */
+	struct scmp_arg_cmp self0 = SCMP_A0(SCMP_CMP_EQ, 0);
+	if (r == 0)
+		r = add(ctx, SCMP_ACT_ALLOW, "prlimit64", 1, &self0);
+	/* openat: with Landlock the kernel keeps the worker to its files, so any mode; without,
+	 * reading only, and a write or a create fails (a thread's name in /proc/self/task, say) */
+	if (r == 0 && !(flags & SECCOMP_WORKER_READ_ONLY))
+		r = add(ctx, SCMP_ACT_ALLOW, "openat", 0, NULL);
+	static const int write_bits[] = { O_WRONLY, O_RDWR, O_CREAT, O_TRUNC, O_APPEND, __O_TMPFILE };
+	if (r == 0 && (flags & SECCOMP_WORKER_READ_ONLY)) {
+		struct scmp_arg_cmp ro = SCMP_A2(SCMP_CMP_MASKED_EQ, O_ACCMODE | O_CREAT | O_TRUNC |
+						 O_APPEND | __O_TMPFILE, O_RDONLY);
+		r = add(ctx, SCMP_ACT_ALLOW, "openat", 1, &ro);
+		for (size_t i = 0; r == 0 && i < sizeof(write_bits) / sizeof(write_bits[0]); i++) {
+			struct scmp_arg_cmp w = SCMP_A2(SCMP_CMP_MASKED_EQ, (scmp_datum_t)write_bits[i],
+							(scmp_datum_t)write_bits[i]);
+			r = add(ctx, SCMP_ACT_ERRNO(EACCES), "openat", 1, &w);
+		}
 	}
 	/* glibc's getaddrinfo asks the kernel's routing table (a NETLINK_ROUTE socket) to order the
 	 * addresses of a name that has several, as oauth2.googleapis.com has: libcurl's resolver */

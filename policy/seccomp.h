@@ -10,9 +10,12 @@
  *   mode "log":  it is logged to stderr by name and fails with ENOSYS instead (debugging: run
  *                the tests with --seccomp log to find a missing entry);
  *   mode "off":  no filter (only for debugging on hosts without seccomp).
- * Also sets no_new_privs. Returns 0 or a negative errno.
+ * Also sets no_new_privs. flags: SECCOMP_WORKER_READ_ONLY (Landlock is not there to guard the
+ * file system) makes every openat that could write or create fail with EACCES.
+ * Returns 0 or a negative errno.
  */
-int seccomp_worker_lockdown(const char *mode);
+#define SECCOMP_WORKER_READ_ONLY 0x1u
+int seccomp_worker_lockdown(const char *mode, unsigned flags);
 
 #endif
 

@@ -385,9 +385,8 @@ void creds_adc_path(char *out, size_t cap, bool *explicit)
 			 home && *home ? home : "/nonexistent");
 }
 
-/* cr_read_adc - the ADC file's text (malloc'd), or NULL with a sentence and *absent set when
- * there simply is none */
-static char *cr_read_adc(size_t *len, bool *absent, char *err, size_t errlen)
+/* creds_adc_read - see creds.h */
+char *creds_adc_read(size_t *len, bool *absent, char *err, size_t errlen)
 {
 	char path[PATH_MAX];
 	bool explicit;
@@ -430,6 +429,14 @@ static char *cr_read_adc(size_t *len, bool *absent, char *err, size_t errlen)
 	buf[n] = '\0';
 	*len = n;
 	return buf;
+}
+
+/* cr_read_adc - the ADC file's text, from the master or from the file */
+static char *cr_read_adc(const struct creds *c, size_t *len, bool *absent, char *err, size_t errlen)
+{
+	if (c->cfg.read_adc)
+		return c->cfg.read_adc(c->cfg.read_adc_arg, len, absent, err, errlen);
+	return creds_adc_read(len, absent, err, errlen);
 }
 
 /* cr_wipe_json - overwrite every string in a JSON value (they may be secrets) */
@@ -559,7 +566,7 @@ static int cr_src_adc(struct creds *c, struct cr_src **out, char *err, size_t er
 {
 	size_t len = 0;
 	bool absent;
-	char *text = cr_read_adc(&len, &absent, err, errlen);
+	char *text = cr_read_adc(c, &len, &absent, err, errlen);
 	if (!text)
 		return absent ? -ENOENT : -EACCES;
 	unsigned char hash[32];
@@ -631,6 +638,41 @@ static int cr_src_for_mode(struct creds *c, struct cr_src **out, char *err, size
 }
 
 /* ---- HTTP ---- */
+
+/* $SSL_CERT_FILE's certificates, read once before the worker took its identity */
+static struct {
+	char *data;
+	size_t len;
+} cr_ca;
+
+/* creds_load_ca - see creds.h */
+int creds_load_ca(void)
+{
+	const char *ca = getenv("SSL_CERT_FILE");
+	if (!ca || !*ca || cr_ca.len)
+		return 0;
+	int fd = open(ca, O_RDONLY | O_CLOEXEC);
+	struct stat st;
+	if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size <= 0 ||
+	    st.st_size > CREDS_MAX_CA_FILE) {
+		int e = fd < 0 ? errno : EINVAL;
+		if (fd >= 0)
+			close(fd);
+		log_warn("SSL_CERT_FILE %s is not a readable file of at most %d bytes; it is not "
+			 "trusted for the token endpoints", ca, CREDS_MAX_CA_FILE);
+		return -e;
+	}
+	char *buf = malloc((size_t)st.st_size);
+	ssize_t n = buf ? read(fd, buf, (size_t)st.st_size) : -1;
+	close(fd);
+	if (n != st.st_size) {
+		free(buf);
+		return -EIO;
+	}
+	cr_ca.data = buf;
+	cr_ca.len = (size_t)n;
+	return 0;
+}
 
 struct cr_http {
 	char *body;
@@ -730,10 +772,15 @@ static int cr_http(const char *url, const char *ctype, const char *body,
 	curl_easy_setopt(e, CURLOPT_WRITEDATA, h);
 	curl_easy_setopt(e, CURLOPT_HTTPHEADER, hl);
 	curl_easy_setopt(e, CURLOPT_USERAGENT, "kode-gopher/" KG_VERSION);
-	/* the convention Go, OpenSSL and Python share for an extra or private CA */
+	/* the convention Go, OpenSSL and Python share for an extra or private CA: read at
+	 * start-up (creds_load_ca), else from the file */
 	const char *ca = getenv("SSL_CERT_FILE");
-	if (ca && *ca)
+	if (cr_ca.len) {
+		struct curl_blob blob = { cr_ca.data, cr_ca.len, CURL_BLOB_NOCOPY };
+		curl_easy_setopt(e, CURLOPT_CAINFO_BLOB, &blob);
+	} else if (ca && *ca) {
 		curl_easy_setopt(e, CURLOPT_CAINFO, ca);
+	}
 	if (body) {
 		curl_easy_setopt(e, CURLOPT_POSTFIELDS, body);
 		curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
@@ -1460,7 +1507,7 @@ json_t *creds_for_call(struct creds *c)
 	if (c->cfg.mode == CREDS_ADC) {
 		size_t len = 0;
 		bool absent;
-		char *text = cr_read_adc(&len, &absent, err, sizeof(err));
+		char *text = cr_read_adc(c, &len, &absent, err, sizeof(err));
 		json_t *out = NULL;
 		if (!text) {
 			if (!absent || !c->warned_no_adc)

@@ -37,6 +37,7 @@
 #define CREDS_DEFAULT_METADATA_HOST  "169.254.169.254"
 #define CREDS_DEFAULT_SCOPE          "https://www.googleapis.com/auth/cloud-platform"
 #define CREDS_MAX_FILE               (64 * 1024)  /* an ADC file larger than this is refused */
+#define CREDS_MAX_CA_FILE            (4 * 1024 * 1024) /* $SSL_CERT_FILE, read at start-up */
 /* A cached token with less life than this is minted anew before it is handed out. */
 #define CREDS_REFRESH_MARGIN         300
 
@@ -53,6 +54,11 @@ struct creds_config {
 				      * 169.254.169.254 */
 	const char *project;         /* NULL: $GOOGLE_CLOUD_PROJECT, then what the credentials say */
 	const char *scopes;          /* comma-separated default scopes; NULL: cloud-platform */
+	/* where the ADC file's text comes from: a worker asks its master (worker/monitor_wrap.c
+	 * mm_adc; its own identity cannot read the operator's file); NULL reads the file here
+	 * (creds_adc_read) */
+	char *(*read_adc)(void *arg, size_t *len, bool *absent, char *err, size_t errlen);
+	void *read_adc_arg;
 };
 
 /* creds_parse_mode - "adc", "metadata", "service-account:EMAIL", "server", "user" or "none"
@@ -61,6 +67,13 @@ int creds_parse_mode(const char *arg, struct creds_config *cfg, char *err, size_
 /* creds_adc_path - where the Application Default Credentials file is looked for:
  * $GOOGLE_APPLICATION_CREDENTIALS (*explicit set), else gcloud's well-known file */
 void creds_adc_path(char *out, size_t cap, bool *explicit);
+/* creds_adc_read - the text of the file at creds_adc_path (malloc'd: wipe and free it), or NULL
+ * with a sentence (*absent: there is no file and none was named). The master calls it to
+ * answer REQ_ADC (master/monitor.c); a worker without a read_adc hook calls it itself. */
+char *creds_adc_read(size_t *len, bool *absent, char *err, size_t errlen);
+/* creds_load_ca - read $SSL_CERT_FILE (a private CA for the token endpoints) into memory, while
+ * the worker may still read it (before it takes its own identity); 0 or a negative errno */
+int creds_load_ca(void);
 
 /* creds_mode - the mode c was made for */
 struct creds;

@@ -1,9 +1,11 @@
 /*
  * main.c - `kode-gopher worker`: one MCP session, started by the master with fork+exec.
  *
- * Start-up order matters: dial the master, say HELLO, ask for a sandbox (so it is warming while
- * the client initializes), then lock down with seccomp and serve. From then on the worker can
- * neither exec nor open new kinds of sockets; what it needs beyond that it asks the master for.
+ * Start-up order matters: take the worker's own identity (a root serve names one: no uid 0, no
+ * capability from then on), restrict files and ports with Landlock, dial the master, say HELLO,
+ * ask for a sandbox (so it is warming while the client initializes), then lock down with
+ * seccomp and serve. From then on the worker can neither exec nor open new kinds of sockets;
+ * what it needs beyond that (a sandbox, the ADC file, Kubernetes access) it asks the master for.
  *
  * What the master sends is dispatched by the contract (ipc/ipc.h): a message the worker's phase
  * does not permit, a once-only one twice, or an answer to nothing it asked means the master side
@@ -21,6 +23,7 @@
 #include <unistd.h>
 
 #include "policy/landlock.h"
+#include "policy/privdrop.h"
 #include "policy/seccomp.h"
 #include "worker/creds.h"
 #include "worker/kube.h"
@@ -47,7 +50,9 @@ static const char worker_usage[] =
 	"                         " CREDS_DEFAULT_METADATA_HOST ")\n"
 	"  --project ID           the project programs see (default $GOOGLE_CLOUD_PROJECT, else\n"
 	"                         the credentials')\n"
-	"  --scopes LIST          comma-separated default OAuth scopes (default cloud-platform)\n";
+	"  --scopes LIST          comma-separated default OAuth scopes (default cloud-platform)\n"
+	"  --uid N                the identity to run as (uid = gid; a root serve names one per\n"
+	"                         worker)\n";
 
 static const char *const state_names[WS_COUNT] = { "new", "idle", "busy", "closing" };
 
@@ -145,6 +150,12 @@ static void on_ans_quota(struct session *s, struct ipc_msg *m)
 	mm_deliver(s, m);
 }
 
+/* on_ans_adc - the ADC file's text, for creds (worker/monitor_wrap.c mm_adc) */
+static void on_ans_adc(struct session *s, struct ipc_msg *m)
+{
+	mm_deliver(s, m);
+}
+
 /* on_shutdown - end the session */
 static void on_shutdown(struct session *s, struct ipc_msg *m)
 {
@@ -175,6 +186,7 @@ static const dispatch_fn dispatch[IPC_TYPE_MAX] = {
 	[IPC_ANS_QUOTA] = on_ans_quota,
 	[IPC_ANS_KUBE] = on_ans_kube,
 	[IPC_ANS_TOKEN] = on_ans_token,
+	[IPC_ANS_ADC] = on_ans_adc,
 };
 
 /* worker_dispatch - run the handler the contract permits in this phase, or die */
@@ -226,9 +238,11 @@ int worker_main(int argc, char **argv)
 		{ "claim-lease", required_argument, 0, 'L' },
 		{ "claim-ready-timeout", required_argument, 0, 'R' },
 		{ "claim", required_argument, 0, 'N' },    { "persistent", no_argument, 0, 'K' },
+		{ "uid", required_argument, 0, 'U' },
 		{ "help", no_argument, 0, 'h' },          { 0, 0, 0, 0 }
 	};
-	struct creds_config ccfg = { .mode = CREDS_NONE };
+	struct creds_config ccfg = { .mode = CREDS_NONE, .read_adc = mm_adc, .read_adc_arg = s };
+	unsigned long run_uid = 0;
 	char cerr[256];
 	int c;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -261,6 +275,7 @@ int worker_main(int argc, char **argv)
 		case 'R': kube_settings.ready_s = atoi(optarg) > 0 ? atoi(optarg) : 120; break;
 		case 'N': kube_settings.claim = optarg; break;
 		case 'K': kube_settings.persistent = true; break;
+		case 'U': run_uid = strtoul(optarg, NULL, 10); break;
 		case 'h': fputs(worker_usage, stdout); return 0;
 		default: fputs(worker_usage, stderr); return 2;
 		}
@@ -271,18 +286,28 @@ int worker_main(int argc, char **argv)
 	}
 	log_init("worker", lvl);
 	signal(SIGPIPE, SIG_IGN);
+	/* what only the start-up identity may read, then the worker's own identity, before any
+	 * thread exists (the bounding set and securebits are per thread) */
+	if (ccfg.mode != CREDS_NONE)
+		creds_load_ca();
+	if (run_uid) {
+		const char *step = "";
+		int pr = run_uid > UINT32_MAX ? -EINVAL : privdrop_to((uid_t)run_uid, (gid_t)run_uid, &step);
+		if (pr != 0) {
+			log_error("cannot run as the worker's own identity %lu (%s: %s); refusing to serve "
+				  "with root's powers", run_uid, step, strerror(-pr));
+			return IPC_EXIT_CONFIG;
+		}
+		log_debug("running as uid and gid %lu, no capabilities, no_new_privs", run_uid);
+	}
 	/* Landlock first: it binds this thread and the threads started later (nng's, the call
 	 * thread), so it must come before any of them. --seccomp off (debugging) skips it too. */
+	bool landlocked = false;
 	if (strcmp(seccomp_mode, "off") != 0) {
-		char adc[4096];
-		bool explicit_adc = false;
 		struct landlock_worker lw = { 0 };
 		int nx = 0;
-		if (ccfg.mode != CREDS_NONE) {
-			creds_adc_path(adc, sizeof(adc), &explicit_adc);
-			lw.extra_read[nx++] = adc;
-		}
-		/* a private CA for the token endpoints (worker/creds.c honours it) */
+		/* (the ADC file is the master's to read: REQ_ADC) a private CA for the token
+		 * endpoints, which OpenSSL may look up by itself */
 		const char *ca = getenv("SSL_CERT_FILE"), *cadir = getenv("SSL_CERT_DIR");
 		if (ca && *ca)
 			lw.extra_read[nx++] = ca;
@@ -303,6 +328,7 @@ int worker_main(int argc, char **argv)
 				  "unconfined", strerror(-ll));
 			return IPC_EXIT_CONFIG;
 		} else {
+			landlocked = true;
 			log_debug("landlock ABI %d enforced%s", ll, lw.restrict_tcp ? ", no TCP" : "");
 		}
 	}
@@ -329,7 +355,8 @@ int worker_main(int argc, char **argv)
 		sandbox_request(s, "spawn");
 	if (call_start(s) != 0)
 		return 1;
-	int lr = seccomp_worker_lockdown(seccomp_mode);
+	/* without Landlock, the filter keeps files to reading */
+	int lr = seccomp_worker_lockdown(seccomp_mode, landlocked ? 0 : SECCOMP_WORKER_READ_ONLY);
 	if (lr != 0) {
 		/* no retry can help: the master stops starting workers when it sees this status */
 		log_error("cannot lock the worker down (no_new_privs and the seccomp filter: %s); "

@@ -1,8 +1,8 @@
 /*
  * monitor_wrap.c - the worker's requests to its master (OpenSSH's monitor_wrap.c): the one
  * request-and-wait primitive, and the requests built on it, each named for the master's answer
- * (mm_quota / mon_answer_quota, mm_sandbox / mon_answer_sandbox, mm_token / mon_answer_token in
- * master/monitor.c).
+ * (mm_quota / mon_answer_quota, mm_sandbox / mon_answer_sandbox, mm_token / mon_answer_token,
+ * mm_adc / mon_answer_adc in master/monitor.c).
  *
  * A request is sent from any thread; its answer arrives on the main thread, which hands it to
  * mm_deliver, and whoever waits takes it with mm_wait. One request of each kind is outstanding
@@ -11,6 +11,8 @@
  * own copy of this pattern.
  */
 #include <errno.h>
+#include <openssl/crypto.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -180,4 +182,40 @@ int mm_token(void *arg, const char *scopes, char **token, long *expires_in, int 
 	*status = t->status == 403 ? 403 : t->status == 404 ? 404 : 503;
 	ipc_msg_free(&a);
 	return *status == 403 ? -EACCES : -EAGAIN;
+}
+
+/* mm_adc - see worker.h */
+char *mm_adc(void *session, size_t *len, bool *absent, char *err, size_t errlen)
+{
+	struct session *s = session;
+	struct ipc_buf b;
+	struct ipc_msg a;
+	uint32_t seq = session_next_seq(s);
+	*absent = false;
+	int r = ipc_pack_req_adc(&b, seq);
+	if (r == 0)
+		r = mm_send(s, MM_ADC, IPC_ANS_ADC, seq, &b);
+	if (r == 0)
+		r = mm_wait(s, MM_ADC, MM_ADC_WAIT_MS, &a);
+	if (r != 0) {
+		snprintf(err, errlen, "the server did not hand over the Application Default Credentials "
+			 "(%s)", r == -ECANCELED ? "the session is ending" : "no answer");
+		return NULL;
+	}
+	char *text = NULL;
+	if (a.u.adc_ans.ok && (text = malloc(a.u.adc_ans.text.len + 1)) != NULL) {
+		memcpy(text, a.u.adc_ans.text.ptr, a.u.adc_ans.text.len);
+		text[a.u.adc_ans.text.len] = '\0';
+		*len = a.u.adc_ans.text.len;
+	} else if (a.u.adc_ans.ok) {
+		snprintf(err, errlen, "no memory for the Application Default Credentials");
+	} else {
+		*absent = a.u.adc_ans.absent;
+		ipc_bytes_str(a.u.adc_ans.error, err, errlen);
+	}
+	/* the message's bytes held the secret too */
+	if (a.raw && a.u.adc_ans.text.len)
+		OPENSSL_cleanse((char *)a.u.adc_ans.text.ptr, a.u.adc_ans.text.len);
+	ipc_msg_free(&a);
+	return text;
 }

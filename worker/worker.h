@@ -41,9 +41,10 @@ struct job {
 };
 
 /* worker/monitor_wrap.c: one outstanding request of each kind to the master */
-enum mm_kind { MM_SANDBOX, MM_QUOTA, MM_TOKEN, MM_KINDS };
+enum mm_kind { MM_SANDBOX, MM_QUOTA, MM_TOKEN, MM_ADC, MM_KINDS };
 #define MM_TOKEN_WAIT_MS 20000 /* the master may ask the sign-in provider first (10 s at most) */
 #define MM_QUOTA_WAIT_MS 60000
+#define MM_ADC_WAIT_MS 30000
 #define MM_SANDBOX_WAIT_MS 60000
 struct mm_req {
 	uint32_t seq, ans_type;
@@ -164,6 +165,10 @@ int mm_token(void *arg, const char *scopes, char **token, long *expires_in, int 
 /* mm_quota - call thread: may this session claim a sandbox? 0, or -EDQUOT / -EIO with err set */
 int mm_quota(struct session *s, char *err, size_t errlen);
 int mm_sandbox(struct session *s, const char *op);
+/* mm_adc - any thread: the ADC file's text, read by the master (mon_answer_adc); malloc'd, to be
+ * wiped and freed; NULL with err set (*absent: there simply is none). Fits creds_config's
+ * read_adc. */
+char *mm_adc(void *session, size_t *len, bool *absent, char *err, size_t errlen);
 
 /* worker/proctitle.c */
 void proctitle_init(int argc, char **argv);

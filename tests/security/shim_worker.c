@@ -7,6 +7,12 @@
  * to open each PATH and to connect to 127.0.0.1:N, as a compromised worker would, and print one
  * line each to stderr: "kg-probe: open PATH: RESULT", "kg-probe: connect PORT: RESULT".
  *
+ * KG_SHIM_TARGETS=FILE (privsep.test.mjs): a worker started while FILE exists reads it at its
+ * start (lines "pid N", "sock PATH", "dir PATH", "ipc PATH": another session's worker, its
+ * agent's socket, its sandbox directory, its channel to the master) and, once confined (the
+ * same point as the probe above), attacks them as a taken-over worker would, and tries to get
+ * privilege back; one line each to stderr: "kg-attack: WHAT: RESULT" (RESULT "ok" or strerror).
+ *
  * KG_SHIM_NNP (supervision.test.mjs): prctl(PR_SET_NO_NEW_PRIVS) fails as it would on a
  * machine that does not let the worker lock itself down:
  *   fail   - the call returns -1 with EPERM (the worker reports it and exits)
@@ -20,22 +26,154 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <stdio.h>
 #include <sys/socket.h>
 #include <arpa/inet.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/capability.h>
 #include <sys/prctl.h>
+#include <sys/ptrace.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 static int shim_is_worker;
+static char shim_targets[4096]; /* KG_SHIM_TARGETS's text, read while the worker is root */
 
 /* glibc passes argc and argv to constructors: the role is argv[1] before any title rewrite */
 __attribute__((constructor)) static void shim_init(int argc, char **argv)
 {
 	shim_is_worker = argc > 1 && strcmp(argv[1], "worker") == 0;
+	const char *t = getenv("KG_SHIM_TARGETS");
+	int fd = shim_is_worker && t ? open(t, O_RDONLY | O_CLOEXEC) : -1;
+	if (fd >= 0) {
+		ssize_t n = read(fd, shim_targets, sizeof(shim_targets) - 1);
+		shim_targets[n > 0 ? n : 0] = '\0';
+		close(fd);
+	}
+}
+
+/* target - the value of "key VALUE" in the targets, or NULL */
+static const char *target(const char *key, char *out, size_t cap)
+{
+	size_t kl = strlen(key);
+	for (const char *p = shim_targets; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+		if (strncmp(p, key, kl) == 0 && p[kl] == ' ') {
+			const char *v = p + kl + 1, *e = strchr(v, '\n');
+			snprintf(out, cap, "%.*s", (int)(e ? (size_t)(e - v) : strlen(v)), v);
+			return out;
+		}
+	return NULL;
+}
+
+static void said(const char *what, int r, int e)
+{
+	fprintf(stderr, "kg-attack: %s: %s\n", what, r >= 0 ? "ok" : strerror(e));
+}
+
+/* connect_unix - connect to the unix socket at path; 0 or -1 with errno */
+static int connect_unix(const char *path)
+{
+	int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
+	int r = s >= 0 ? connect(s, (struct sockaddr *)&a, sizeof(a)) : -1;
+	int e = errno;
+	if (s >= 0)
+		close(s);
+	errno = e;
+	return r;
+}
+
+/* open_ro - open path read-only (a directory too); 0 or -1 with errno */
+static int open_ro(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int e = errno;
+	if (fd >= 0)
+		close(fd);
+	errno = e;
+	return fd >= 0 ? 0 : -1;
+}
+
+/* shim_attack - what a taken-over worker tries against another session, and to regain root */
+static void shim_attack(void)
+{
+	char v[1024], p[1200];
+	int r;
+	if (target("pid", v, sizeof(v))) {
+		pid_t pid = (pid_t)atoi(v);
+		r = kill(pid, 0);
+		said("signal the other worker", r, errno);
+		r = (int)ptrace(PTRACE_SEIZE, pid, 0, 0);
+		said("ptrace the other worker", r, errno);
+		if (r == 0)
+			ptrace(PTRACE_DETACH, pid, 0, 0);
+		static const char *const files[] = { "environ", "mem", "fd", "maps" };
+		for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+			snprintf(p, sizeof(p), "/proc/%d/%s", (int)pid, files[i]);
+			r = open_ro(p);
+			char what[64];
+			snprintf(what, sizeof(what), "open the other worker's /proc/PID/%s", files[i]);
+			said(what, r, errno);
+		}
+		char buf[16];
+		struct iovec local = { buf, sizeof(buf) }, remote = { (void *)0x400000, sizeof(buf) };
+		r = (int)process_vm_readv(pid, &local, 1, &remote, 1, 0);
+		said("read the other worker's memory", r, errno);
+		int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
+		r = pfd < 0 ? -1 : (int)syscall(SYS_pidfd_getfd, pfd, 0, 0);
+		said("take a descriptor of the other worker", r, errno);
+		r = pfd < 0 ? -1 : (int)syscall(SYS_pidfd_send_signal, pfd, 0, NULL, 0);
+		said("signal the other worker through a pidfd", r, errno);
+		if (pfd >= 0)
+			close(pfd);
+	}
+	if (target("sock", v, sizeof(v))) {
+		r = connect_unix(v);
+		said("connect to the other session's agent socket", r, errno);
+	}
+	if (target("ipc", v, sizeof(v))) {
+		r = connect_unix(v);
+		said("connect to the other worker's channel to the master", r, errno);
+	}
+	if (target("dir", v, sizeof(v))) {
+		static const char *const subs[] = { "", "/app", "/state", "/sock", "/lock" };
+		for (size_t i = 0; i < sizeof(subs) / sizeof(subs[0]); i++) {
+			snprintf(p, sizeof(p), "%s%s", v, subs[i]);
+			r = open_ro(p);
+			char what[64];
+			snprintf(what, sizeof(what), "open the other sandbox's DIR%s", subs[i]);
+			said(what, r, errno);
+		}
+	}
+	/* privilege back */
+	r = setuid(0);
+	said("setuid 0", r, errno);
+	r = setgid(0);
+	said("setgid 0", r, errno);
+	struct __user_cap_header_struct h = { _LINUX_CAPABILITY_VERSION_3, 0 };
+	struct __user_cap_data_struct d[2];
+	memset(d, 0xff, sizeof(d));
+	r = (int)syscall(SYS_capset, &h, d);
+	said("capset every capability", r, errno);
+	r = (int)syscall(SYS_prctl, PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, CAP_SYS_ADMIN, 0, 0);
+	said("raise an ambient capability", r, errno);
+	r = (int)syscall(SYS_prctl, PR_SET_SECUREBITS, 0, 0, 0, 0);
+	said("clear the securebits", r, errno);
+	r = (int)syscall(SYS_prctl, PR_SET_NO_NEW_PRIVS, 0, 0, 0, 0);
+	said("clear no_new_privs", r, errno);
+	/* the controls: the probe can do what is its own */
+	r = kill(getpid(), 0);
+	said("control: signal itself", r, errno);
+	r = open_ro("/proc/self/status");
+	said("control: open its own /proc/self/status", r, errno);
+	fprintf(stderr, "kg-attack: done\n");
 }
 
 int prctl(int option, ...)
@@ -46,7 +184,7 @@ int prctl(int option, ...)
 	unsigned long a4 = va_arg(ap, unsigned long), a5 = va_arg(ap, unsigned long);
 	va_end(ap);
 	const char *mode = getenv("KG_SHIM_NNP");
-	if (shim_is_worker && option == PR_SET_NO_NEW_PRIVS && mode) {
+	if (shim_is_worker && option == PR_SET_NO_NEW_PRIVS && mode && strcmp(mode, "stall") != 0) {
 		if (strcmp(mode, "crash") == 0)
 			abort();
 		errno = EPERM;
@@ -86,6 +224,8 @@ int curl_global_init(long flags)
 {
 	if (shim_is_worker)
 		shim_probe();
+	if (shim_is_worker && shim_targets[0])
+		shim_attack();
 	const char *mode = getenv("KG_SHIM_NNP");
 	if (shim_is_worker && mode && strcmp(mode, "stall") == 0)
 		for (;;)

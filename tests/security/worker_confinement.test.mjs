@@ -7,7 +7,9 @@
  * The attempts are made from inside the real worker process, after it has confined itself, by
  * the LD_PRELOAD shim tests/security/shim_worker.c (built here): it prints one "kg-probe:" line
  * per attempt. A control run with --seccomp off (which skips the confinement, for debugging)
- * shows the same attempts succeed there, so the probe itself is not what fails.
+ * shows the attempts on a file anyone may read and on the listener succeed there, so the probe
+ * itself is not what fails; on a root serve the operator's 0600 files stay shut even then, by
+ * the worker's own identity (tests/security/privsep.test.mjs).
  */
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -31,7 +33,12 @@ const ADC = path.join(dir, 'application_default_credentials.json');
 fs.writeFileSync(KUBECONFIG, 'apiVersion: v1\nkind: Config\nusers: [{name: admin, user: {token: secret}}]\n', { mode: 0o600 });
 fs.writeFileSync(ADC, JSON.stringify({ type: 'authorized_user', refresh_token: 'secret' }), { mode: 0o600 });
 const CA = ['/etc/ssl/certs/ca-certificates.crt'].find((p) => fs.existsSync(p));
-const SECRETS = [KUBECONFIG, ADC, '/etc/shadow'];
+/* a file anyone may read, outside what Landlock lets a worker read */
+fs.chmodSync(dir, 0o755);
+const READABLE = path.join(dir, 'notes.txt');
+fs.writeFileSync(READABLE, 'not a secret, but not the worker\'s business\n', { mode: 0o644 });
+const SECRETS = [KUBECONFIG, ADC, '/etc/shadow', READABLE];
+const ROOT = process.getuid() === 0;
 
 let listener, port, accepted = 0;
 test.before(async () => {
@@ -63,12 +70,14 @@ async function probes(s) {
 
 const result = (lines, what) => lines.find((l) => l.startsWith(`kg-probe: ${what}: `))?.split(': ').pop();
 
-test('control: without the confinement (--seccomp off) the same probe opens the files and connects', T, async () => {
+test('control: without the confinement (--seccomp off) the same probe opens what its identity may, and connects', T, async () => {
 	const s = await httpServe(['--seccomp', 'off', '--workers-min-idle', '1'], { env: env() });
 	try {
 		const lines = await probes(s);
-		for (const p of SECRETS)
-			assert.equal(result(lines, `open ${p}`), 'opened', lines.join('\n'));
+		assert.equal(result(lines, `open ${READABLE}`), 'opened', lines.join('\n'));
+		/* a root serve's worker has an identity of its own: root's 0600 files stay shut */
+		for (const p of [KUBECONFIG, ADC, '/etc/shadow'])
+			assert.equal(result(lines, `open ${p}`), ROOT || p === '/etc/shadow' ? 'Permission denied' : 'opened', lines.join('\n'));
 		assert.equal(result(lines, `connect ${port}`), 'connected', lines.join('\n'));
 	} finally {
 		await s.close();

@@ -336,6 +336,61 @@ static void test_kube_on_local_backend(void **st)
 	assert_ended(f);
 }
 
+/* REQ_ADC: the master reads the file for a mode that uses one, anew each time */
+static void test_adc_read_by_the_master(void **st)
+{
+	struct fake *f = *st;
+	char path[] = "/tmp/kg-test-adc-XXXXXX";
+	int fd = mkstemp(path);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, "{\"type\":\"authorized_user\"}", 27), 27);
+	close(fd);
+	setenv("GOOGLE_APPLICATION_CREDENTIALS", path, 1);
+	f->cfg.credentials = "adc";
+	hello(f);
+	struct ipc_buf b;
+	struct ipc_msg m;
+	assert_int_equal(ipc_pack_req_adc(&b, 7), 0);
+	assert_int_equal(dispatch(f, IPC_PH_SESSION, &b), 0);
+	assert_int_equal(chan_recv(f->peer, &m, 0, NULL), 0);
+	assert_int_equal(m.type, IPC_ANS_ADC);
+	assert_int_equal(m.seq, 7);
+	assert_true(m.u.adc_ans.ok);
+	assert_int_equal(m.u.adc_ans.text.len, 27);
+	ipc_msg_free(&m);
+	/* gone now: the answer says so, and the worker lives on */
+	unlink(path);
+	assert_int_equal(ipc_pack_req_adc(&b, 8), 0);
+	assert_int_equal(dispatch(f, IPC_PH_ENDING, &b), 0);
+	assert_int_equal(chan_recv(f->peer, &m, 0, NULL), 0);
+	assert_false(m.u.adc_ans.ok);
+	assert_int_equal(m.u.adc_ans.text.len, 0);
+	assert_non_null(memmem(m.u.adc_ans.error.ptr, m.u.adc_ans.error.len, path, strlen(path)));
+	ipc_msg_free(&m);
+	unsetenv("GOOGLE_APPLICATION_CREDENTIALS");
+	assert_alive(f);
+}
+
+/* REQ_ADC in a mode that uses no ADC file (none, user) is a breach */
+static void test_adc_in_a_mode_without_one(void **st)
+{
+	static const char *const modes[] = { NULL, "none", "user" };
+	for (size_t i = 0; i < 3; i++) {
+		struct fake *f = *st;
+		if (i > 0) {
+			teardown(st);
+			setup(st);
+			f = *st;
+		}
+		f->cfg.credentials = modes[i];
+		struct ipc_buf b;
+		hello(f);
+		assert_int_equal(ipc_pack_req_adc(&b, 2), 0);
+		assert_int_equal(dispatch(f, IPC_PH_SESSION, &b), -EPERM);
+		assert_ended(f);
+	}
+}
+
 static void test_claim_of_its_own_session(void **st)
 {
 	struct fake *f = *st;
@@ -603,6 +658,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_sandbox_named_by_the_worker, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_sandbox_unknown_op, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_kube_on_local_backend, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_adc_read_by_the_master, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_adc_in_a_mode_without_one, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_claim_of_its_own_session, setup, teardown),
 		cmocka_unit_test(test_claims_it_never_made),
 		cmocka_unit_test_setup_teardown(test_claim_named_by_the_operator, setup, teardown),

@@ -40,7 +40,7 @@ static int with_early_thread(int (*fn)(void))
 		in_thread = fn;
 		if (pthread_create(&t, NULL, early_thread, NULL) != 0)
 			_exit(101);
-		if (seccomp_worker_lockdown("kill") != 0)
+		if (seccomp_worker_lockdown("kill", 0) != 0)
 			_exit(100);
 		__atomic_store_n(&go, 1, __ATOMIC_SEQ_CST);
 		void *rv;
