@@ -4,7 +4,8 @@
  * validation) and names no namespace; the kode-gopher ServiceAccount gets exactly the rights of
  * rbac.yaml, in its own namespace only; the sandbox template and warm pool give Ready sandboxes
  * that pass the "restricted" Pod Security Standard, that a claim made as the ServiceAccount gets,
- * and that agent-sandbox puts under the network policy network-policy.yaml repeats.
+ * and that agent-sandbox puts under the network policy network-policy.yaml repeats; the server
+ * signs users in with Google, its OAuth client mounted from a Secret, not given in a flag.
  *
  * Run by tests/k8s/run.sh (node --test), which sets KUBECONFIG, KG_K8S_NAMESPACE and KG_KUBECTL.
  * By hand, against a cluster of `tests/k8s/cluster.sh up DIR`:
@@ -229,6 +230,26 @@ test('the kode-gopher ServiceAccount can do exactly what rbac.yaml says, in its 
 	// a Role binds in its namespace only
 	for (const a of allowed)
 		assert.equal(await can(a, NAMESPACE), 'no', `${a.join(' ')} must not reach namespace ${NAMESPACE}`);
+});
+
+test('server.yaml signs users in with Google, its OAuth client read from the Secret kode-gopher-oauth, never a flag value', { ...T, skip: SKIP }, async () => {
+	const dep = find(await objects('server.yaml'), 'Deployment', 'kode-gopher');
+	const pod = dep.spec.template.spec;
+	const c = pod.containers.find((x) => x.name === 'kode-gopher');
+	const arg = (name) => c.args.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3);
+	assert.equal(arg('auth'), 'google');
+	assert.equal(arg('http'), '0.0.0.0:8080', 'sign-in may listen on the pod IP');
+	assert.match(arg('public-url'), /^https:\/\//);
+	assert.ok(arg('allowed-domains') || arg('allowed-users'), 'who may sign in');
+	const file = arg('oauth-client-file');
+	const mount = c.volumeMounts.find((m) => file.startsWith(`${m.mountPath}/`));
+	assert.ok(mount, `${file} is on a mounted volume`);
+	assert.equal(mount.readOnly, true);
+	const vol = pod.volumes.find((v) => v.name === mount.name);
+	assert.equal(vol.secret?.secretName, 'kode-gopher-oauth');
+	assert.equal(vol.secret.defaultMode, 0o400);
+	assert.ok(!c.args.some((a) => /secret/i.test(a) && !a.startsWith('--oauth-client-file=')), 'no secret in a flag');
+	assert.ok(!(c.env || []).some((e) => /secret/i.test(e.name)), 'nor in the environment');
 });
 
 test('the server Deployment passes the restricted Pod Security Standard and runs one replica', { ...T, skip: SKIP }, async () => {
