@@ -66,6 +66,71 @@ const char *runproc_signame(int sig)
 	return buf;
 }
 
+/* ---- the thread's watch: cancellation and live lines ---- */
+
+static __thread struct runproc_watch watch = { .cancel_fd = -1 };
+static __thread bool watch_set;
+
+/* runproc_watch_set - see runproc.h */
+void runproc_watch_set(const struct runproc_watch *w)
+{
+	watch_set = w != NULL;
+	watch = w ? *w : (struct runproc_watch){ .cancel_fd = -1 };
+}
+
+/* runproc_cancelled - is the watch's cancel descriptor readable (it is never drained)? */
+bool runproc_cancelled(void)
+{
+	if (!watch_set || watch.cancel_fd < 0)
+		return false;
+	struct pollfd p = { .fd = watch.cancel_fd, .events = POLLIN };
+	return poll(&p, 1, 0) > 0;
+}
+
+/* One stream's unfinished line, for the watch's line callback. */
+struct line_buf {
+	int stream;
+	bool off;                 /* the watcher wants no more lines from this run */
+	size_t len;
+	char text[RUNPROC_LINE_MAX];
+};
+
+/* line_flush - hand the pending piece to the watcher */
+static void line_flush(struct line_buf *l)
+{
+	if (!l->off && l->len && !watch.line(watch.ctx, l->stream, l->text, l->len))
+		l->off = true;
+	l->len = 0;
+}
+
+/* line_feed - split freshly read bytes into lines for the watcher */
+static void line_feed(struct line_buf *l, const char *p, size_t n)
+{
+	if (!watch_set || !watch.line || l->off)
+		return;
+	while (n && !l->off) {
+		const char *nl = memchr(p, '\n', n);
+		size_t take = nl ? (size_t)(nl - p) : n;
+		size_t room = RUNPROC_LINE_MAX - l->len;
+		size_t k = take < room ? take : room;
+		memcpy(l->text + l->len, p, k);
+		l->len += k;
+		if (k < take || l->len == RUNPROC_LINE_MAX) {
+			line_flush(l); /* a long line goes in pieces */
+			p += k;
+			n -= k;
+			continue;
+		}
+		p += take;
+		n -= take;
+		if (nl) {
+			line_flush(l);
+			p++;
+			n--;
+		}
+	}
+}
+
 /* cap_init - split the cap into a head part and (optionally) a tail ring */
 static void cap_init(struct cap_buf *c, size_t cap, bool keep_tail)
 {
@@ -486,13 +551,14 @@ int runproc_isolation_init(const struct runproc_isolation *cfg)
 
 
 /* drain - read what is available on one pipe; closes it at EOF */
-static int drain(int *fd, struct cap_buf *c, char *buf, size_t buflen)
+static int drain(int *fd, struct cap_buf *c, struct line_buf *l, char *buf, size_t buflen)
 {
 	for (int i = 0; i < 16; i++) {
 		ssize_t n = read(*fd, buf, buflen);
 		if (n > 0) {
 			if (cap_append(c, buf, (size_t)n) < 0)
 				return -ENOMEM;
+			line_feed(l, buf, (size_t)n);
 			continue;
 		}
 		if (n < 0 && errno == EINTR)
@@ -525,6 +591,12 @@ int runproc_run(const struct runproc_opts *o, struct runproc_result *r)
 	rc = resolve_path(o->argv[0], o->envp, path, sizeof(path));
 	if (rc < 0)
 		return rc;
+	if (runproc_cancelled()) {
+		r->cancelled = true;
+		return -ECANCELED;
+	}
+	struct line_buf lo = { .stream = o->merge_stderr ? 2 : 1 }, le = { .stream = 2 };
+	int cancel_fd = watch_set ? watch.cancel_fd : -1;
 
 	devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	if (devnull < 0 || pipe2(outp, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0 ||
@@ -604,8 +676,8 @@ int runproc_run(const struct runproc_opts *o, struct runproc_result *r)
 		if (wait_ms < -1)
 			wait_ms = 0;
 
-		struct pollfd pfd[3];
-		int nfd = 0, io = -1, ie = -1, ip = -1;
+		struct pollfd pfd[4];
+		int nfd = 0, io = -1, ie = -1, ip = -1, ic = -1;
 		if (outp[0] >= 0) {
 			io = nfd;
 			pfd[nfd++] = (struct pollfd){ .fd = outp[0], .events = POLLIN };
@@ -618,16 +690,28 @@ int runproc_run(const struct runproc_opts *o, struct runproc_result *r)
 			ip = nfd;
 			pfd[nfd++] = (struct pollfd){ .fd = pidfd, .events = POLLIN };
 		}
+		if (!exited && !r->cancelled && cancel_fd >= 0) {
+			ic = nfd;
+			pfd[nfd++] = (struct pollfd){ .fd = cancel_fd, .events = POLLIN };
+		}
 		int pr = poll(pfd, (nfds_t)nfd, (int)wait_ms);
 		if (pr < 0 && errno != EINTR) {
 			rc = -errno;
 			break;
 		}
 		if (pr > 0) {
-			if (io >= 0 && pfd[io].revents && drain(&outp[0], &oc, buf, sizeof(buf)) < 0)
+			if (io >= 0 && pfd[io].revents && drain(&outp[0], &oc, &lo, buf, sizeof(buf)) < 0)
 				rc = -ENOMEM;
-			if (ie >= 0 && pfd[ie].revents && drain(&errp[0], &ec, buf, sizeof(buf)) < 0)
+			if (ie >= 0 && pfd[ie].revents && drain(&errp[0], &ec, &le, buf, sizeof(buf)) < 0)
 				rc = -ENOMEM;
+			if (ic >= 0 && pfd[ic].revents) {
+				/* cancelled: the group (isolated: the namespace's init, and with it
+				 * every process in the namespace) goes now, without grace */
+				r->cancelled = true;
+				kill(-pid, SIGKILL);
+				kill(pid, SIGKILL);
+				stage = 2;
+			}
 		}
 		(void)ip;
 
@@ -675,6 +759,10 @@ int runproc_run(const struct runproc_opts *o, struct runproc_result *r)
 	}
 	if (pidfd >= 0)
 		close(pidfd);
+	if (watch_set && watch.line) {
+		line_flush(&lo);
+		line_flush(&le);
+	}
 	/* what the child left in its group (never-waited children, a fork bomb's remains) was
 	 * killed above; wait until the sandbox's init has reaped it, so the next call starts in
 	 * a clean sandbox and counts none of it */

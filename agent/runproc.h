@@ -73,6 +73,7 @@ struct runproc_result {
 	int exit_code;     /* -1 when killed by a signal */
 	int signal;        /* 0 when it exited */
 	bool timed_out;    /* we reached the deadline (whatever happened after) */
+	bool cancelled;    /* the thread's watch asked for it to stop (runproc_watch): killed */
 	long wall_ms;
 	long user_ms, sys_ms, maxrss_kb;  /* rusage of the child and its reaped descendants */
 	struct runproc_capture out, err;
@@ -86,6 +87,26 @@ struct runproc_result {
  */
 int runproc_run(const struct runproc_opts *o, struct runproc_result *r);
 void runproc_result_free(struct runproc_result *r);
+
+/*
+ * A call someone is watching (agent/server.c sets it for the thread that runs a call): every
+ * child this thread starts is killed at once, its whole group or pid namespace, when cancel_fd
+ * becomes readable, and none starts after that (runproc_run returns -ECANCELED); and each line
+ * a child writes is handed to line() as it is read, until line() returns false (the watcher
+ * has seen enough: the rest is only captured). stream is 1 (stdout) or 2 (stderr; a merged
+ * capture reports its lines as 2, since compilers and go write there). A line longer than
+ * RUNPROC_LINE_MAX comes in pieces; the text has no newline.
+ */
+#define RUNPROC_LINE_MAX 1024
+struct runproc_watch {
+	int cancel_fd;                 /* -1: not cancellable */
+	bool (*line)(void *ctx, int stream, const char *text, size_t len); /* NULL: none */
+	void *ctx;
+};
+/* runproc_watch_set - this thread's watch (copied; NULL: none) */
+void runproc_watch_set(const struct runproc_watch *w);
+/* runproc_cancelled - has this thread's watch asked its children to stop? */
+bool runproc_cancelled(void);
 
 /* runproc_signame - "SIGKILL" for SIGKILL, "SIG<n>" for a number without a name; thread-safe */
 const char *runproc_signame(int sig);

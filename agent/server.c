@@ -6,10 +6,15 @@
  *
  * Threading: libmicrohttpd runs one thread per connection, so a handler may block. POST /execute
  * starts the handler on a thread of its own (the "job") that queues NDJSON lines; the
- * connection's content reader blocks on the queue and hands MHD one line at a time. If the
- * client goes away, MHD frees the response, the job is marked abandoned and the handler runs to
- * its end with its output dropped: the pipeline has no cancellation point, and a half-finished
- * build must not leave the caches or the busy flag in a state nobody cleans up.
+ * connection's content reader blocks on the queue and hands MHD one line at a time.
+ *
+ * Cancellation: each call (execute or doc) holds the busy slot and a pipe; POST /cancel, or the
+ * client going away mid-stream, writes to it, and the call's thread (agent/runproc.c's watch)
+ * kills what runs, the `go` command's process group or the program's pid namespace, and starts
+ * nothing more. The handler still returns and frees the slot itself, so the caches (go writes
+ * them atomically) and the busy flag are left as after any failed build; the result says
+ * "cancelled". The same watch hands the children's output lines to the stream as log events,
+ * within SRV_LOG_* limits.
  *
  * Every request body is read to its end before an error answer is queued: answering early and
  * closing with unread bytes makes the kernel reset the connection, and the client would then see
@@ -19,6 +24,7 @@
 #include "agent/server.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <openssl/crypto.h>
@@ -36,6 +42,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "agent/runproc.h"
 #include "ipc/log.h"
 #include "lib/mono.h"
 
@@ -46,9 +53,18 @@
 #define SRV_CONN_TIMEOUT_S   120
 #define SRV_PHASE_MAX        64
 #define SRV_MESSAGE_MAX      2048
+/* Live output lines (log events) of one call: at most this many lines and bytes are streamed,
+ * and at most SRV_LOG_RATE lines a second after a burst of SRV_LOG_BURST; lines past the rate
+ * are dropped (and counted), and after SRV_LOG_SEEN_MAX lines in all the call's children are not
+ * watched any more. The result keeps its own head and tail of the output either way. */
+#define SRV_LOG_MAX_LINES    2000
+#define SRV_LOG_MAX_BYTES    (256u * 1024)
+#define SRV_LOG_RATE         100
+#define SRV_LOG_BURST        200
+#define SRV_LOG_SEEN_MAX     100000
 
 enum srv_route { SRV_NONE, SRV_HEALTH, SRV_CLAIM, SRV_EXECUTE, SRV_DOC, SRV_TOKEN, SRV_RELEASE,
-		 SRV_FILES };
+		 SRV_FILES, SRV_CANCEL };
 
 /* One queued NDJSON line (newline included). */
 struct srv_line {
@@ -71,6 +87,13 @@ struct srv_job {
 	struct timespec next_beat;
 	struct agent_server *srv;
 	json_t *req;
+	/* the live lines (srv_job_line, on the job's thread only) */
+	char phase[16];           /* the phase of the last progress event */
+	unsigned log_lines, log_seen, log_dropped;
+	size_t log_bytes;
+	double log_tokens;
+	struct timespec log_refill;
+	bool log_capped;
 };
 
 struct agent_server {
@@ -88,6 +111,8 @@ struct agent_server {
 	bool claimed;
 	unsigned char secret_hash[32];
 	bool busy;
+	bool cancelled;           /* the running call was cancelled */
+	int cancel_rd, cancel_wr; /* the running call's cancel pipe; -1 when idle */
 	bool thread_live;
 	pthread_t thread;
 };
@@ -268,8 +293,63 @@ static void srv_job_progress(void *pctx, const char *phase, const char *message)
 		return;
 	json_object_set_new(ev, "event", json_string("progress"));
 	json_object_set_new(ev, "phase", srv_text(phase, SRV_PHASE_MAX));
+	snprintf(job->phase, sizeof(job->phase), "%s", phase ? phase : "");
 	json_object_set_new(ev, "message", srv_text(message, SRV_MESSAGE_MAX));
 	srv_job_push(job, ev, true);
+}
+
+/* srv_job_line - the watch's line callback (agent/runproc.h): one output line of a child as
+ * a log event, within the SRV_LOG_* limits; false when the call's children need no more
+ * watching */
+static bool srv_job_line(void *ctx, int stream, const char *text, size_t len)
+{
+	struct srv_job *job = ctx;
+	if (job->log_capped)
+		return false;
+	if (++job->log_seen > SRV_LOG_SEEN_MAX || job->log_lines >= SRV_LOG_MAX_LINES ||
+	    job->log_bytes + len > SRV_LOG_MAX_BYTES) {
+		job->log_capped = true;
+		char msg[300];
+		snprintf(msg, sizeof(msg), "further output is not streamed (%u lines, %zu bytes "
+			 "streamed, %u dropped over the rate of %d lines a second); the result "
+			 "keeps the head and tail of it", job->log_lines, job->log_bytes,
+			 job->log_dropped, SRV_LOG_RATE);
+		srv_job_push(job, json_pack("{s:s, s:s, s:s, s:o}", "event", "log", "phase",
+					    job->phase, "stream", "agent", "text",
+					    srv_text(msg, SRV_MESSAGE_MAX)), true);
+		return false;
+	}
+	struct timespec now;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	if (job->log_refill.tv_sec == 0)
+		job->log_tokens = SRV_LOG_BURST;
+	else
+		job->log_tokens += ((double)(now.tv_sec - job->log_refill.tv_sec) +
+				    (double)(now.tv_nsec - job->log_refill.tv_nsec) / 1e9) * SRV_LOG_RATE;
+	if (job->log_tokens > SRV_LOG_BURST)
+		job->log_tokens = SRV_LOG_BURST;
+	job->log_refill = now;
+	if (job->log_tokens < 1) {
+		job->log_dropped++;
+		return true;
+	}
+	job->log_tokens -= 1;
+	job->log_lines++;
+	job->log_bytes += len;
+	char cut[RUNPROC_LINE_MAX + 1];
+	memcpy(cut, text, len);
+	cut[len] = '\0'; /* a NUL inside ends the line's text */
+	srv_job_push(job, json_pack("{s:s, s:s, s:s, s:o}", "event", "log", "phase", job->phase,
+				    "stream", stream == 1 ? "stdout" : "stderr", "text",
+				    srv_text(cut, RUNPROC_LINE_MAX)), true);
+	return true;
+}
+
+/* srv_cancelled_result - what a cancelled call returns (nobody may read it) */
+static json_t *srv_cancelled_result(void)
+{
+	return json_pack("{s:s, s:{s:s, s:s}}", "phase", "cancelled", "result", "kind", "cancelled",
+			 "message", "the call was cancelled; what ran was killed");
 }
 
 /* srv_internal_result - the result object for a handler that produced nothing usable */
@@ -279,6 +359,9 @@ static json_t *srv_internal_result(const char *why)
 			 "internal_error", "message", why);
 }
 
+static bool srv_cancel_running(struct agent_server *s);
+static bool srv_drop_busy(struct agent_server *s);
+
 /* srv_job_run - the job thread: run the handler, free the busy slot, queue the result */
 static void *srv_job_run(void *arg)
 {
@@ -287,12 +370,22 @@ static void *srv_job_run(void *arg)
 	struct timespec t0;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 
+	pthread_mutex_lock(&s->mu);
+	/* "log_lines": false - the client takes no log lines: do not even split them */
+	bool lines = !json_is_false(json_object_get(job->req, "log_lines"));
+	struct runproc_watch w = { .cancel_fd = s->cancel_rd, .line = lines ? srv_job_line : NULL,
+				   .ctx = job };
+	pthread_mutex_unlock(&s->mu);
+	runproc_watch_set(&w);
 	json_t *res = s->h.execute(s->h.ctx, job->req, srv_job_progress, job);
+	runproc_watch_set(NULL);
 	/* Free the slot before the result goes out: a client that gets its result and at once
 	 * sends the next call must not find the sandbox busy. */
-	pthread_mutex_lock(&s->mu);
-	s->busy = false;
-	pthread_mutex_unlock(&s->mu);
+	bool cancelled = srv_drop_busy(s);
+	if (cancelled) {
+		json_decref(res);
+		res = srv_cancelled_result();
+	}
 	if (!json_is_object(res)) {
 		json_decref(res);
 		res = srv_internal_result("the agent's pipeline returned no result; see the agent's log");
@@ -311,7 +404,7 @@ static void *srv_job_run(void *arg)
 	bool abandoned = job->abandoned;
 	pthread_cond_broadcast(&job->cv);
 	pthread_mutex_unlock(&job->mu);
-	log_info("execute finished in %ld ms%s", ms,
+	log_info("execute %s in %ld ms%s", cancelled ? "cancelled" : "finished", ms,
 		 abandoned ? " (the client had gone; result dropped)" : "");
 	srv_job_unref(job);
 	return NULL;
@@ -376,13 +469,17 @@ static void srv_stream_free(void *cls)
 {
 	struct srv_job *job = cls;
 	pthread_mutex_lock(&job->mu);
+	bool cancel = false;
 	if (!job->done) {
 		job->abandoned = true;
-		log_info("%s; the execute call runs to its end unseen",
+		cancel = true;
+		log_info("%s; the execute call is cancelled",
 			 atomic_load(&job->srv->stopping) ? "the agent is stopping"
 							  : "the client went away");
 	}
 	pthread_mutex_unlock(&job->mu);
+	if (cancel)
+		srv_cancel_running(job->srv);
 	srv_job_unref(job);
 }
 
@@ -403,6 +500,7 @@ static enum srv_route srv_route_of(const char *url, const char **allow)
 		{ "/token", SRV_TOKEN, "POST" },
 		{ "/release", SRV_RELEASE, "POST" },
 		{ "/files", SRV_FILES, "POST" },
+		{ "/cancel", SRV_CANCEL, "POST" },
 	};
 	for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++)
 		if (strcmp(url, routes[i].path) == 0) {
@@ -452,7 +550,7 @@ static enum MHD_Result srv_begin(struct agent_server *s, struct MHD_Connection *
 	if (r->route == SRV_NONE) {
 		r->err_status = MHD_HTTP_NOT_FOUND;
 		r->err_msg = "there is no such endpoint; the agent serves /health, /claim, "
-			     "/execute, /doc, /token, /release and /files";
+			     "/execute, /doc, /token, /cancel, /release and /files";
 		r->allow = NULL;
 	} else if (r->route == SRV_HEALTH ? (strcmp(method, "GET") != 0 &&
 					     strcmp(method, "HEAD") != 0)
@@ -461,7 +559,7 @@ static enum MHD_Result srv_begin(struct agent_server *s, struct MHD_Connection *
 		r->err_msg = r->route == SRV_HEALTH ? "this endpoint takes GET"
 						    : "this endpoint takes POST";
 	} else if (r->route == SRV_EXECUTE || r->route == SRV_DOC || r->route == SRV_TOKEN ||
-		   r->route == SRV_RELEASE || r->route == SRV_FILES) {
+		   r->route == SRV_RELEASE || r->route == SRV_FILES || r->route == SRV_CANCEL) {
 		const char *why = srv_check_auth(s, c);
 		if (why) {
 			r->err_status = MHD_HTTP_UNAUTHORIZED;
@@ -620,23 +718,63 @@ static enum MHD_Result srv_release(struct agent_server *s, struct MHD_Connection
 	return srv_send_json(c, r, MHD_HTTP_OK, json_pack("{s:b}", "ok", 1), NULL);
 }
 
-/* srv_take_busy - reserve the one call slot; false if another call holds it */
+/* srv_take_busy - reserve the one call slot and its cancel pipe; false if another call holds
+ * it (without a pipe the call still runs, only not cancellable) */
 static bool srv_take_busy(struct agent_server *s)
 {
 	pthread_mutex_lock(&s->mu);
 	bool ok = !s->busy;
-	if (ok)
+	if (ok) {
+		int p[2];
 		s->busy = true;
+		s->cancelled = false;
+		if (pipe2(p, O_CLOEXEC | O_NONBLOCK) == 0) {
+			s->cancel_rd = p[0];
+			s->cancel_wr = p[1];
+		}
+	}
 	pthread_mutex_unlock(&s->mu);
 	return ok;
 }
 
-/* srv_drop_busy - release the call slot */
-static void srv_drop_busy(struct agent_server *s)
+/* srv_drop_busy - release the call slot; true if the call was cancelled */
+static bool srv_drop_busy(struct agent_server *s)
 {
 	pthread_mutex_lock(&s->mu);
 	s->busy = false;
+	bool cancelled = s->cancelled;
+	s->cancelled = false;
+	if (s->cancel_rd >= 0)
+		close(s->cancel_rd);
+	if (s->cancel_wr >= 0)
+		close(s->cancel_wr);
+	s->cancel_rd = s->cancel_wr = -1;
 	pthread_mutex_unlock(&s->mu);
+	return cancelled;
+}
+
+/* srv_cancel_running - stop the running call, if there is one; true if there was */
+static bool srv_cancel_running(struct agent_server *s)
+{
+	pthread_mutex_lock(&s->mu);
+	bool running = s->busy;
+	if (running && !s->cancelled) {
+		s->cancelled = true;
+		if (s->cancel_wr >= 0 && write(s->cancel_wr, "x", 1) < 0)
+			log_warn("cannot signal the running call to stop: %s", strerror(errno));
+		log_info("cancelling the running call");
+	}
+	pthread_mutex_unlock(&s->mu);
+	return running;
+}
+
+/* srv_cancel - POST /cancel: the claim holder stops the running call */
+static enum MHD_Result srv_cancel(struct agent_server *s, struct MHD_Connection *c,
+				  struct srv_req *r)
+{
+	bool running = srv_cancel_running(s);
+	return srv_send_json(c, r, MHD_HTTP_OK, json_pack("{s:b, s:b}", "ok", 1, "cancelled",
+							  running), NULL);
 }
 
 /* srv_execute - POST /execute: start the job thread and stream its lines */
@@ -726,7 +864,12 @@ static enum MHD_Result srv_doc(struct agent_server *s, struct MHD_Connection *c,
 		json_decref(req);
 		return srv_send_error(c, r, MHD_HTTP_CONFLICT, "busy");
 	}
+	pthread_mutex_lock(&s->mu);
+	struct runproc_watch w = { .cancel_fd = s->cancel_rd };
+	pthread_mutex_unlock(&s->mu);
+	runproc_watch_set(&w);
 	json_t *res = s->h.doc(s->h.ctx, req);
+	runproc_watch_set(NULL);
 	srv_drop_busy(s);
 	json_decref(req);
 	if (!json_is_object(res)) {
@@ -829,6 +972,8 @@ static enum MHD_Result srv_access(void *cls, struct MHD_Connection *c, const cha
 		return srv_release(s, c, r);
 	case SRV_FILES:
 		return srv_files(s, c, r);
+	case SRV_CANCEL:
+		return srv_cancel(s, c, r);
 	case SRV_NONE:
 		break;
 	}
@@ -995,6 +1140,7 @@ int agent_server_start(const struct agent_server_options *opt, struct agent_serv
 	s->h = opt->handlers;
 	s->max_body = opt->max_body ? opt->max_body : AGENT_MAX_BODY;
 	s->heartbeat_ms = opt->heartbeat_ms > 0 ? opt->heartbeat_ms : AGENT_HEARTBEAT_MS;
+	s->cancel_rd = s->cancel_wr = -1;
 
 	int fd;
 	if (strncmp(opt->listen, "unix:", 5) == 0) {

@@ -24,8 +24,9 @@
 #define AGENT_SECRET_MIN 32
 #define AGENT_SECRET_MAX 256
 /* How often an idle /execute stream carries {"event":"heartbeat"}, so the client can tell a
- * long build from a dead sandbox. */
-#define AGENT_HEARTBEAT_MS 10000
+ * long build from a dead sandbox, and the worker can send its client progress heartbeats
+ * (worker/call.c) while a build or a run is silent. */
+#define AGENT_HEARTBEAT_MS 1000
 
 /*
  * The work behind POST /execute and POST /doc. Each is called with the server's "busy" slot

@@ -3,10 +3,11 @@
 #
 # Called by the root Makefile's bench target (which has already built build/mcpbench), or by
 # hand: bench/run.sh [--quick] [--only ping|rss|calls|sandbox|http|http-throughput|http-rss|
-# http-open|signin|testmode|k8s|k8s-latency|k8s-throughput] [--sessions N] [mcpbench options...].  Three tables:
+# http-open|signin|testmode|live|k8s|k8s-latency|k8s-throughput] [--sessions N] [mcpbench options...].  Three tables:
 # mcpbench's (one session over stdio, tool calls, the local sandbox), then httpbench's (the shared
 # server, `serve --http`, against the TypeScript SDK's reference server), then signinbench's (what
-# `--auth google` costs); --only picks a section of one of them.  A third, k8sbench's (the Kubernetes backend on the test cluster of tests/k8s),
+# `--auth google` costs); --only picks a section of one of them; --only live is livebench's
+# (cancel to the next result, live logs on an output flood), run only when asked for.  A third, k8sbench's (the Kubernetes backend on the test cluster of tests/k8s),
 # runs only when asked for with --only k8s* (`make bench-k8s`): it starts a cluster.
 # $HTTPBENCH_ARGS goes to httpbench (bench/httpbench.mjs --help), $K8SBENCH_ARGS to k8sbench.
 # Build output and progress go to stderr, so stdout is the tables alone.  The exit status is
@@ -41,7 +42,7 @@ fi
 
 # which tables: --only http* is httpbench's alone, --only k8s* k8sbench's alone, any other
 # --only mcpbench's alone; the rest of the arguments are mcpbench's, but --quick goes to all
-run_mc=yes run_http=yes run_k8s=no run_signin=yes run_testmode=no quick= only_http= only_k8s=
+run_mc=yes run_http=yes run_k8s=no run_signin=yes run_testmode=no run_live=no quick= only_http= only_k8s=
 n=$#
 while [ "$n" -gt 0 ]; do
 	a=$1
@@ -60,6 +61,7 @@ while [ "$n" -gt 0 ]; do
 		k8s-latency | k8s-throughput) run_mc=no run_http=no run_signin=no run_k8s=yes only_k8s=${sec#k8s-} ;;
 		signin) run_mc=no run_http=no ;;
 		testmode) run_mc=no run_http=no run_signin=no run_testmode=yes ;;
+		live) run_mc=no run_http=no run_signin=no run_live=yes ;;
 		*) run_http=no run_signin=no; set -- "$@" --only "$sec" ;;
 		esac
 		;;
@@ -73,7 +75,7 @@ if [ $run_mc = yes ]; then
 	"$BUILD/mcpbench" "$@" "${KODE_GOPHER_BIN:-$BUILD/kode-gopher}" || status=$?
 fi
 
-if [ $run_http = yes ] || [ $run_k8s = yes ]; then
+if [ $run_http = yes ] || [ $run_k8s = yes ] || [ $run_live = yes ]; then
 	# httpbench's and k8sbench's npm packages: the reference server, and undici
 	if [ ! -d bench/node_modules ] || [ bench/package.json -nt bench/node_modules ]; then
 		echo "bench: npm install in bench" >&2
@@ -105,6 +107,12 @@ if [ $run_signin = yes ]; then
 	# sign-in's cost: bearer checking per request, and the sign-in round trip (tests/oidc's provider)
 	{ [ $run_mc = yes ] || [ $run_http = yes ]; } && echo
 	KODE_GOPHER_BIN=${KODE_GOPHER_BIN:-$BUILD/kode-gopher} node bench/signinbench.mjs $quick || status=$?
+fi
+
+if [ $run_live = yes ]; then
+	# cancellation and live logs: notifications/cancelled to the next result, logs on a flood
+	node bench/livebench.mjs $quick --bin "${KODE_GOPHER_BIN:-$BUILD/kode-gopher}" \
+		--runtime-dir "$RUNTIME_DIR" || status=$?
 fi
 
 if [ $run_k8s = yes ]; then

@@ -315,16 +315,29 @@ static char *gone_answer(struct pending *p)
 
 /* ---- text/event-stream ---- */
 
+/*
+ * One connection reading a call's SSE stream: the POST that started the call, or a GET that
+ * resumes it with Last-Event-ID. Events are numbered per stream (pool.h: the priming event 0,
+ * then the notifications and the answer in order) and sent with the id "<stream>-<n>"; the
+ * pending keeps the last SSE_REPLAY_* of them, so a resumption sends those after its cursor.
+ * The pending outlives a dropped connection (pool_pending_sweep frees it later); a second
+ * reader of the same stream supersedes the first.
+ */
 struct sse {
 	struct pending *p;
 	char *buf;
 	size_t len, off;
-	bool last;
-	double deadline;
+	bool last;             /* the stream's last bytes are in buf */
+	bool complete;         /* ... and they were the answer (or the end of a call without one) */
+	bool prime;            /* send the priming event first */
+	unsigned reader;       /* its number in p->reader */
+	uint64_t cursor;       /* the next event number to send */
+	double deadline, quiet_until;
 };
 
-/* sse_event - "event: message\ndata: <json>\n\n" */
-static void sse_event(struct sse *x, const char *data, size_t len)
+/* sse_put - an event into x->buf: an id, then (data == NULL) a comment line, (len == 0 and
+ * retry) the priming event, or a message */
+static void sse_put(struct sse *x, uint64_t no, const char *data, size_t len, bool prime)
 {
 	free(x->buf);
 	x->buf = NULL;
@@ -332,10 +345,18 @@ static void sse_event(struct sse *x, const char *data, size_t len)
 	FILE *f = open_memstream(&x->buf, &x->len);
 	if (!f)
 		return;
-	fputs("event: message\ndata: ", f);
-	fwrite(data, 1, len, f);
-	fputs("\n\n", f);
+	if (!data && !prime)
+		fputs(": keepalive\n\n", f);
+	else if (prime)
+		fprintf(f, "id: %s-%llu\nretry: %d\ndata: \n\n", x->p->stream, (unsigned long long)no,
+			SSE_RETRY_MS);
+	else {
+		fprintf(f, "id: %s-%llu\nevent: message\ndata: ", x->p->stream, (unsigned long long)no);
+		fwrite(data, 1, len, f);
+		fputs("\n\n", f);
+	}
 	fclose(f);
+	x->quiet_until = mono_s() + SSE_KEEPALIVE_S;
 }
 
 /* sse_reader - MHD asks for more of the stream; blocking is fine: one thread per connection */
@@ -352,43 +373,101 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *out, size_t max)
 			pthread_mutex_unlock(&pool.mu);
 			return (ssize_t)n;
 		}
+		struct pending *p = x->p;
 		if (x->last) {
+			x->complete = true;
 			pthread_mutex_unlock(&pool.mu);
 			return MHD_CONTENT_READER_END_OF_STREAM;
 		}
-		struct pending *p = x->p;
-		if (p->q) {
-			struct event *e = p->q;
-			p->q = e->next;
-			if (!p->q)
-				p->qtail = NULL;
-			sse_event(x, e->data, e->len);
-			free(e);
+		if (p->reader != x->reader) {
+			/* a resumption took the stream over: this connection is a dead one */
+			pthread_mutex_unlock(&pool.mu);
+			return MHD_CONTENT_READER_END_WITH_ERROR;
+		}
+		struct event *e = p->q;
+		while (e && e->no < x->cursor)
+			e = e->next;
+		if (x->prime) {
+			x->prime = false;
+			sse_put(x, 0, NULL, 0, true);
+		} else if (e) {
+			sse_put(x, e->no, e->data, e->len, false);
+			x->cursor = e->no + 1;
 		} else if (p->done) {
 			x->last = true;
-			if (p->alen)
-				sse_event(x, p->answer, p->alen);
+			if (p->alen && x->cursor <= p->answer_no)
+				sse_put(x, p->answer_no, p->answer, p->alen, false);
 		} else if (p->gone || mono_s() > x->deadline) {
 			char *b = p->gone ? gone_answer(p) : rpc_error(p->id, -32603, "timed out waiting for the worker");
 			x->last = true;
 			if (b)
-				sse_event(x, b, strlen(b));
+				sse_put(x, p->ev_next, b, strlen(b), false);
 			free(b);
+		} else if (mono_s() >= x->quiet_until) {
+			sse_put(x, 0, NULL, 0, false);
 		} else {
 			wait_on(p, 1);
 		}
 	}
 }
 
-/* sse_free - the stream is over (or the client went away) */
+/* sse_free - the stream is over, or the client went away: then the pending waits for a
+ * resumption (pool_pending_sweep frees it if none comes) */
 static void sse_free(void *cls)
 {
 	struct sse *x = cls;
 	pthread_mutex_lock(&pool.mu);
-	pool_pending_free(x->p);
+	struct pending *p = x->p;
+	if (p->reader == x->reader) {
+		/* an answer sent is the end; a call that ended without one (cancelled) stays
+		 * findable, so that a client resuming it learns that nothing more comes */
+		if (x->complete && p->done && p->alen) {
+			pool_pending_free(p);
+		} else {
+			p->attached = false;
+			p->detached_at = mono_s();
+			pthread_cond_broadcast(&p->cv);
+		}
+	}
 	pthread_mutex_unlock(&pool.mu);
 	free(x->buf);
 	free(x);
+}
+
+/* sse_respond - answer with p's SSE stream from event number cursor (prime: the priming event
+ * first); takes mu held, releases it */
+static enum MHD_Result sse_respond(struct MHD_Connection *c, struct pending *p, uint64_t cursor,
+				   bool prime, double deadline, const char *origin, const char *sid)
+{
+	struct sse *x = calloc(1, sizeof(*x));
+	struct MHD_Response *r = x ? MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 * 1024,
+								   sse_reader, x, sse_free) : NULL;
+	if (!r) {
+		free(x);
+		if (!p->attached)
+			pool_pending_free(p);
+		pthread_mutex_unlock(&pool.mu);
+		return MHD_NO;
+	}
+	if (!p->stream[0])
+		spawn_random_hex(p->stream, SSE_STREAM_ID_HEX / 2);
+	x->p = p;
+	x->reader = ++p->reader;
+	x->cursor = cursor;
+	x->prime = prime;
+	x->deadline = deadline;
+	x->quiet_until = mono_s() + SSE_KEEPALIVE_S;
+	p->attached = true;
+	pthread_cond_broadcast(&p->cv); /* a reader it supersedes notices */
+	pthread_mutex_unlock(&pool.mu);
+	MHD_add_response_header(r, "Content-Type", "text/event-stream");
+	MHD_add_response_header(r, "Cache-Control", "no-cache");
+	if (sid)
+		MHD_add_response_header(r, "Mcp-Session-Id", sid);
+	cors(r, origin);
+	enum MHD_Result q = MHD_queue_response(c, MHD_HTTP_OK, r);
+	MHD_destroy_response(r);
+	return q;
 }
 
 /* answer_pending - wait for the worker and answer the POST (takes mu held, releases it) */
@@ -398,28 +477,8 @@ static enum MHD_Result answer_pending(struct MHD_Connection *c, struct pending *
 	double deadline = mono_s() + HTTP_WAIT_S;
 	while (!p->done && !p->gone && !(p->accepted && sse_ok) && mono_s() < deadline)
 		wait_on(p, 1);
-	if (!p->done && !p->gone && p->accepted && sse_ok) {
-		struct sse *x = calloc(1, sizeof(*x));
-		struct MHD_Response *r = x ? MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 * 1024,
-									   sse_reader, x, sse_free) : NULL;
-		if (!r) {
-			free(x);
-			pool_pending_free(p);
-			pthread_mutex_unlock(&pool.mu);
-			return MHD_NO;
-		}
-		x->p = p;
-		x->deadline = deadline;
-		pthread_mutex_unlock(&pool.mu);
-		MHD_add_response_header(r, "Content-Type", "text/event-stream");
-		MHD_add_response_header(r, "Cache-Control", "no-cache");
-		if (sid)
-			MHD_add_response_header(r, "Mcp-Session-Id", sid);
-		cors(r, origin);
-		enum MHD_Result q = MHD_queue_response(c, MHD_HTTP_OK, r);
-		MHD_destroy_response(r);
-		return q;
-	}
+	if (!p->done && !p->gone && p->accepted && sse_ok)
+		return sse_respond(c, p, 1, true, deadline, origin, sid);
 	unsigned status;
 	char *body = NULL;
 	size_t len = 0;
@@ -738,6 +797,66 @@ static enum MHD_Result post_initialize(struct MHD_Connection *c, struct req *rq,
 			 "header to open one, then send that header with every request", origin, 0);
 }
 
+/* parse_event_id - "<stream>-<n>" as this server writes them; false for anything else */
+static bool parse_event_id(const char *v, char *stream, size_t cap, uint64_t *n)
+{
+	if (strlen(v) < SSE_STREAM_ID_HEX + 2 || v[SSE_STREAM_ID_HEX] != '-' || cap <= SSE_STREAM_ID_HEX)
+		return false;
+	if (strspn(v, "0123456789abcdef") != SSE_STREAM_ID_HEX)
+		return false;
+	const char *num = v + SSE_STREAM_ID_HEX + 1;
+	if (strspn(num, "0123456789") != strlen(num) || strlen(num) > 18)
+		return false;
+	memcpy(stream, v, SSE_STREAM_ID_HEX);
+	stream[SSE_STREAM_ID_HEX] = '\0';
+	*n = strtoull(num, NULL, 10);
+	return true;
+}
+
+/* get_resume - GET with Last-Event-ID: the rest of a call's SSE stream after that event */
+static enum MHD_Result get_resume(struct MHD_Connection *c, const char *sid, const char *user,
+				  const char *origin)
+{
+	const char *last = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Last-Event-ID");
+	const char *accept = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Accept");
+	char stream[SSE_STREAM_ID_HEX + 1];
+	uint64_t n;
+	if (!sid)
+		return reply_error(c, MHD_HTTP_BAD_REQUEST, -32000, "Bad Request: resuming a stream "
+				   "needs the Mcp-Session-Id header of its session", origin);
+	if (!accept || !http_media_admits(accept, "text/event-stream"))
+		return reply_error(c, MHD_HTTP_NOT_ACCEPTABLE, -32000, "Not Acceptable: a resumed "
+				   "stream is text/event-stream; send Accept: text/event-stream", origin);
+	if (!parse_event_id(last, stream, sizeof(stream), &n))
+		return reply_error(c, MHD_HTTP_BAD_REQUEST, -32000, "Bad Request: Last-Event-ID is "
+				   "not an event id this server sent (they look like "
+				   "0123456789abcdef-12)", origin);
+	pthread_mutex_lock(&pool.mu);
+	int i = pool_find_session(sid);
+	if (i >= 0 && strcmp(pool.slots[i].user, user) != 0)
+		i = -1; /* another user's session: as if it did not exist */
+	if (i < 0) {
+		pthread_mutex_unlock(&pool.mu);
+		return reply_error(c, MHD_HTTP_NOT_FOUND, -32001, "Session not found: it ended or never "
+				   "existed; start a new one with initialize", origin);
+	}
+	struct pending *p = pool_find_stream(i, stream);
+	if (!p || p->gone) {
+		pthread_mutex_unlock(&pool.mu);
+		char msg[200];
+		snprintf(msg, sizeof(msg), "Not found: no stream %s in this session: its call ended "
+			 "and was read, or ended more than %d s ago unread", stream, SSE_RESUME_WINDOW_S);
+		return reply_error(c, MHD_HTTP_NOT_FOUND, -32001, msg, origin);
+	}
+	if (p->done && !p->alen && (!p->qtail || p->qtail->no <= n)) {
+		/* a call that ended without an answer (it was cancelled): nothing more comes */
+		pthread_mutex_unlock(&pool.mu);
+		return reply(c, MHD_HTTP_NO_CONTENT, NULL, NULL, 0, origin, NULL);
+	}
+	log_debug("stream %s resumed after event %llu", stream, (unsigned long long)n);
+	return sse_respond(c, p, n + 1, false, mono_s() + HTTP_WAIT_S, origin, NULL);
+}
+
 /* handle_mcp - /mcp */
 static enum MHD_Result handle_mcp(struct MHD_Connection *c, const char *method, struct req *rq,
 				  const char *origin)
@@ -749,6 +868,8 @@ static enum MHD_Result handle_mcp(struct MHD_Connection *c, const char *method, 
 	enum MHD_Result unauthorized;
 	if (auth_enabled() && !auth_bearer(c, user, sizeof(user), &unauthorized))
 		return unauthorized;
+	if (strcmp(method, "GET") == 0 && MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Last-Event-ID"))
+		return get_resume(c, sid, user, origin);
 	if (strcmp(method, "GET") == 0) {
 		/* no server-initiated messages outside a request: no standalone stream */
 		struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);

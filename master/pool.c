@@ -252,6 +252,7 @@ struct pending *pool_send(int i, const char *msg, size_t len)
 		return NULL;
 	p->slot = i;
 	p->seq = ++seq;
+	p->ev_next = 1; /* 0 is the priming event of its SSE stream */
 	pthread_cond_init(&p->cv, NULL);
 	struct ipc_buf b;
 	if (ipc_pack_req_mcp(&b, p->seq, msg, len, false) != 0 || spawn_send(&s->w, &b) != 0) {
@@ -293,6 +294,30 @@ void pool_pending_free(struct pending *p)
 	free(p->id);
 	pthread_cond_destroy(&p->cv);
 	free(p);
+}
+
+/* pool_pending_sweep - see pool.h */
+void pool_pending_sweep(void)
+{
+	double now = mono_s();
+	for (struct pending **pp = &pool.pending; *pp;) {
+		struct pending *p = *pp;
+		if (p->stream[0] && !p->attached &&
+		    (p->gone || (p->done && now - p->detached_at > SSE_RESUME_WINDOW_S))) {
+			pool_pending_free(p); /* unlinks p: *pp is the next one now */
+			continue;
+		}
+		pp = &p->next;
+	}
+}
+
+/* pool_find_stream - see pool.h */
+struct pending *pool_find_stream(int i, const char *stream)
+{
+	for (struct pending *p = pool.pending; p; p = p->next)
+		if (p->slot == i && p->stream[0] && strcmp(p->stream, stream) == 0)
+			return p;
+	return NULL;
 }
 
 static struct pending *pending_find(int slot, uint32_t seq)
@@ -436,6 +461,7 @@ static enum mon_pending pool_on_answer(void *ctx, uint32_t seq, struct ipc_bytes
 		memcpy(p->answer, msg.ptr, msg.len);
 		p->alen = msg.len;
 	}
+	p->answer_no = p->ev_next++;
 	p->done = true;
 	pthread_cond_broadcast(&p->cv);
 	return MON_PENDING;
@@ -450,6 +476,7 @@ static void pool_on_note(void *ctx, uint32_t rel, struct ipc_bytes msg)
 	if (!e)
 		return;
 	e->next = NULL;
+	e->no = p->ev_next++;
 	e->len = msg.len;
 	memcpy(e->data, msg.ptr, e->len);
 	if (p->qtail)
@@ -457,6 +484,16 @@ static void pool_on_note(void *ctx, uint32_t rel, struct ipc_bytes msg)
 	else
 		p->q = e;
 	p->qtail = e;
+	p->q_bytes += e->len;
+	p->q_count++;
+	/* a resumption replays what is kept: the newest notifications, within bounds */
+	while (p->q != e && (p->q_count > SSE_REPLAY_EVENTS || p->q_bytes > SSE_REPLAY_BYTES)) {
+		struct event *old = p->q;
+		p->q = old->next;
+		p->q_bytes -= old->len;
+		p->q_count--;
+		free(old);
+	}
 	pthread_cond_broadcast(&p->cv);
 }
 
@@ -595,6 +632,7 @@ static void slot_died(int i, int status, const struct rusage *ru)
 				snprintf(p->gone_why, sizeof(p->gone_why), "worker %s", how);
 			pthread_cond_broadcast(&p->cv);
 		}
+	pool_pending_sweep(); /* before the slot serves another session */
 	s->w.pid = 0;
 	sandbox_local_release_later(&s->w);
 	spawn_forget(&s->w);
@@ -645,6 +683,7 @@ double pool_idle_limit(const struct slot *s)
 static void pool_timers(void)
 {
 	double now = mono_s();
+	pool_pending_sweep();
 	for (int i = 0; i < pool.nslots; i++) {
 		struct slot *s = &pool.slots[i];
 		if (s->state == SLOT_SESSION && s->inflight == 0 && !s->busy &&

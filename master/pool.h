@@ -38,6 +38,18 @@
 #define SERVE_UNUSED_SESSION_TIMEOUT_S 120 /* --unused-session-timeout default */
 #define ACCT_SESSION_ID_CHARS 8           /* of a session id in the accounting log: a prefix */
 #define POOL_CALL_LABELS 48               /* tool x kind counters of /metrics */
+/* SSE streams of tool calls (master/http.c; docs/shared-server.md): every event has an id
+ * "<stream>-<n>"; a client that lost the connection resumes with GET and Last-Event-ID while
+ * the call runs, and for SSE_RESUME_WINDOW_S after it ended unread. What is kept for that is
+ * bounded: the last SSE_REPLAY_EVENTS notifications and SSE_REPLAY_BYTES of them (older ones
+ * go first), and the result. */
+#define SSE_RETRY_MS 1000                 /* the retry: field: reconnect after this long */
+#define SSE_KEEPALIVE_S 15                /* a comment line after this much silence, so neither
+					   * the request timeout nor a proxy ends a quiet call */
+#define SSE_REPLAY_EVENTS 512
+#define SSE_REPLAY_BYTES (2u * 1024 * 1024)
+#define SSE_RESUME_WINDOW_S 60
+#define SSE_STREAM_ID_HEX 16
 
 enum slot_state { SLOT_FREE, SLOT_STARTING, SLOT_IDLE, SLOT_OPENING, SLOT_SESSION, SLOT_ENDING,
 		  SLOT_CLOSING /* dead; its channel is being closed in the background */ };
@@ -61,6 +73,7 @@ struct slot {
 
 struct event {
 	struct event *next;
+	uint64_t no;           /* its number in the SSE stream (the id's <n>) */
 	size_t len;
 	char data[];
 };
@@ -77,8 +90,18 @@ struct pending {
 	char *answer;          /* the JSON-RPC answer; NULL/0: none (a notification) */
 	size_t alen;
 	char *id;              /* JSON of the request id, from NOTE_ACCEPTED */
-	struct event *q, *qtail; /* notifications that belong to this request (SSE) */
+	struct event *q, *qtail; /* notifications that belong to this request, the last
+				  * SSE_REPLAY_* of them (SSE) */
+	size_t q_bytes;
+	unsigned q_count;
 	char gone_why[160];
+	/* its SSE stream: "" until the answer goes out as one */
+	char stream[SSE_STREAM_ID_HEX + 1];
+	uint64_t ev_next;      /* the number the next event gets; 0 is the priming event */
+	uint64_t answer_no;    /* the answer's number, once done */
+	unsigned reader;       /* the connection reading it now (a new one supersedes) */
+	bool attached;         /* a connection reads it */
+	double detached_at;    /* when the last reader went */
 };
 
 struct pool {
@@ -120,6 +143,11 @@ int pool_find_session(const char *sid);  /* the slot of an open session, or -1 *
 void pool_end_session(int i, const char *reason);
 struct pending *pool_send(int i, const char *msg, size_t len); /* NULL if the worker is gone */
 void pool_pending_free(struct pending *p);
+/* pool_pending_sweep - free the SSE streams nobody reads any more whose call ended (gone, or
+ * done and unread for SSE_RESUME_WINDOW_S) */
+void pool_pending_sweep(void);
+/* pool_find_stream - the pending of slot i whose SSE stream is `stream`, or NULL */
+struct pending *pool_find_stream(int i, const char *stream);
 void pool_metrics(char **out, size_t *len);
 double pool_idle_limit(const struct slot *s); /* seconds it may sit idle */
 /* the /metrics label for a reported tool or result kind: one of a fixed set, else "other" */

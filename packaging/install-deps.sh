@@ -48,3 +48,16 @@ if [ -f tests/conformance/package.json ]; then
 		touch tests/conformance/node_modules
 	fi
 fi
+
+# The second MCP client of the end-to-end tests: the official Go SDK, built from the module proxy
+# into tests/e2e/goclient's client (tests/e2e/live-go.test.mjs builds it too when it is missing;
+# the cache directory is named for a hash of its sources, as that test computes it).
+if [ -f tests/e2e/goclient/go.mod ] && command -v go >/dev/null && [ -d /var/cache/kode-gopher ]; then
+	gc_hash=$(cat tests/e2e/goclient/go.mod tests/e2e/goclient/go.sum tests/e2e/goclient/main.go | sha256sum | cut -c1-16)
+	gc_bin=/var/cache/kode-gopher/goclient-$gc_hash/kg-go-client
+	if [ ! -x "$gc_bin" ]; then
+		echo "install-deps: building the Go SDK test client" >&2
+		mkdir -p "${gc_bin%/*}"
+		(cd tests/e2e/goclient && GOFLAGS=-mod=readonly CGO_ENABLED=0 go build -o "$gc_bin.$$" . && mv "$gc_bin.$$" "$gc_bin")
+	fi
+fi

@@ -57,6 +57,7 @@ struct ac_xfer {
 	agent_event_fn on_event;
 	void *ectx;
 	volatile int *cancel;
+	long long cancel_seen_ms; /* when *cancel was first seen set; 0: not yet */
 };
 
 /* ac_fail - record a verdict from inside a callback (the first one wins) */
@@ -140,10 +141,20 @@ static int ac_line(struct ac_xfer *x, const char *s, size_t n)
 	} else if (n > AGENT_CLIENT_MAX_LINE) {
 		ac_fail(x, -EPROTO, "the sandbox sent an oversized \"%.32s\" event", name);
 		rc = -1;
-	} else if (strcmp(name, "token_request") == 0 && x->on_event) {
+	} else if (strcmp(name, "log") == 0) {
+		if (!json_is_string(json_object_get(ev, "phase")) ||
+		    !json_is_string(json_object_get(ev, "stream")) ||
+		    !json_is_string(json_object_get(ev, "text"))) {
+			ac_fail(x, -EPROTO, "the sandbox sent a malformed log event");
+			rc = -1;
+		} else if (x->on_event) {
+			x->on_event(x->ectx, ev);
+		}
+	} else if ((strcmp(name, "token_request") == 0 || strcmp(name, "heartbeat") == 0) &&
+		   x->on_event) {
 		x->on_event(x->ectx, ev);
 	}
-	/* "heartbeat" and events added by newer agents carry nothing for us */
+	/* events added by newer agents carry nothing for us */
 	json_decref(ev);
 	return rc;
 }
@@ -239,7 +250,10 @@ static size_t ac_write(char *p, size_t size, size_t nmemb, void *ud)
 	return n;
 }
 
-/* ac_xferinfo - curl progress callback: the only place a cancel can interrupt a transfer */
+
+/* ac_xferinfo - curl progress callback: a cancelled call ends its stream itself (POST /cancel
+ * kills what runs and the agent sends its result); one that does not within
+ * AGENT_CLIENT_CANCEL_GRACE_MS is cut here */
 static int ac_xferinfo(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
 		       curl_off_t ulnow)
 {
@@ -248,7 +262,12 @@ static int ac_xferinfo(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_
 	(void)dlnow;
 	(void)ultotal;
 	(void)ulnow;
-	return x->cancel && *x->cancel ? 1 : 0;
+	if (!x->cancel || !*x->cancel)
+		return 0;
+	long long now = mono_ms();
+	if (!x->cancel_seen_ms)
+		x->cancel_seen_ms = now;
+	return x->kind != AC_EXECUTE || now - x->cancel_seen_ms >= AGENT_CLIENT_CANCEL_GRACE_MS;
 }
 
 /* ac_where - the endpoint, for sentences */
@@ -733,6 +752,22 @@ int agent_client_token(const struct agent_endpoint *ep, json_t *answer, char *er
 	rc = ac_call(ep, "/token", body, len, AC_TOKEN_TIMEOUT_MS, &x, err, errlen);
 	OPENSSL_cleanse(body, len);
 	free(body);
+	ac_xfer_free(&x);
+	return rc;
+}
+
+/* agent_client_cancel - POST /cancel: stop the running call; *running says whether one ran */
+int agent_client_cancel(const struct agent_endpoint *ep, bool *running, char *err, size_t errlen)
+{
+	struct ac_xfer x = { .kind = AC_DOC, .max = AGENT_CLIENT_MAX_LINE };
+	*running = false;
+	int rc = ac_call(ep, "/cancel", "{}", 2, AC_TOKEN_TIMEOUT_MS, &x, err, errlen);
+	json_t *ans = NULL;
+	if (rc == 0)
+		rc = ac_answer(&x, &ans, err, errlen);
+	if (rc == 0)
+		*running = json_is_true(json_object_get(ans, "cancelled"));
+	json_decref(ans);
 	ac_xfer_free(&x);
 	return rc;
 }

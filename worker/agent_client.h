@@ -35,6 +35,9 @@
 /* An /execute stream that carries no byte for this long is a dead sandbox (the agent sends a
  * heartbeat every 10 s while a call runs). */
 #define AGENT_CLIENT_STALL_S 60
+/* After a cancel, how long the stream may take to end by itself (the agent kills the run at
+ * POST /cancel and sends its result) before the client cuts it. */
+#define AGENT_CLIENT_CANCEL_GRACE_MS 3000
 /* Answer size limits: the result line of /execute, and any other answer or event line. */
 #define AGENT_CLIENT_MAX_RESULT (32u * 1024 * 1024)
 #define AGENT_CLIENT_MAX_LINE   (64u * 1024)
@@ -73,17 +76,19 @@ typedef void (*agent_progress_fn)(void *ctx, const char *phase, const char *mess
  * agent_client_execute - POST /execute and follow its NDJSON stream.
  *   req:      the pipeline_execute request ({"files":[...], "timeout_ms"?, "env"?})
  *   progress: called on this thread for each progress event (may be NULL)
- *   cancel:   polled about once a second; nonzero ends the call with -ECANCELED (the agent
- *             finishes the run anyway and stays busy until then). May be NULL.
+ *   cancel:   nonzero ends the call with -ECANCELED if the stream has not ended by itself
+ *             AGENT_CLIENT_CANCEL_GRACE_MS after it was seen (the caller sends POST /cancel,
+ *             agent_client_cancel, from another thread). May be NULL.
  * Returns 0 and *result (a new reference to the result object), or a negative errno above.
  */
 int agent_client_execute(const struct agent_endpoint *ep, json_t *req, agent_progress_fn progress,
 			 void *ctx, volatile int *cancel, json_t **result, char *err,
 			 size_t errlen);
 
-/* Called on the execute thread for each {"event":"token_request",...} the agent's metadata
- * emulator sends during a run (event is borrowed; answer with agent_client_token from another
- * thread, since this one is busy reading the stream). */
+/* Called on the execute thread for each token_request event the agent's metadata emulator
+ * sends during a run (answer with agent_client_token from another thread, since this one is
+ * busy reading the stream), each heartbeat, and each log event (checked: "phase", "stream" and
+ * "text" are strings). event is borrowed. */
 typedef void (*agent_event_fn)(void *ctx, json_t *event);
 
 /* agent_client_execute_ev - agent_client_execute with token requests handed to on_event */
@@ -121,6 +126,10 @@ int agent_client_doc(const struct agent_endpoint *ep, json_t *req, json_t **resu
 /* agent_client_release - POST /release with the secret: the agent is unclaimed again (its
  * /app stays), so a later session can claim it; the secret is wiped from ep */
 int agent_client_release(struct agent_endpoint *ep, char *err, size_t errlen);
+
+/* agent_client_cancel - POST /cancel: the agent kills the running call's build or program and
+ * ends its stream with a "cancelled" result; 0 and *running (whether a call was running) */
+int agent_client_cancel(const struct agent_endpoint *ep, bool *running, char *err, size_t errlen);
 
 /* agent_client_gone - true for the errors that mean the sandbox is gone or unreachable */
 bool agent_client_gone(int rc);

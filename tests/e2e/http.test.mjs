@@ -140,10 +140,10 @@ test('http: raw tools/call: progress and result as text/event-stream, or JSON wh
 	const r = await post(srv.port, call(7, 'tok-7'), h);
 	assert.equal(r.status, 200, r.body);
 	assert.match(r.headers['content-type'] || '', /^text\/event-stream/);
-	const events = r.body.split('\n\n').filter((e) => e.trim()).map((e) => {
-		const data = e.split('\n').filter((l) => l.startsWith('data:')).map((l) => l.slice(5).trim()).join('\n');
-		return JSON.parse(data);
-	});
+	/* the priming event (an id, retry, empty data) carries no message */
+	const events = r.body.split('\n\n').filter((e) => e.trim()).map((e) =>
+		e.split('\n').filter((l) => l.startsWith('data:')).map((l) => l.slice(5).trim()).join('\n'))
+		.filter((data) => data).map((data) => JSON.parse(data));
 	const progress = events.filter((m) => m.method === 'notifications/progress');
 	assert.ok(progress.length >= 1, r.body.slice(0, 500));
 	for (const p of progress)

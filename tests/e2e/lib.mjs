@@ -14,6 +14,7 @@ import { spawn, spawnSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import fs from 'node:fs';
 import http from 'node:http';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { after, afterEach, before, beforeEach } from 'node:test';
@@ -719,3 +720,46 @@ export function snippet(body, imports = []) {
 
 /* goStr - a Go string literal (JSON's escapes are Go's for the strings the tests use) */
 export const goStr = (s) => JSON.stringify(s);
+
+/* slowBuild - a package main whose compile takes seconds for real (n generated functions; the
+ * nonce keeps the build cache from knowing it), for tests of a long build */
+export function slowBuild(nonce, n = 3000) {
+	const l = ['package main', '', 'import "fmt"', ''];
+	for (let i = 0; i < n; i++)
+		l.push(`func f${i}(x int) int { s := ${nonce % 1000}; for j := 0; j < x; j++ { s += j*${i} ^ (s >> 3) }; if s%7 == ${i % 7} { return s + ${i} }; return s - ${i} }`);
+	l.push('func main() { t := 0');
+	for (let i = 0; i < n; i++)
+		l.push(`t += f${i}(${i % 13})`);
+	l.push(`fmt.Println("slow build ran", t, ${nonce}) }`);
+	return l.join('\n');
+}
+
+/* cutProxy - a TCP proxy on loopback in front of port() (a function: the server may start
+ * after the proxy, which must be named in its --allowed-hosts); cut() drops every connection
+ * open now, as a network would */
+export async function cutProxy(port) {
+	const pairs = new Set();
+	const srv = net.createServer((c) => {
+		const u = net.connect(port(), '127.0.0.1');
+		const pair = [c, u];
+		pairs.add(pair);
+		c.pipe(u);
+		u.pipe(c);
+		const end = () => {
+			c.destroy();
+			u.destroy();
+			pairs.delete(pair);
+		};
+		for (const x of pair)
+			x.on('error', end).on('close', end);
+	});
+	await new Promise((r) => srv.listen(0, '127.0.0.1', r));
+	const cut = () => {
+		for (const [c, u] of pairs) {
+			c.destroy();
+			u.destroy();
+		}
+		pairs.clear();
+	};
+	return { port: srv.address().port, cut, close: () => new Promise((r) => { cut(); srv.close(r); }) };
+}

@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "agent/pipeline.h"
+#include "agent/runproc.h"
 #include "agent/server.h"
 #include "ipc/log.h"
 #include "worker/agent_client.h"
@@ -54,6 +55,7 @@ struct fake {
 	size_t big;          /* bytes of "stdout" in the result */
 	int sleep_ms;        /* execute sleeps this long before returning */
 	bool odd_progress;   /* also send an oversized and a non-UTF-8 progress message */
+	bool child;          /* run a real child through runproc (prints, then sleeps 30 s) */
 };
 
 /* fake_execute - three progress events, optionally block or sleep, echo the request */
@@ -86,6 +88,14 @@ static json_t *fake_execute(void *ctx, json_t *req, pipeline_progress_fn progres
 	pthread_mutex_unlock(&f->mu);
 	if (f->sleep_ms)
 		usleep((useconds_t)f->sleep_ms * 1000);
+	if (f->child) {
+		static const char *const argv[] = { "sh", "-c", "echo child says hi; exec sleep 30", NULL };
+		static const char *const envp[] = { "PATH=/usr/bin:/bin", NULL };
+		struct runproc_opts o = { .argv = argv, .envp = envp, .timeout_ms = 60000 };
+		struct runproc_result rr;
+		if (runproc_run(&o, &rr) == 0)
+			runproc_result_free(&rr);
+	}
 
 	json_t *res = json_pack("{s:s, s:i, s:O}", "phase", "run", "exit_code", 0, "echo", req);
 	if (f->big) {
@@ -820,6 +830,80 @@ static void test_cancel(void **state)
 	json_decref(req);
 }
 
+/* on_log - collect the text of log events */
+struct logs {
+	pthread_mutex_t mu;
+	char text[256];
+	int n;
+};
+static void on_log(void *ctx, json_t *ev)
+{
+	struct logs *l = ctx;
+	if (strcmp(json_string_value(json_object_get(ev, "event")), "log") != 0)
+		return;
+	pthread_mutex_lock(&l->mu);
+	snprintf(l->text, sizeof(l->text), "%s %s %s", json_string_value(json_object_get(ev, "phase")),
+		 json_string_value(json_object_get(ev, "stream")),
+		 json_string_value(json_object_get(ev, "text")));
+	l->n++;
+	pthread_mutex_unlock(&l->mu);
+}
+
+struct kill_call {
+	struct agent_endpoint *ep;
+	struct logs logs;
+	int rc;
+	json_t *res;
+	char err[ERRLEN];
+};
+static void *kill_thread(void *arg)
+{
+	struct kill_call *c = arg;
+	json_t *req = exec_req();
+	c->rc = agent_client_execute_ev(c->ep, req, NULL, NULL, on_log, &c->logs, NULL, &c->res,
+					c->err, sizeof(c->err));
+	json_decref(req);
+	return NULL;
+}
+
+/* test_cancel_kills - POST /cancel kills the running child; the stream ends with a cancelled
+ * result, the child's line came as a log event, and the sandbox is free at once */
+static void test_cancel_kills(void **state)
+{
+	struct fx *x = *state;
+	char err[ERRLEN];
+	claim(x);
+	x->fake.child = true;
+	struct kill_call c = { .ep = &x->ep, .logs = { .mu = PTHREAD_MUTEX_INITIALIZER } };
+	pthread_t t;
+	pthread_create(&t, NULL, kill_thread, &c);
+	for (int i = 0; i < 2000; i++) { /* the child's line: it runs */
+		pthread_mutex_lock(&c.logs.mu);
+		int n = c.logs.n;
+		pthread_mutex_unlock(&c.logs.mu);
+		if (n)
+			break;
+		usleep(10000);
+	}
+	assert_string_equal(c.logs.text, "run stdout child says hi");
+	bool running = false;
+	assert_int_equal(agent_client_cancel(&x->ep, &running, err, sizeof(err)), 0);
+	assert_true(running);
+	pthread_join(t, NULL);
+	if (c.rc != 0)
+		fail_msg("execute: %d %s", c.rc, c.err);
+	assert_string_equal(json_string_value(json_object_get(c.res, "phase")), "cancelled");
+	json_decref(c.res);
+	/* nothing runs any more: a cancel now finds nothing, a new call starts */
+	assert_int_equal(agent_client_cancel(&x->ep, &running, err, sizeof(err)), 0);
+	assert_false(running);
+	x->fake.child = false;
+	json_t *req = exec_req(), *res = NULL;
+	assert_int_equal(agent_client_execute(&x->ep, req, NULL, NULL, NULL, &res, err, sizeof(err)), 0);
+	json_decref(res);
+	json_decref(req);
+}
+
 /* test_heartbeat - a quiet run carries heartbeats, which the client skips */
 static void test_heartbeat(void **state)
 {
@@ -1140,6 +1224,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_kill_mid_execute, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_cancel, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_heartbeat, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_cancel_kills, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_tcp, fx_setup, fx_teardown),
 		cmocka_unit_test(test_stream_sentences_are_utf8),
 		cmocka_unit_test_setup_teardown(test_bad_streams, fx_setup, fx_teardown),

@@ -32,6 +32,50 @@ static int run_sh(const char *script, struct runproc_opts *o, struct runproc_res
 	return runproc_run(o, r);
 }
 
+/* The watch: lines as they come; a cancel from another thread kills the child */
+struct watched {
+	int pipe[2];
+	int lines;
+	char first[64];
+};
+static bool watch_line(void *ctx, int stream, const char *text, size_t len)
+{
+	struct watched *w = ctx;
+	if (w->lines++ == 0)
+		snprintf(w->first, sizeof(w->first), "%d:%.*s", stream, (int)len, text);
+	if (w->lines == 2 && write(w->pipe[1], "x", 1) != 1)
+		abort(); /* the second line: cancel */
+	return w->lines < 3;
+}
+
+static void test_watch_cancel(void **state)
+{
+	(void)state;
+	struct watched w = { .lines = 0 };
+	assert_int_equal(pipe(w.pipe), 0);
+	struct runproc_watch rw = { .cancel_fd = w.pipe[0], .line = watch_line, .ctx = &w };
+	runproc_watch_set(&rw);
+	struct runproc_opts o = { .timeout_ms = 60000 };
+	struct runproc_result r;
+	assert_int_equal(run_sh("echo one; echo two; echo three; exec sleep 30", &o, &r), 0);
+	assert_true(r.cancelled);
+	assert_int_equal(r.signal, SIGKILL);
+	assert_string_equal(w.first, "1:one");
+	assert_true(w.lines >= 2 && w.lines <= 3); /* false from the callback stops the lines */
+	assert_non_null(strstr(r.out.data, "one\ntwo\n"));
+	runproc_result_free(&r);
+	/* cancelled: nothing more starts on this thread */
+	assert_true(runproc_cancelled());
+	assert_int_equal(run_sh("echo never", &o, &r), -ECANCELED);
+	runproc_watch_set(NULL);
+	assert_false(runproc_cancelled());
+	assert_int_equal(run_sh("echo again", &o, &r), 0);
+	assert_string_equal(r.out.data, "again\n");
+	runproc_result_free(&r);
+	close(w.pipe[0]);
+	close(w.pipe[1]);
+}
+
 static void test_echo(void **state)
 {
 	(void)state;
@@ -415,6 +459,7 @@ int main(void)
 		cmocka_unit_test(test_env_cwd_and_fds),
 		cmocka_unit_test(test_exec_failure),
 		cmocka_unit_test(test_rusage),
+		cmocka_unit_test(test_watch_cancel),
 		cmocka_unit_test(test_isolated_leaves_nothing),
 		cmocka_unit_test(test_isolated_status_and_tmp),
 	};
