@@ -24,7 +24,7 @@ enum worker_state { WS_BEFORE_INIT, WS_READY, WS_BUSY, WS_CLOSING, WS_COUNT };
 #define WORKER_MAX_QUEUED_BYTES (16u * 1024 * 1024) /* the queued calls' messages, in all */
 
 /* What a client sees of a running call (worker/call.c): progress out of CALL_PROGRESS_TOTAL
- * (normalize 0-1, tidy and build 1-2, run 2-3), a progress heartbeat after CALL_HEARTBEAT_MS
+ * (normalize 0-1, tidy and build 1-2, run or test 2-3), a progress heartbeat after CALL_HEARTBEAT_MS
  * without one (the agent beats every second, so the gap stays under 5 s), and at most
  * CALL_LOG_MAX_LINES / CALL_LOG_MAX_BYTES of log lines, CALL_LOG_RATE a second after a burst
  * of CALL_LOG_BURST, each cut at CALL_LOG_LINE_MAX bytes. */
