@@ -308,6 +308,9 @@ static void call_log(struct call_ctx *c, const char *level, const char *stream, 
 			c->log_dropped, CALL_LOG_RATE);
 		return;
 	}
+	/* the agent's own word that it stopped streaming (notice) is not rate-limited: it must
+	 * come through after the flood that caused it; the line and byte caps still hold */
+	bool limited = strcmp(level, "notice") != 0;
 	struct timespec now;
 	clock_gettime(CLOCK_MONOTONIC, &now);
 	c->log_tokens += ((double)(now.tv_sec - c->log_refill.tv_sec) +
@@ -315,11 +318,12 @@ static void call_log(struct call_ctx *c, const char *level, const char *stream, 
 	if (c->log_tokens > CALL_LOG_BURST)
 		c->log_tokens = CALL_LOG_BURST;
 	c->log_refill = now;
-	if (c->log_tokens < 1) {
+	if (limited && c->log_tokens < 1) {
 		c->log_dropped++;
 		return;
 	}
-	c->log_tokens -= 1;
+	if (limited)
+		c->log_tokens -= 1;
 	c->log_lines++;
 	c->log_bytes += len;
 	json_t *t = json_stringn(text, len);
