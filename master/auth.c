@@ -466,8 +466,9 @@ static bool cimd_url_ok(const char *u)
 /* cimd_fetch - fetch and check a client's metadata document into cl (no lock held) */
 static int cimd_fetch(const char *url, struct client *cl, char *why, size_t cap)
 {
+	char cache[256] = "";
 	struct oidc_fetch_opts o = { AUTH_CIMD_MAX_BYTES, AUTH_CIMD_TIMEOUT_MS, true,
-				     !A.cfg || !A.cfg->client_metadata_loopback };
+				     !A.cfg || !A.cfg->client_metadata_loopback, cache };
 	char *body;
 	size_t len;
 	long status;
@@ -482,7 +483,35 @@ static int cimd_fetch(const char *url, struct client *cl, char *why, size_t cap)
 	}
 	r = auth_client_metadata_parse(url, body, len, cl, why, cap);
 	free(body);
+	if (r == 0)
+		cl->expires = cl->created + auth_cache_seconds(cache);
 	return r;
+}
+
+long auth_cache_seconds(const char *cc)
+{
+	long s = -1;
+	bool none = false;
+	for (const char *p = cc ? cc : ""; *p;) {
+		while (*p == ' ' || *p == ',' || *p == '\t')
+			p++;
+		size_t l = strcspn(p, ",");
+		if ((l >= 8 && strncasecmp(p, "no-store", 8) == 0) || (l >= 8 && strncasecmp(p, "no-cache", 8) == 0))
+			none = true;
+		else if ((l > 8 && strncasecmp(p, "max-age=", 8) == 0) || (l > 9 && strncasecmp(p, "s-maxage=", 9) == 0)) {
+			const char *v = strchr(p, '=') + 1;
+			char *end;
+			long n = strtol(v, &end, 10);
+			if (end > v && (end == p + l || *end == ' ' || *end == ',') && n >= 0 && (s < 0 || n < s))
+				s = n;
+		}
+		p += l;
+	}
+	if (none)
+		return AUTH_CIMD_MIN_CACHE_S;
+	if (s < 0)
+		return AUTH_CIMD_CACHE_S;
+	return s < AUTH_CIMD_MIN_CACHE_S ? AUTH_CIMD_MIN_CACHE_S : s > AUTH_CIMD_MAX_CACHE_S ? AUTH_CIMD_MAX_CACHE_S : s;
 }
 
 int auth_client_metadata_parse(const char *url, const char *body, size_t len, struct client *cl, char *why,

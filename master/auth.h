@@ -44,7 +44,10 @@
 /* Client ID Metadata Documents: a client_id that is an https:// URL is fetched from there */
 #define AUTH_CIMD_MAX_BYTES (5 * 1024)  /* a document (the draft's suggested cap) */
 #define AUTH_CIMD_TIMEOUT_MS 5000
-#define AUTH_CIMD_CACHE_S 3600          /* a document is refetched after this long */
+#define AUTH_CIMD_CACHE_S 3600          /* a document is refetched after this long, unless its
+					 * Cache-Control says otherwise, within: */
+#define AUTH_CIMD_MIN_CACHE_S 60        /* (no-store too: a fetch per request is an amplifier) */
+#define AUTH_CIMD_MAX_CACHE_S 86400
 
 /* sizes of untrusted input */
 #define AUTH_MAX_FORM_BYTES (16 * 1024) /* a token request's form, a registration's JSON */
@@ -121,7 +124,12 @@ struct oidc_fetch_opts {
 	long timeout_ms;
 	bool https_only;   /* not even http:// to loopback */
 	bool public_only;  /* connect to public addresses only (a URL a client chose) */
+	char *cache_control; /* out, if not NULL: the answer's Cache-Control (cap 256), "" if none */
 };
+/* auth_cache_seconds - how long to keep a client metadata document whose answer said
+ * cache_control: max-age (or s-maxage) within [AUTH_CIMD_MIN_CACHE_S, AUTH_CIMD_MAX_CACHE_S],
+ * no-store/no-cache the minimum, nothing usable AUTH_CIMD_CACHE_S */
+long auth_cache_seconds(const char *cache_control);
 int oidc_fetch_opts(const char *url, const struct oidc_fetch_opts *o, const char *form, const char *user,
 		    const char *pass, long *status, char **body, size_t *len);
 /* oidc_addr_public - not loopback, private, link-local, CGNAT, multicast or reserved */

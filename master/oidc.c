@@ -134,7 +134,7 @@ static size_t fetch_write(char *p, size_t sz, size_t n, void *cls)
 int oidc_fetch(const char *url, const char *form, const char *user, const char *pass, long *status,
 	       char **body, size_t *len)
 {
-	struct oidc_fetch_opts o = { AUTH_FETCH_MAX_BYTES, AUTH_FETCH_TIMEOUT_MS, false, false };
+	struct oidc_fetch_opts o = { AUTH_FETCH_MAX_BYTES, AUTH_FETCH_TIMEOUT_MS, false, false, NULL };
 	return oidc_fetch_opts(url, &o, form, user, pass, status, body, len);
 }
 
@@ -181,6 +181,12 @@ int oidc_fetch_opts(const char *url, const struct oidc_fetch_opts *o, const char
 	}
 	CURLcode rc = curl_easy_perform(h);
 	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
+	if (o->cache_control) {
+		struct curl_header *cc = NULL;
+		o->cache_control[0] = '\0';
+		if (rc == CURLE_OK && curl_easy_header(h, "Cache-Control", 0, CURLH_HEADER, -1, &cc) == CURLHE_OK)
+			snprintf(o->cache_control, 256, "%s", cc->value);
+	}
 	curl_free(eu);
 	curl_free(ep);
 	curl_slist_free_all(hdr);

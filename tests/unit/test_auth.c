@@ -203,6 +203,24 @@ static void test_access_tokens(void **state)
 	free(t);
 }
 
+/* a client metadata document is kept as its Cache-Control says, within bounds */
+static void test_cimd_cache_seconds(void **state)
+{
+	(void)state;
+	assert_int_equal(auth_cache_seconds(""), AUTH_CIMD_CACHE_S);
+	assert_int_equal(auth_cache_seconds(NULL), AUTH_CIMD_CACHE_S);
+	assert_int_equal(auth_cache_seconds("public, max-age=600"), 600);
+	assert_int_equal(auth_cache_seconds("max-age=600, s-maxage=300"), 300);
+	assert_int_equal(auth_cache_seconds("MAX-AGE=7200"), 7200);
+	assert_int_equal(auth_cache_seconds("max-age=0"), AUTH_CIMD_MIN_CACHE_S);
+	assert_int_equal(auth_cache_seconds("no-store"), AUTH_CIMD_MIN_CACHE_S);
+	assert_int_equal(auth_cache_seconds("max-age=600, no-cache"), AUTH_CIMD_MIN_CACHE_S);
+	assert_int_equal(auth_cache_seconds("max-age=99999999999"), AUTH_CIMD_MAX_CACHE_S);
+	assert_int_equal(auth_cache_seconds("max-age=-5"), AUTH_CIMD_CACHE_S);
+	assert_int_equal(auth_cache_seconds("max-age=12abc"), AUTH_CIMD_CACHE_S);
+	assert_int_equal(auth_cache_seconds("max-age="), AUTH_CIMD_CACHE_S);
+}
+
 static int check(json_t *c, const char *domains, const char *users, struct oidc_identity *id, char *why)
 {
 	int r = oidc_check_claims(c, "https://idp.test", "client-1", "n-1", domains, users, NOW, id, why, 600);
@@ -301,6 +319,7 @@ int main(void)
 		cmocka_unit_test(test_jwt_parse_shapes),
 		cmocka_unit_test(test_rs256_and_es256),
 		cmocka_unit_test(test_access_tokens),
+		cmocka_unit_test(test_cimd_cache_seconds),
 		cmocka_unit_test(test_id_token_claims),
 		cmocka_unit_test(test_public_addresses),
 	};
