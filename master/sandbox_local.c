@@ -349,7 +349,7 @@ int sandbox_local_spawn(struct worker *w, const struct serve_config *cfg, const 
 			 "--runtime-dir", (char *)cfg->runtime_dir, "--memory", mem, "--pids", pids,
 			 "--disk", disk,
 			 "--network", (char *)cfg->network, "--log-level", (char *)level,
-			 "--worker-gid", wgid, "--",
+			 "--sock-gid", wgid, "--",
 			 "kode-gopher", "agent", "--listen", "unix:" JAIL_SOCK_DIR "/agent.sock",
 			 "--app-dir", JAIL_APP, "--state-dir", JAIL_STATE,
 			 "--runtime-dir", (char *)cfg->runtime_dir, "--gomodcache", modcache,

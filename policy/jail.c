@@ -82,7 +82,7 @@ static const char jail_usage[] =
 	"  --network MODE     on (default): a network of its own with egress through slirp4netns,\n"
 	"                     none of the host's addresses; host: the host's; none: no network\n"
 	"  --log-level LEVEL  debug, info, warn, error or off\n"
-	"  --worker-gid N     the gid of the worker this sandbox serves: its way in to the agent's\n"
+	"  --sock-gid N       the gid of the worker this sandbox serves: its way in to the agent's\n"
 	"                     socket (DIR and DIR/sock carry it, and so does the socket)\n";
 
 /* die - the jail could not be built: say what failed, and exit 1 */
@@ -750,7 +750,7 @@ int jail_main(int argc, char **argv)
 		{ "pids", required_argument, 0, 'p' },    { "network", required_argument, 0, 'N' },
 		{ "log-level", required_argument, 0, 'l' }, { "help", no_argument, 0, 'h' },
 		{ "disk", required_argument, 0, 'D' },
-		{ "worker-gid", required_argument, 0, 'g' }, { 0, 0, 0, 0 }
+		{ "sock-gid", required_argument, 0, 'g' }, { 0, 0, 0, 0 }
 	};
 	int c;
 	while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
