@@ -543,7 +543,6 @@ int serve_main(int argc, char **argv)
 	if (auth_check_config(&cfg) != 0 || tls_check_config(&cfg) != 0)
 		return 2;
 	log_init("master", cfg.log_level);
-	identity_init();
 	if (serve_backend_init(&cfg) != 0)
 		return 2;
 	if (!cfg.kubernetes && (serve_runtime_check(cfg.runtime_dir) != 0 ||
@@ -565,6 +564,7 @@ int serve_main(int argc, char **argv)
 			return 2;
 		if (cfg.workers_min_idle > cfg.max_workers)
 			cfg.workers_min_idle = cfg.max_workers;
+		identity_init(); /* after every check: a refused start is one line */
 		int r = http_serve(&cfg);
 		kubecfg_shutdown();
 		return r;
@@ -574,6 +574,7 @@ int serve_main(int argc, char **argv)
 		fprintf(stderr, "kode-gopher serve: waiting for MCP messages (JSON-RPC lines) on stdin; an "
 			"MCP client starts this command. To run Go code from a shell, use `kode-gopher "
 			"exec FILE`. Ctrl-D ends.\n");
+	identity_init();
 	int r = stdio_serve(&cfg);
 	kubecfg_shutdown();
 	return r;
