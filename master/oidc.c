@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 
 #include "ipc/ipc.h"
+#include "lib/buf.h"
 #include "lib/secret.h"
 #include "master/auth.h"
 
@@ -59,12 +60,6 @@ static bool oidc_url_ok(const char *u)
 	}
 	return false;
 }
-
-struct fetch_buf {
-	char *data;
-	size_t len, max;
-	bool too_big;
-};
 
 bool oidc_addr_public(const struct sockaddr *sa)
 {
@@ -113,24 +108,6 @@ static curl_socket_t fetch_socket(void *cls, curlsocktype purpose, struct curl_s
 	return socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
 }
 
-static size_t fetch_write(char *p, size_t sz, size_t n, void *cls)
-{
-	struct fetch_buf *b = cls;
-	size_t add = sz * n;
-	if (b->len + add > b->max) {
-		b->too_big = true;
-		return 0;
-	}
-	char *nd = realloc(b->data, b->len + add + 1);
-	if (!nd)
-		return 0;
-	memcpy(nd + b->len, p, add);
-	b->data = nd;
-	b->len += add;
-	b->data[b->len] = '\0';
-	return add;
-}
-
 int oidc_fetch(const char *url, const char *form, const char *user, const char *pass, long *status,
 	       char **body, size_t *len)
 {
@@ -149,7 +126,7 @@ int oidc_fetch_opts(const char *url, const struct oidc_fetch_opts *o, const char
 	CURL *h = curl_easy_init();
 	if (!h)
 		return -ENOMEM;
-	struct fetch_buf b = { .max = o->max_bytes };
+	struct buf_sink b = { .max = o->max_bytes };
 	struct curl_slist *hdr = curl_slist_append(NULL, "Accept: application/json");
 	char *eu = NULL, *ep = NULL;
 	curl_easy_setopt(h, CURLOPT_URL, url);
@@ -165,7 +142,7 @@ int oidc_fetch_opts(const char *url, const struct oidc_fetch_opts *o, const char
 		curl_easy_setopt(h, CURLOPT_PROXY, "");
 		curl_easy_setopt(h, CURLOPT_OPENSOCKETFUNCTION, fetch_socket);
 	}
-	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, fetch_write);
+	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, buf_sink_write);
 	curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
 	curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
 	curl_easy_setopt(h, CURLOPT_USERAGENT, "kode-gopher/" KG_VERSION);
@@ -192,11 +169,11 @@ int oidc_fetch_opts(const char *url, const struct oidc_fetch_opts *o, const char
 	curl_slist_free_all(hdr);
 	curl_easy_cleanup(h);
 	if (rc != CURLE_OK || b.too_big) {
-		free(b.data);
+		buf_free(&b.b);
 		return b.too_big || rc == CURLE_FILESIZE_EXCEEDED ? -EFBIG : -EIO;
 	}
-	*body = b.data ? b.data : strdup("");
-	*len = b.len;
+	*body = b.b.data ? b.b.data : strdup("");
+	*len = b.b.len;
 	return *body ? 0 : -ENOMEM;
 }
 

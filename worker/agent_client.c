@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "ipc/log.h"
+#include "lib/buf.h"
 #include "lib/mono.h"
 
 #define AC_CONNECT_TIMEOUT_MS 10000L
@@ -45,12 +46,11 @@ struct ac_xfer {
 	int rc;                 /* set when a callback aborts the transfer */
 	char *err;
 	size_t errlen;
-	/* whole answers (everything but a 200 /execute) */
-	char *buf;
-	size_t len, cap, max;
-	/* the /execute stream */
-	char *line;
-	size_t llen, lcap;
+	/* whole answers (everything but a 200 /execute), at most max bytes */
+	struct buf ans;
+	size_t max;
+	/* the /execute stream's unfinished line */
+	struct buf line;
 	json_t *result;
 	agent_progress_fn progress;
 	void *ctx;
@@ -78,26 +78,6 @@ static void ac_fail(struct ac_xfer *x, int rc, const char *fmt, ...)
 	for (char *p = x->errlen ? x->err : ""; *p; p++)
 		if ((unsigned char)*p < 0x20 || (unsigned char)*p > 0x7e)
 			*p = '?';
-}
-
-/* ac_grow - make room for n more bytes in *buf, never past max */
-static int ac_grow(char **buf, size_t *cap, size_t len, size_t n, size_t max)
-{
-	if (len + n <= *cap)
-		return 0;
-	if (len + n > max)
-		return -EMSGSIZE;
-	size_t c = *cap ? *cap : 4096;
-	while (c < len + n)
-		c *= 2;
-	if (c > max)
-		c = max;
-	char *b = realloc(*buf, c);
-	if (!b)
-		return -ENOMEM;
-	*buf = b;
-	*cap = c;
-	return 0;
 }
 
 /* ac_line - act on one complete NDJSON line of the /execute stream */
@@ -165,12 +145,12 @@ static int ac_feed(struct ac_xfer *x, const char *p, size_t n)
 	while (n) {
 		const char *nl = memchr(p, '\n', n);
 		size_t take = nl ? (size_t)(nl - p) : n;
-		if (nl && x->llen == 0) {
+		if (nl && x->line.len == 0) {
 			/* the whole line is in this piece: no copy */
 			if (ac_line(x, p, take) < 0)
 				return -1;
 		} else {
-			int g = ac_grow(&x->line, &x->lcap, x->llen, take, AGENT_CLIENT_MAX_RESULT);
+			int g = buf_add(&x->line, p, take, AGENT_CLIENT_MAX_RESULT);
 			if (g < 0) {
 				ac_fail(x, g == -ENOMEM ? -ENOMEM : -EPROTO,
 					g == -ENOMEM ? "out of memory reading the sandbox's answer"
@@ -178,11 +158,9 @@ static int ac_feed(struct ac_xfer *x, const char *p, size_t n)
 					AGENT_CLIENT_MAX_RESULT);
 				return -1;
 			}
-			memcpy(x->line + x->llen, p, take);
-			x->llen += take;
 			if (nl) {
-				int r = ac_line(x, x->line, x->llen);
-				x->llen = 0;
+				int r = ac_line(x, x->line.data, x->line.len);
+				x->line.len = 0;
 				if (r < 0)
 					return -1;
 			}
@@ -207,7 +185,7 @@ static int ac_stream_end(struct ac_xfer *x, char *err, size_t errlen)
 		snprintf(err, errlen, "%s (the stream ended before the result)", ac_died);
 		return -EPIPE;
 	}
-	if (x->llen) {
+	if (x->line.len) {
 		snprintf(err, errlen, "the sandbox sent more data after the result of the call");
 		return -EPROTO;
 	}
@@ -235,18 +213,16 @@ static size_t ac_write(char *p, size_t size, size_t nmemb, void *ud)
 		return ac_feed(x, p, n) == 0 ? n : 0;
 
 	size_t max = x->status == 200 ? x->max : AGENT_CLIENT_MAX_LINE;
-	if (x->len + n > max) {
+	if (x->ans.len + n > max) {
 		if (x->status != 200)
 			return n; /* an error sentence: its head is enough */
 		ac_fail(x, -EPROTO, "the sandbox's answer is larger than %zu bytes", max);
 		return 0;
 	}
-	if (ac_grow(&x->buf, &x->cap, x->len, n, max) < 0) {
+	if (buf_add(&x->ans, p, n, max) < 0) {
 		ac_fail(x, -ENOMEM, "out of memory reading the sandbox's answer");
 		return 0;
 	}
-	memcpy(x->buf + x->len, p, n);
-	x->len += n;
 	return n;
 }
 
@@ -332,7 +308,7 @@ static int ac_transport_error(const struct agent_endpoint *ep, struct ac_xfer *x
 /* ac_status_error - a non-200 answer as a negative errno and a sentence */
 static int ac_status_error(struct ac_xfer *x, char *err, size_t errlen)
 {
-	json_t *j = x->buf ? json_loadb(x->buf, x->len, 0, NULL) : NULL;
+	json_t *j = x->ans.data ? json_loadb(x->ans.data, x->ans.len, 0, NULL) : NULL;
 	const char *why = json_string_value(json_object_get(j, "error"));
 	if (!why)
 		why = "no explanation given";
@@ -380,7 +356,7 @@ static int ac_status_error(struct ac_xfer *x, char *err, size_t errlen)
 /* ac_is_kube_status - is the answer the API server's own Status object (not the agent's)? */
 static bool ac_is_kube_status(struct ac_xfer *x)
 {
-	json_t *j = x->buf ? json_loadb(x->buf, x->len, 0, NULL) : NULL;
+	json_t *j = x->ans.data ? json_loadb(x->ans.data, x->ans.len, 0, NULL) : NULL;
 	const char *kind = json_string_value(json_object_get(j, "kind"));
 	bool yes = kind && strcmp(kind, "Status") == 0;
 	json_decref(j);
@@ -391,10 +367,10 @@ static bool ac_is_kube_status(struct ac_xfer *x)
  * of its reach */
 static int ac_proxy_error(struct ac_xfer *x, char *err, size_t errlen)
 {
-	json_t *j = x->buf ? json_loadb(x->buf, x->len, 0, NULL) : NULL;
+	json_t *j = x->ans.data ? json_loadb(x->ans.data, x->ans.len, 0, NULL) : NULL;
 	const char *msg = json_string_value(json_object_get(j, "message"));
 	char why[400];
-	snprintf(why, sizeof(why), "%s", msg ? msg : x->buf && x->len ? x->buf : "no explanation");
+	snprintf(why, sizeof(why), "%s", msg ? msg : x->ans.len ? x->ans.data : "no explanation");
 	snprintf(err, errlen, "the Kubernetes API server could not reach the sandbox's pod through "
 		 "its pod proxy (HTTP %ld): %s%s", x->status, why,
 		 strstr(why, "address not allowed")
@@ -408,8 +384,8 @@ static int ac_proxy_error(struct ac_xfer *x, char *err, size_t errlen)
 }
 
 /*
- * ac_call - one request; on 0, a whole answer is in x->buf (x->len) or, for /execute, the
- * result in x->result. The caller frees x->buf, x->line and x->result.
+ * ac_call - one request; on 0, a whole answer is in x->ans or, for /execute, the
+ * result in x->result. The caller frees x->ans, x->line and x->result.
  */
 static int ac_call(const struct agent_endpoint *ep, const char *path, const char *body,
 		   size_t bodylen, long timeout_ms, struct ac_xfer *x, char *err, size_t errlen)
@@ -518,8 +494,8 @@ out:
 /* ac_xfer_free - release what a transfer collected */
 static void ac_xfer_free(struct ac_xfer *x)
 {
-	free(x->buf);
-	free(x->line);
+	buf_free(&x->ans);
+	buf_free(&x->line);
 	json_decref(x->result);
 }
 
@@ -548,7 +524,7 @@ int agent_client_read_stream(const char *const *piece, const size_t *len, size_t
 static int ac_answer(struct ac_xfer *x, json_t **out, char *err, size_t errlen)
 {
 	json_error_t jerr;
-	json_t *j = x->len ? json_loadb(x->buf, x->len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr) : NULL;
+	json_t *j = x->ans.len ? json_loadb(x->ans.data, x->ans.len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr) : NULL;
 	if (!json_is_object(j)) {
 		json_decref(j);
 		snprintf(err, errlen, "the sandbox's answer is not a JSON object");

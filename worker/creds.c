@@ -31,6 +31,7 @@
 
 #include "ipc/log.h"
 #include "lib/base64.h"
+#include "lib/buf.h"
 #include "lib/mono.h"
 #include "lib/rfc3339.h"
 #include "lib/secret.h"
@@ -675,8 +676,7 @@ int creds_load_ca(void)
 }
 
 struct cr_http {
-	char *body;
-	size_t len;
+	struct buf b;
 	long status;
 };
 
@@ -684,26 +684,14 @@ struct cr_http {
 static size_t cr_http_write(char *p, size_t size, size_t n, void *arg)
 {
 	struct cr_http *h = arg;
-	size_t add = size * n;
-	if (h->len + add > CR_HTTP_MAX)
-		return 0;
-	char *b = realloc(h->body, h->len + add + 1);
-	if (!b)
-		return 0;
-	memcpy(b + h->len, p, add);
-	h->body = b;
-	h->len += add;
-	b[h->len] = '\0';
-	return add;
+	return buf_add(&h->b, p, size * n, CR_HTTP_MAX) == 0 ? size * n : 0;
 }
 
 /* cr_http_free - wipe (answers hold tokens) and free */
 static void cr_http_free(struct cr_http *h)
 {
-	if (h->body)
-		OPENSSL_cleanse(h->body, h->len);
-	free(h->body);
-	memset(h, 0, sizeof(*h));
+	buf_wipe_free(&h->b);
+	h->status = 0;
 }
 
 /* cr_host_of - the host of a URL, for sentences (never the path or query) */
@@ -856,7 +844,7 @@ static int cr_status_of(long http)
 static int cr_parse_token(const struct cr_http *h, const char *field, struct cr_minted *m,
 			  char *err, size_t errlen)
 {
-	json_t *j = json_loadb(h->body ? h->body : "", h->len, 0, NULL);
+	json_t *j = json_loadb(h->b.data ? h->b.data : "", h->b.len, 0, NULL);
 	const char *tok = cr_str(j, field);
 	int rc = 0;
 	if (!tok || !cr_visible(tok, 8192)) {
@@ -946,7 +934,7 @@ static int cr_refresh(const struct creds *c, const struct cr_src *s, struct cr_m
 		return rc;
 	}
 	if (h.status != 200) {
-		creds_oauth_error("the refresh token", h.status, h.body, h.len, err, errlen);
+		creds_oauth_error("the refresh token", h.status, h.b.data, h.b.len, err, errlen);
 		if (h.status == 400 || h.status == 401)
 			snprintf(err + strlen(err), errlen - strlen(err), "; sign in again with "
 				 "`gcloud auth application-default login`");
@@ -998,7 +986,7 @@ static int cr_jwt_grant(const struct creds *c, const struct cr_src *s, const cha
 		return rc;
 	}
 	if (h.status != 200) {
-		creds_oauth_error("the service account key", h.status, h.body, h.len, err, errlen);
+		creds_oauth_error("the service account key", h.status, h.b.data, h.b.len, err, errlen);
 		*status = cr_status_of(h.status);
 		cr_http_free(&h);
 		return -EACCES;
@@ -1068,7 +1056,7 @@ static int cr_host_token(const struct creds *c, const char *scopes, const char *
 		return -ENOENT;
 	}
 	if (audience) {
-		m->token = strndup(h.body ? h.body : "", h.len);
+		m->token = strndup(h.b.data ? h.b.data : "", h.b.len);
 		while (m->token && *m->token && strchr("\r\n ", m->token[strlen(m->token) - 1]))
 			m->token[strlen(m->token) - 1] = '\0';
 		rc = m->token && cr_visible(m->token, 8192) ? 0 : -EPROTO;
@@ -1136,12 +1124,12 @@ static int cr_iam(const struct creds *c, const char *url_from_file, const char *
 	snprintf(what, sizeof(what), "mint %s for %.256s",
 		 audience ? "an ID token" : "an access token", email);
 	if (h.status != 200) {
-		cr_iam_error(what, h.status, h.body, h.len, err, errlen);
+		cr_iam_error(what, h.status, h.b.data, h.b.len, err, errlen);
 		*status = cr_status_of(h.status);
 		cr_http_free(&h);
 		return -EACCES;
 	}
-	json_t *j = json_loadb(h.body ? h.body : "", h.len, 0, NULL);
+	json_t *j = json_loadb(h.b.data ? h.b.data : "", h.b.len, 0, NULL);
 	const char *tok = cr_str(j, audience ? "token" : "accessToken");
 	if (!tok || !cr_visible(tok, 8192) || !(m->token = strdup(tok))) {
 		snprintf(err, errlen, "IAM Credentials' answer has no usable token");
@@ -1411,8 +1399,8 @@ static char *cr_host_fact(const struct creds *c, const char *path)
 		return NULL;
 	}
 	char *v = NULL;
-	if (h.status == 200 && h.body) {
-		v = strndup(h.body, h.len);
+	if (h.status == 200 && h.b.data) {
+		v = strndup(h.b.data, h.b.len);
 		if (v && !cr_visible(v, CR_MAX_FIELD)) {
 			free(v);
 			v = NULL;

@@ -12,6 +12,7 @@
 
 #include "ipc/ipc.h"
 #include "ipc/kubetls.h"
+#include "lib/buf.h"
 #include "lib/rfc3339.h"
 #include "worker/kube.h"
 #include "worker/worker.h"
@@ -185,8 +186,7 @@ int kube_api_curl(struct kube_api *k, CURL *h, struct curl_slist **hdr, char *er
 /* ---- requests ---- */
 
 struct kube_xfer {
-	char *buf;
-	size_t len, cap;
+	struct buf in;
 	bool too_big;
 	/* watches: events are handed out line by line */
 	kube_watch_fn fn;
@@ -244,23 +244,11 @@ static size_t kube_write(char *p, size_t size, size_t nmemb, void *ud)
 {
 	struct kube_xfer *x = ud;
 	size_t n = size * nmemb;
-	if (x->len + n > KUBE_MAX_ANSWER) {
-		x->too_big = true;
+	int added = buf_add(&x->in, p, n, KUBE_MAX_ANSWER);
+	if (added < 0) {
+		x->too_big = added == -EFBIG;
 		return 0;
 	}
-	if (x->len + n + 1 > x->cap) {
-		size_t cap = x->cap ? x->cap : 4096;
-		while (cap < x->len + n + 1)
-			cap *= 2;
-		char *b = realloc(x->buf, cap);
-		if (!b)
-			return 0;
-		x->buf = b;
-		x->cap = cap;
-	}
-	memcpy(x->buf + x->len, p, n);
-	x->len += n;
-	x->buf[x->len] = '\0';
 	if (!x->fn)
 		return n;
 	if (!x->status)
@@ -268,7 +256,7 @@ static size_t kube_write(char *p, size_t size, size_t nmemb, void *ud)
 	if (x->status != 200)
 		return n;
 	/* a watch: hand out whole lines */
-	int r = kube_watch_lines(x->buf, &x->len, x->fn, x->ctx, x->rv_out, x->rv_cap);
+	int r = kube_watch_lines(x->in.data, &x->in.len, x->fn, x->ctx, x->rv_out, x->rv_cap);
 	if (r) {
 		x->stop = r;
 		return 0;
@@ -280,14 +268,14 @@ static size_t kube_write(char *p, size_t size, size_t nmemb, void *ud)
 static int kube_status_error(struct kube_xfer *x, const char *method, const char *path,
 			     char *err, size_t errlen)
 {
-	json_t *j = x->buf ? json_loadb(x->buf, x->len, 0, NULL) : NULL;
+	json_t *j = x->in.data ? json_loadb(x->in.data, x->in.len, 0, NULL) : NULL;
 	const char *msg = json_string_value(json_object_get(j, "message"));
 	const char *reason = json_string_value(json_object_get(j, "reason"));
 	char why[600];
 	if (msg)
 		snprintf(why, sizeof(why), "%s", msg);
 	else
-		snprintf(why, sizeof(why), "%.200s", x->buf ? x->buf : "no explanation given");
+		snprintf(why, sizeof(why), "%.200s", x->in.data ? x->in.data : "no explanation given");
 	int r;
 	switch (x->status) {
 	case 404: r = -ENOENT; break;
@@ -383,7 +371,7 @@ int kube_api_call(struct kube_api *k, const char *method, const char *path, cons
 		r = kube_perform(k, method, path, ctype, text, timeout_ms, &x, err, errlen);
 		if (r == 0 && out) {
 			json_error_t je;
-			*out = x.len ? json_loadb(x.buf, x.len, 0, &je) : json_object();
+			*out = x.in.len ? json_loadb(x.in.data, x.in.len, 0, &je) : json_object();
 			if (!*out) {
 				snprintf(err, errlen, "the Kubernetes API server's answer to %s %s is "
 					 "not JSON: %s", method, path, je.text);
@@ -391,7 +379,7 @@ int kube_api_call(struct kube_api *k, const char *method, const char *path, cons
 			}
 		}
 		bool unauthorized = x.status == 401;
-		free(x.buf);
+		buf_free(&x.in);
 		if (r == -EAGAIN && strcmp(method, "POST") != 0) {
 			/* 409 Conflict: someone wrote the object in between; a patch applies again */
 			log_debug("%s %s: conflict, trying again", method, path);
@@ -428,7 +416,7 @@ int kube_api_watch(struct kube_api *k, const char *path, const char *rv, int tim
 	else if (r == -EIO && x.stop == -EIO)
 		snprintf(err, errlen, "the Kubernetes API server sent a watch event this client "
 			 "does not understand");
-	free(x.buf);
+	buf_free(&x.in);
 	return r;
 }
 

@@ -1,8 +1,8 @@
 /*
  * test_lib.c - unit tests for the shared helpers in lib/: base64 and base64url both ways
  * (RFC 4648's vectors, what strict and lax decoding take and refuse), RFC 3339 times (offsets,
- * fractional seconds, lower case, every malformed form), the monotonic clock's arithmetic and
- * secret_free.
+ * fractional seconds, lower case, every malformed form), the growable buffer and its limit, the
+ * monotonic clock's arithmetic and secret_free.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,6 +15,7 @@
 #include <errno.h>
 
 #include "lib/base64.h"
+#include "lib/buf.h"
 #include "lib/mono.h"
 #include "lib/rfc3339.h"
 #include "lib/secret.h"
@@ -260,6 +261,43 @@ static void test_mono(void **state)
 	assert_true((double)a / 1000 <= s + 0.001);
 }
 
+static void test_buf(void **state)
+{
+	(void)state;
+	struct buf b = { 0 };
+	assert_int_equal(buf_add(&b, "", 0, 10), 0);
+	assert_non_null(b.data);
+	assert_string_equal(b.data, "");
+	assert_int_equal(buf_add(&b, "hello", 5, 10), 0);
+	assert_int_equal(buf_add(&b, "world", 5, 10), 0); /* exactly the limit */
+	assert_string_equal(b.data, "helloworld");
+	assert_int_equal(buf_add(&b, "!", 1, 10), -EFBIG);
+	assert_int_equal(b.len, 10); /* nothing added */
+	assert_true(b.cap <= 11);  /* never more than the limit and its NUL */
+	assert_int_equal(buf_add(&b, "x", (size_t)-1, 10), -EFBIG);
+	buf_wipe_free(&b);
+	assert_null(b.data);
+	assert_int_equal(b.len + b.cap, 0);
+
+	/* growth across the first allocation, with NULs in the data */
+	char chunk[1000];
+	memset(chunk, 0, sizeof(chunk));
+	for (int i = 0; i < 100; i++)
+		assert_int_equal(buf_add(&b, chunk, sizeof(chunk), 1u << 20), 0);
+	assert_int_equal(b.len, 100000);
+	assert_int_equal(b.data[b.len], '\0');
+	buf_free(&b);
+
+	struct buf_sink sink = { .max = 8 };
+	assert_int_equal(buf_sink_write("abcd", 1, 4, &sink), 4);
+	assert_int_equal(buf_sink_write("ef", 2, 1, &sink), 2);
+	assert_false(sink.too_big);
+	assert_int_equal(buf_sink_write("ghi", 1, 3, &sink), 0); /* stops the transfer */
+	assert_true(sink.too_big);
+	assert_string_equal(sink.b.data, "abcdef");
+	buf_free(&sink.b);
+}
+
 static void test_secret_free(void **state)
 {
 	(void)state;
@@ -278,6 +316,7 @@ int main(void)
 		cmocka_unit_test(test_rfc3339_parse),
 		cmocka_unit_test(test_rfc3339_format),
 		cmocka_unit_test(test_mono),
+		cmocka_unit_test(test_buf),
 		cmocka_unit_test(test_secret_free),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

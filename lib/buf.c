@@ -1,0 +1,62 @@
+/*
+ * buf.c - see buf.h.
+ */
+#include "lib/buf.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/crypto.h>
+
+#define BUF_FIRST_BYTES 4096
+
+/* buf_add - see buf.h: doubling, from BUF_FIRST_BYTES, never beyond max + 1 */
+int buf_add(struct buf *b, const void *p, size_t n, size_t max)
+{
+	if (n > max || b->len > max - n)
+		return -EFBIG;
+	size_t need = b->len + n + 1;
+	if (need > b->cap) {
+		size_t cap = b->cap ? b->cap : BUF_FIRST_BYTES;
+		while (cap < need)
+			cap *= 2;
+		if (max < (size_t)-1 && cap > max + 1)
+			cap = max + 1;
+		char *d = realloc(b->data, cap);
+		if (!d)
+			return -ENOMEM;
+		b->data = d;
+		b->cap = cap;
+	}
+	if (n)
+		memcpy(b->data + b->len, p, n);
+	b->len += n;
+	b->data[b->len] = '\0';
+	return 0;
+}
+
+/* buf_free - see buf.h */
+void buf_free(struct buf *b)
+{
+	free(b->data);
+	memset(b, 0, sizeof(*b));
+}
+
+/* buf_wipe_free - see buf.h */
+void buf_wipe_free(struct buf *b)
+{
+	if (b->data)
+		OPENSSL_cleanse(b->data, b->cap);
+	buf_free(b);
+}
+
+/* buf_sink_write - see buf.h */
+size_t buf_sink_write(char *p, size_t size, size_t n, void *sink)
+{
+	struct buf_sink *s = sink;
+	int r = buf_add(&s->b, p, size * n, s->max);
+	if (r == -EFBIG)
+		s->too_big = true;
+	return r == 0 ? size * n : 0;
+}

@@ -1,0 +1,34 @@
+/*
+ * buf.h - the growable byte buffer every collector of an answer uses (HTTP bodies in the
+ * master, worker and agent, a plugin's output): always NUL-terminated, never past a limit.
+ */
+#ifndef KG_LIB_BUF_H
+#define KG_LIB_BUF_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct buf {
+	char *data; /* NULL until the first byte; then data[len] == '\0' */
+	size_t len, cap;
+};
+
+/* buf_add - append n bytes; 0, -EFBIG (len would pass max: nothing is added) or -ENOMEM */
+int buf_add(struct buf *b, const void *p, size_t n, size_t max);
+
+/* buf_free - free and empty; buf_wipe_free wipes the bytes first (they may hold a token) */
+void buf_free(struct buf *b);
+void buf_wipe_free(struct buf *b);
+
+/* struct buf_sink - a buf and its limit, as a libcurl transfer collects an answer */
+struct buf_sink {
+	struct buf b;
+	size_t max;
+	bool too_big; /* the answer passed max (the transfer was stopped) */
+};
+
+/* buf_sink_write - a CURLOPT_WRITEFUNCTION for a struct buf_sink as CURLOPT_WRITEDATA; 0 (which
+ * stops the transfer) past max or out of memory */
+size_t buf_sink_write(char *p, size_t size, size_t n, void *sink);
+
+#endif
