@@ -225,6 +225,9 @@ struct ipc_contract {
 };
 /* ipc_contract_of - the row of a type, or NULL for an unknown type */
 const struct ipc_contract *ipc_contract_of(uint32_t type);
+/* ipc_body_in_range - is every field of a body struct within its row's bounds (a number's
+ * value, a byte string's length)? What ipc_pack refuses to send otherwise */
+bool ipc_body_in_range(const struct ipc_contract *c, const void *body);
 /* ipc_permitted - may `type`, sent in direction dir, arrive in phase (one IPC_PH_ bit)? */
 bool ipc_permitted(uint32_t type, unsigned dir, unsigned phase);
 const char *ipc_phase_name(unsigned phase);

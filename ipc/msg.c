@@ -290,13 +290,9 @@ void ipc_buf_free(struct ipc_buf *b)
 	memset(&b->sb, 0, sizeof(b->sb));
 }
 
-/* ipc_pack - encode a body struct by its type's row; what the decoder would refuse, we refuse */
-int ipc_pack(struct ipc_buf *b, uint32_t type, uint32_t seq, const void *body)
+/* ipc_body_in_range - see ipc.h */
+bool ipc_body_in_range(const struct ipc_contract *c, const void *body)
 {
-	const struct ipc_contract *c = ipc_contract_of(type);
-	memset(&b->sb, 0, sizeof(b->sb));
-	if (!c)
-		return -EINVAL;
 	for (size_t j = 0; j < c->nfields; j++) {
 		const struct ipc_field *f = &c->fields[j];
 		const void *src = (const char *)body + f->off;
@@ -304,8 +300,18 @@ int ipc_pack(struct ipc_buf *b, uint32_t type, uint32_t seq, const void *body)
 			   : f->kind == IPC_K_BOOL ? *(const bool *)src
 						   : ((const struct ipc_bytes *)src)->len;
 		if (n < f->min || n > f->max)
-			return -EINVAL;
+			return false;
 	}
+	return true;
+}
+
+/* ipc_pack - encode a body struct by its type's row; what the decoder would refuse, we refuse */
+int ipc_pack(struct ipc_buf *b, uint32_t type, uint32_t seq, const void *body)
+{
+	const struct ipc_contract *c = ipc_contract_of(type);
+	memset(&b->sb, 0, sizeof(b->sb));
+	if (!c || !ipc_body_in_range(c, body))
+		return -EINVAL;
 	msgpack_packer pk = pack_begin(b, type, seq, (uint32_t)c->nfields);
 	for (size_t j = 0; j < c->nfields; j++) {
 		const struct ipc_field *f = &c->fields[j];

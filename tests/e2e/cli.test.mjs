@@ -7,13 +7,12 @@
  * its --sandbox-root. Every run is the real binary with the real sandbox. Run by tests/run.sh.
  */
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import test, { after } from 'node:test';
 
-import { BIN, snippet } from './lib.mjs';
+import { BIN, run, snippet } from './lib.mjs';
 
 const T = { timeout: 300_000 };
 const scratch = fs.mkdtempSync(path.join(os.tmpdir(), 'kg-e2e-cli-'));
@@ -29,28 +28,11 @@ after(() => {
 });
 
 /* kg - `kode-gopher ARGS` in cwd with a fresh HOME; resolves {code, stdout, stderr} */
-function kg(args, { input, cwd = scratch, env: extra = {} } = {}) {
-	return new Promise((resolve, reject) => {
-		const env = { ...process.env, HOME: home, KODE_GOPHER_SANDBOX_ROOT: sandboxRoot, ...extra };
-		for (const k of ['NODE_TEST_CONTEXT', 'NODE_OPTIONS', 'NODE_CHANNEL_FD', 'GOOGLE_APPLICATION_CREDENTIALS',
-			'CLOUDSDK_CONFIG', 'XDG_STATE_HOME'])
-			delete env[k];
-		const child = spawn(BIN, args, { env, cwd, stdio: ['pipe', 'pipe', 'pipe'] });
-		let stdout = '';
-		let stderr = '';
-		child.stdout.on('data', (d) => (stdout += d));
-		child.stderr.on('data', (d) => (stderr += d));
-		const timer = setTimeout(() => {
-			child.kill('SIGKILL');
-			reject(new Error(`kode-gopher ${args.join(' ')} did not end; stderr: ${stderr.slice(-2000)}`));
-		}, 240_000);
-		child.on('error', reject);
-		child.on('close', (code) => {
-			clearTimeout(timer);
-			resolve({ code, stdout, stderr });
-		});
-		child.stdin.on('error', () => { /* it may not read stdin */ });
-		child.stdin.end(input ?? '');
+function kg(args, { input, cwd = scratch, env = {} } = {}) {
+	return run(args, {
+		input, cwd, timeout: 240_000,
+		env: { HOME: home, KODE_GOPHER_SANDBOX_ROOT: sandboxRoot, ...env },
+		drop: ['GOOGLE_APPLICATION_CREDENTIALS', 'CLOUDSDK_CONFIG', 'XDG_STATE_HOME'],
 	});
 }
 
@@ -206,19 +188,12 @@ test('on a terminal: exec in colour, progress on one line that is cleared; serve
 	assert.doesNotMatch(plain.stdout, /\x1b\[1;3/);
 });
 
-/* spawnOut - a command with the test's environment; resolves {code, stdout} */
+/* spawnOut - a command with the test's environment; resolves {code, stdout, stderr} */
 function spawnOut(cmd, args, extra = {}) {
-	return new Promise((resolve, reject) => {
-		const env = { ...process.env, HOME: home, KODE_GOPHER_SANDBOX_ROOT: sandboxRoot, TERM: 'xterm', ...extra };
-		for (const k of ['NODE_TEST_CONTEXT', 'NODE_OPTIONS', 'NODE_CHANNEL_FD', 'GOOGLE_APPLICATION_CREDENTIALS'])
-			delete env[k];
-		if (!extra.NO_COLOR)
-			delete env.NO_COLOR;
-		const child = spawn(cmd, args, { env, cwd: scratch, stdio: ['ignore', 'pipe', 'inherit'] });
-		let stdout = '';
-		child.stdout.on('data', (d) => (stdout += d));
-		child.on('error', reject);
-		child.on('close', (code) => resolve({ code, stdout }));
+	return run(args, {
+		cmd, cwd: scratch,
+		env: { HOME: home, KODE_GOPHER_SANDBOX_ROOT: sandboxRoot, TERM: 'xterm', ...extra },
+		drop: ['GOOGLE_APPLICATION_CREDENTIALS', ...(extra.NO_COLOR ? [] : ['NO_COLOR'])],
 	});
 }
 

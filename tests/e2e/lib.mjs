@@ -46,6 +46,36 @@ export const CALL_TIMEOUT_MS = 180_000;
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
+/*
+ * run - a command (the binary by default: cmd BIN) to its end with the test's environment plus
+ * env, less the node:test variables and the names in drop; stdin is input (or empty); resolves
+ * {code, stdout, stderr}; past timeout ms it is killed and the promise rejects with the tail of
+ * its stderr.
+ */
+export function run(args, { cmd = BIN, input, cwd, env: extra = {}, drop = [], timeout = 180_000 } = {}) {
+	return new Promise((resolve, reject) => {
+		const env = { ...process.env, ...extra };
+		for (const k of ['NODE_TEST_CONTEXT', 'NODE_OPTIONS', 'NODE_CHANNEL_FD', ...drop])
+			delete env[k];
+		const child = spawn(cmd, args, { env, cwd, stdio: ['pipe', 'pipe', 'pipe'] });
+		let stdout = '';
+		let stderr = '';
+		child.stdout.on('data', (d) => (stdout += d));
+		child.stderr.on('data', (d) => (stderr += d));
+		const timer = setTimeout(() => {
+			child.kill('SIGKILL');
+			reject(new Error(`${path.basename(cmd)} ${args.join(' ')} ran past ${timeout} ms; stderr: ${stderr.slice(-2000)}`));
+		}, timeout);
+		child.on('error', reject);
+		child.on('close', (code) => {
+			clearTimeout(timer);
+			resolve({ code, stdout, stderr });
+		});
+		child.stdin.on('error', () => { /* it may not read stdin */ });
+		child.stdin.end(input ?? '');
+	});
+}
+
 /* waitFor - poll fn until it returns something truthy; returns it, or throws after timeoutMs */
 export async function waitFor(fn, { timeout = 10_000, interval = 50, what = 'condition' } = {}) {
 	const until = Date.now() + timeout;

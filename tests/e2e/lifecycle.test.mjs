@@ -9,14 +9,14 @@
  * own. Run by tests/run.sh (node --test).
  */
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import test, { after } from 'node:test';
 
 import {
-	BIN, callTool, cmdline, connect, descendants, goStr, isAlive, procsMatching, sc, sharedSession, sleep, snippet, text, waitFor,
+	callTool, cmdline, connect, descendants, goStr, isAlive, procsMatching, run, sc, sharedSession, sleep, snippet, text,
+	waitFor,
 } from './lib.mjs';
 
 const T = { timeout: 300_000 };
@@ -215,27 +215,7 @@ after(async () => {
 
 /* kg - run `kode-gopher ARGS` with the test's sandbox root; resolves {code, stdout, stderr} */
 function kg(args, { input, timeout = 180_000 } = {}) {
-	return new Promise((resolve, reject) => {
-		const env = { ...process.env, KODE_GOPHER_SANDBOX_ROOT: execRoot };
-		for (const k of ['NODE_TEST_CONTEXT', 'NODE_OPTIONS', 'NODE_CHANNEL_FD'])
-			delete env[k];
-		const child = spawn(BIN, args, { env, stdio: ['pipe', 'pipe', 'pipe'] });
-		let stdout = '';
-		let stderr = '';
-		child.stdout.on('data', (d) => (stdout += d));
-		child.stderr.on('data', (d) => (stderr += d));
-		const timer = setTimeout(() => {
-			child.kill('SIGKILL');
-			reject(new Error(`kode-gopher ${args.join(' ')} ran past ${timeout} ms; stderr: ${stderr.slice(-2000)}`));
-		}, timeout);
-		child.on('error', reject);
-		child.on('close', (code) => {
-			clearTimeout(timer);
-			resolve({ code, stdout, stderr });
-		});
-		child.stdin.on('error', () => { /* it may not read stdin */ });
-		child.stdin.end(input ?? '');
-	});
+	return run(args, { input, timeout, env: { KODE_GOPHER_SANDBOX_ROOT: execRoot } });
 }
 
 /* file - a Go file for exec in the test's scratch directory; returns its path */
