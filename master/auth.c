@@ -1361,10 +1361,10 @@ bool auth_bearer(struct MHD_Connection *c, char *user, size_t cap, enum MHD_Resu
 		snprintf(hdr + n, sizeof(hdr) - (size_t)n, ", scope=\"%s\"", AUTH_SCOPE);
 	}
 	strcat(hdr, "\nAccess-Control-Expose-Headers: WWW-Authenticate\nAccess-Control-Allow-Origin: *\n");
-	*q = respond(c, 401, "application/json",
-		     "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32001,\"message\":\"Unauthorized: "
-		     "sign in first (this server uses OAuth; your MCP client finds how from the "
-		     "WWW-Authenticate header)\"}}", hdr);
+	char *body = jsonrpc_error(NULL, -32001, "Unauthorized: sign in first (this server uses "
+				   "OAuth; your MCP client finds how from the WWW-Authenticate header)", NULL);
+	*q = respond(c, body ? 401 : 500, body ? "application/json" : NULL, body ? body : "", hdr);
+	free(body);
 	return false;
 }
 

@@ -54,17 +54,6 @@ struct req {
 static char http_port[16];
 static bool http_loopback;
 
-/* rpc_error - a JSON-RPC error body the transport itself sends (id: JSON text or NULL) */
-static char *rpc_error(const char *id, int code, const char *msg)
-{
-	json_t *jid = id ? json_loads(id, JSON_DECODE_ANY, NULL) : NULL;
-	json_t *e = json_pack("{s:s, s:o, s:{s:i, s:s}}", "jsonrpc", "2.0", "id", jid ? jid : json_null(),
-			      "error", "code", code, "message", msg);
-	char *out = e ? json_dumps(e, JSON_COMPACT) : NULL;
-	json_decref(e);
-	return out;
-}
-
 /* request_id - the id of the request in rq, for an error the transport answers itself.
  * Only the ends of the body are scanned (mcp_scan_id, bounded and fuzzed): the master does not
  * parse JSON-RPC, and an id it cannot read this way is answered with null. */
@@ -137,7 +126,7 @@ static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, const ch
 static enum MHD_Result reply_rpc(struct MHD_Connection *c, unsigned status, const char *id, int code,
 				 const char *msg, const char *origin, int retry_s)
 {
-	char *b = rpc_error(id, code, msg);
+	char *b = jsonrpc_error(id, code, msg, NULL);
 	enum MHD_Result q = reply_full(c, status, "application/json", b, b ? strlen(b) : 0, origin, NULL,
 				       retry_s);
 	free(b);
@@ -310,7 +299,7 @@ static char *gone_answer(struct pending *p)
 	else
 		snprintf(msg, sizeof(msg), "The sandbox process crashed while handling this request (%s). "
 			 "The session has ended: start a new one.", p->gone_why);
-	return rpc_error(p->id, p->ended ? -32000 : -32603, msg);
+	return jsonrpc_error(p->id, p->ended ? -32000 : -32603, msg, NULL);
 }
 
 /* ---- text/event-stream ---- */
@@ -398,7 +387,8 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *out, size_t max)
 			if (p->alen && x->cursor <= p->answer_no)
 				sse_put(x, p->answer_no, p->answer, p->alen, false);
 		} else if (p->gone || mono_s() > x->deadline) {
-			char *b = p->gone ? gone_answer(p) : rpc_error(p->id, -32603, "timed out waiting for the worker");
+			char *b = p->gone ? gone_answer(p)
+					  : jsonrpc_error(p->id, -32603, "timed out waiting for the worker", NULL);
 			x->last = true;
 			if (b)
 				sse_put(x, p->ev_next, b, strlen(b), false);
@@ -496,14 +486,15 @@ static enum MHD_Result answer_pending(struct MHD_Connection *c, struct pending *
 		/* a tools/call the client cancelled: MCP sends no result, but this POST asked for
 		 * JSON and must get an answer, so it gets an error that says what happened */
 		status = MHD_HTTP_OK;
-		body = rpc_error(p->id, HTTP_RPC_CANCELLED, "Request cancelled: the client sent "
-				 "notifications/cancelled for it, so no result follows");
+		body = jsonrpc_error(p->id, HTTP_RPC_CANCELLED, "Request cancelled: the client sent "
+				     "notifications/cancelled for it, so no result follows", NULL);
 		len = body ? strlen(body) : 0;
 	} else if (p->done) {
 		status = MHD_HTTP_ACCEPTED; /* a notification or a response: nothing to say */
 	} else {
 		status = p->id ? MHD_HTTP_OK : MHD_HTTP_INTERNAL_SERVER_ERROR;
-		body = p->gone ? gone_answer(p) : rpc_error(p->id, -32603, "timed out waiting for the worker");
+		body = p->gone ? gone_answer(p)
+			       : jsonrpc_error(p->id, -32603, "timed out waiting for the worker", NULL);
 		len = body ? strlen(body) : 0;
 	}
 	pool_pending_free(p);

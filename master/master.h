@@ -183,6 +183,11 @@ bool http_origin_parse(const char *origin, char *scheme, size_t scap, char *host
 bool http_media_admits(const char *accept, const char *type);
 bool http_content_type_json(const char *content_type);
 
+/* master/jsonrpc.c: jsonrpc_error - a JSON-RPC error the master answers itself, malloc'd
+ * compact JSON (NULL: out of memory). id: the request's id as JSON text (NULL or not JSON:
+ * null); reason: error.data.reason, or NULL for none */
+char *jsonrpc_error(const char *id, int code, const char *msg, const char *reason);
+
 /* master/serve.c: settings shared by serve and exec */
 int serve_backend_init(struct serve_config *cfg);
 bool serve_dns_label(const char *s);

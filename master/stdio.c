@@ -188,15 +188,14 @@ static void relay_worker_died(struct relay *r, int status)
 			continue;
 		}
 		if (!f->replay && !r->eof && f->id) {
-			char msg[1400];
-			int n = snprintf(msg, sizeof(msg),
-					 "{\"jsonrpc\":\"2.0\",\"id\":%s,\"error\":{\"code\":-32603,\"message\":"
-					 "\"The sandbox process crashed while handling this request (worker %s). "
-					 "A fresh one has been started; the call can be retried, and files in "
-					 "/app/persist are gone.\",\"data\":{\"reason\":\"worker_crashed\"}}}",
-					 f->id, how);
-			if (n > 0 && (size_t)n < sizeof(msg))
-				out_line(r, msg, (size_t)n);
+			char why[400];
+			snprintf(why, sizeof(why), "The sandbox process crashed while handling this "
+				 "request (worker %s). A fresh one has been started; the call can be "
+				 "retried, and files in /app/persist are gone.", how);
+			char *msg = jsonrpc_error(f->id, -32603, why, "worker_crashed");
+			if (msg)
+				out_line(r, msg, strlen(msg));
+			free(msg);
 		} else if (!f->replay && !r->eof) {
 			log_warn("a message was in flight through two worker crashes; dropping it");
 		}
