@@ -25,9 +25,9 @@
 #include "master/auth.h"
 #include "master/pool.h"
 #include "master/tls.h"
+#include "policy/limits.h"
 #include "worker/worker.h" /* mcp_scan_id: a request's id for the transport's own errors */
 
-#define HTTP_WAIT_S 3600 /* the longest a request waits for its worker */
 #define HTTP_RPC_CANCELLED -32800 /* the answer to a cancelled request on a JSON POST (as LSP) */
 
 static const char *const http_versions[] = { "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05" };
@@ -751,7 +751,7 @@ static enum MHD_Result post_initialize(struct MHD_Connection *c, struct req *rq,
 		return reply_rpc(c, MHD_HTTP_INTERNAL_SERVER_ERROR, request_id(rq), -32603,
 				 "The worker for this session is gone; try again.", origin, 0);
 	}
-	double deadline = mono_s() + 60;
+	double deadline = mono_s() + HTTP_INIT_WAIT_S;
 	while (!p->done && !p->gone && mono_s() < deadline)
 		wait_on(p, 1);
 	if (p->done && s->initialized && s->state == SLOT_OPENING) {

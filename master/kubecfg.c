@@ -27,10 +27,8 @@
 #include "lib/rfc3339.h"
 #include "master/kubecfg.h"
 #include "master/master.h"
+#include "policy/limits.h"
 
-#define KC_MAX_FILE (4u * 1024 * 1024)
-#define KC_EXEC_TIMEOUT_S 60
-#define KC_EXEC_MAX_OUT (1u * 1024 * 1024)
 /* the pod's service account; KODE_GOPHER_SERVICEACCOUNT_DIR points elsewhere (tests) */
 #define KC_SA_DIR "/var/run/secrets/kubernetes.io/serviceaccount"
 
@@ -215,7 +213,7 @@ static char *kc_read(const char *path, size_t *len, char *err, size_t errlen)
 	}
 	char *buf = NULL;
 	size_t n = 0;
-	int r = fs_read_fd(fd, KC_MAX_FILE, &buf, &n);
+	int r = fs_read_fd(fd, KC_MAX_FILE_BYTES, &buf, &n);
 	close(fd);
 	if (r != 0) {
 		snprintf(err, errlen, "cannot read %s: %s", path, strerror(-r));
@@ -444,7 +442,7 @@ static char *kc_exec_run(char *err, size_t errlen)
 		if (n <= 0)
 			break;
 		len += (size_t)n;
-		if (len > KC_EXEC_MAX_OUT) {
+		if (len > KC_EXEC_MAX_OUT_BYTES) {
 			too_big = true;
 			break;
 		}
@@ -462,7 +460,7 @@ static char *kc_exec_run(char *err, size_t errlen)
 		if (timed_out)
 			snprintf(how, sizeof(how), "did not finish within %d s", KC_EXEC_TIMEOUT_S);
 		else if (too_big)
-			snprintf(how, sizeof(how), "wrote more than %u bytes", KC_EXEC_MAX_OUT);
+			snprintf(how, sizeof(how), "wrote more than %u bytes", KC_EXEC_MAX_OUT_BYTES);
 		else
 			spawn_describe_status(status, how, sizeof(how));
 		snprintf(err, errlen, "the credential plugin %s %s%s%s", cmd, how,
@@ -911,7 +909,7 @@ static void *kc_delete_main(void *arg)
 		curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
 		curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
 		curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "https");
-		curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 15000L);
+		curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)KC_DELETE_TIMEOUT_MS);
 		curl_easy_setopt(h, CURLOPT_ERRORBUFFER, cerr);
 		cc = curl_easy_perform(h);
 		curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
@@ -939,7 +937,7 @@ void kubecfg_shutdown(void)
 {
 	struct timespec until;
 	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += 16; /* a deletion's own timeout is 15 s */
+	until.tv_sec += KC_DELETE_TIMEOUT_MS / 1000 + 1; /* a deletion's own timeout, and a second */
 	pthread_mutex_lock(&kc_del_mu);
 	while (kc_deleting > 0)
 		if (pthread_cond_timedwait(&kc_del_cv, &kc_del_mu, &until) == ETIMEDOUT)

@@ -24,9 +24,8 @@
 #include "ipc/fsutil.h"
 #include "master/master.h"
 #include "policy/jail.h"
+#include "policy/limits.h"
 
-/* after a failed removal of a released sandbox, the wait before the one retry */
-#define SANDBOX_RM_RETRY_MS 100
 
 /* ---- in use, kept, left behind ---- */
 

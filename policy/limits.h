@@ -1,7 +1,9 @@
 /*
- * limits.h - the named limits of supervision and the worker contract, each with its unit
- * (Dovecot names its settings; so do we). Read by master/spawn.c, master/pool.c,
- * master/stdio.c and worker/main.c. Other components' limits move here as they are touched.
+ * limits.h - the named limits of supervision, the worker contract and every outgoing request,
+ * each with its unit (Dovecot names its settings; so do we). Read by the master (spawn.c,
+ * pool.c, stdio.c, http.c, kubecfg.c, sandbox_local.c) and the worker (main.c, agent_client.c,
+ * creds.c, kube.c, sandbox_kube.c). The agent's own limits (in agent/) move here as they are
+ * touched.
  */
 #ifndef KG_POLICY_LIMITS_H
 #define KG_POLICY_LIMITS_H
@@ -34,5 +36,45 @@
  * (the worker caches tokens; the master's answer is refused above this, not the worker ended). */
 #define WORKER_TOKEN_BURST 20
 #define WORKER_TOKEN_PER_MINUTE 30
+
+/* ---- the master ---- */
+
+/* The longest a request over HTTP waits for its worker's answer; an initialize, for the
+ * session's first answer. */
+#define HTTP_WAIT_S 3600
+#define HTTP_INIT_WAIT_S 60
+
+/* After a failed removal of a released sandbox, the wait before the one retry. */
+#define SANDBOX_RM_RETRY_MS 100
+
+/* The kubeconfig and files it names; an exec credential plugin's run and output; the deletion
+ * of a dead worker's SandboxClaim. */
+#define KC_MAX_FILE_BYTES (4u * 1024 * 1024)
+#define KC_EXEC_TIMEOUT_S 60
+#define KC_EXEC_MAX_OUT_BYTES (1u * 1024 * 1024)
+#define KC_DELETE_TIMEOUT_MS 15000
+
+/* ---- the worker's outgoing requests ---- */
+
+/* To its sandbox's agent: connecting, claiming it, a documentation lookup and its answer, a
+ * token the agent's metadata emulator asked for. */
+#define AC_CONNECT_TIMEOUT_MS 10000L
+#define AC_CLAIM_TIMEOUT_MS 15000L
+#define AC_DOC_TIMEOUT_MS 120000L
+#define AC_DOC_MAX_ANSWER_BYTES (8u * 1024 * 1024)
+#define AC_TOKEN_TIMEOUT_MS 10000L
+
+/* To token endpoints (Google's, a service account's, IAM): an answer, the whole request,
+ * connecting. */
+#define CR_HTTP_MAX_BYTES (1u << 20)
+#define CR_TIMEOUT_MS 30000L
+#define CR_CONNECT_TIMEOUT_MS 10000L
+
+/* To the Kubernetes API server: connecting, an answer; one call of the sandbox backend, and
+ * the wait for the agent of a Ready pod to listen. */
+#define KUBE_CONNECT_TIMEOUT_MS 10000
+#define KUBE_MAX_ANSWER_BYTES (8u * 1024 * 1024)
+#define KB_CALL_MS 15000
+#define KB_AGENT_WAIT_MS 30000
 
 #endif

@@ -27,12 +27,8 @@
 #include "ipc/log.h"
 #include "lib/buf.h"
 #include "lib/mono.h"
+#include "policy/limits.h"
 
-#define AC_CONNECT_TIMEOUT_MS 10000L
-#define AC_CLAIM_TIMEOUT_MS   15000L
-#define AC_DOC_TIMEOUT_MS     120000L
-#define AC_DOC_MAX_ANSWER     (8u * 1024 * 1024)
-#define AC_TOKEN_TIMEOUT_MS   10000L
 
 static const char ac_died[] = "the sandbox stopped responding in the middle of the call";
 
@@ -687,7 +683,7 @@ int agent_client_doc(const struct agent_endpoint *ep, json_t *req, json_t **resu
 	char *body = ac_body(req, &len, &rc, err, errlen);
 	if (!body)
 		return rc;
-	struct ac_xfer x = { .kind = AC_DOC, .max = AC_DOC_MAX_ANSWER };
+	struct ac_xfer x = { .kind = AC_DOC, .max = AC_DOC_MAX_ANSWER_BYTES };
 	rc = ac_call(ep, "/doc", body, len, AC_DOC_TIMEOUT_MS, &x, err, errlen);
 	free(body);
 	if (rc == 0)
@@ -706,7 +702,7 @@ int agent_client_files(const struct agent_endpoint *ep, json_t *req, json_t **re
 	char *body = ac_body(req, &len, &rc, err, errlen);
 	if (!body)
 		return rc;
-	struct ac_xfer x = { .kind = AC_DOC, .max = AC_DOC_MAX_ANSWER };
+	struct ac_xfer x = { .kind = AC_DOC, .max = AC_DOC_MAX_ANSWER_BYTES };
 	rc = ac_call(ep, "/files", body, len, AC_DOC_TIMEOUT_MS, &x, err, errlen);
 	free(body);
 	if (rc == 0)

@@ -35,11 +35,9 @@
 #include "lib/mono.h"
 #include "lib/rfc3339.h"
 #include "lib/secret.h"
+#include "policy/limits.h"
 
 #define CR_CACHE        8        /* tokens kept per kind */
-#define CR_HTTP_MAX     (1u << 20)
-#define CR_TIMEOUT_MS   30000L
-#define CR_CONNECT_MS   10000L
 #define CR_FAIL_HOLD_S  5.0      /* a failed mint is answered from memory this long */
 #define CR_MSG          512
 #define CR_KEY_MAX      1200
@@ -680,11 +678,11 @@ struct cr_http {
 	long status;
 };
 
-/* cr_http_write - curl's write callback: collect up to CR_HTTP_MAX bytes */
+/* cr_http_write - curl's write callback: collect up to CR_HTTP_MAX_BYTES bytes */
 static size_t cr_http_write(char *p, size_t size, size_t n, void *arg)
 {
 	struct cr_http *h = arg;
-	return buf_add(&h->b, p, size * n, CR_HTTP_MAX) == 0 ? size * n : 0;
+	return buf_add(&h->b, p, size * n, CR_HTTP_MAX_BYTES) == 0 ? size * n : 0;
 }
 
 /* cr_http_free - wipe (answers hold tokens) and free */
@@ -754,7 +752,7 @@ static int cr_http(const char *url, const char *ctype, const char *body,
 	curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, https ? "https" : "http");
 	curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
 	curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, CR_TIMEOUT_MS);
-	curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, CR_CONNECT_MS);
+	curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, CR_CONNECT_TIMEOUT_MS);
 	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, cerr);
 	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, cr_http_write);
 	curl_easy_setopt(e, CURLOPT_WRITEDATA, h);

@@ -14,11 +14,10 @@
 #include "ipc/kubetls.h"
 #include "lib/buf.h"
 #include "lib/rfc3339.h"
+#include "policy/limits.h"
 #include "worker/kube.h"
 #include "worker/worker.h"
 
-#define KUBE_CONNECT_TIMEOUT_MS 10000
-#define KUBE_MAX_ANSWER (8u * 1024 * 1024)
 
 struct kube_api {
 	struct session *s;
@@ -244,7 +243,7 @@ static size_t kube_write(char *p, size_t size, size_t nmemb, void *ud)
 {
 	struct kube_xfer *x = ud;
 	size_t n = size * nmemb;
-	int added = buf_add(&x->in, p, n, KUBE_MAX_ANSWER);
+	int added = buf_add(&x->in, p, n, KUBE_MAX_ANSWER_BYTES);
 	if (added < 0) {
 		x->too_big = added == -EFBIG;
 		return 0;
@@ -341,7 +340,7 @@ static int kube_perform(struct kube_api *k, const char *method, const char *path
 			r = -ETIMEDOUT;
 		} else if (x->too_big) {
 			snprintf(err, errlen, "the Kubernetes API server's answer to %s %s is larger "
-				 "than %u bytes", method, path, KUBE_MAX_ANSWER);
+				 "than %u bytes", method, path, KUBE_MAX_ANSWER_BYTES);
 			r = -EIO;
 		} else if (cc != CURLE_OK) {
 			snprintf(err, errlen, "the Kubernetes API server at %s is unreachable: %s",

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "ipc/ipc.h"
+#include "policy/limits.h"
 #include "worker/agent_client.h"
 #include "worker/kube.h"
 #include "worker/sandbox_kube.h"
@@ -26,8 +27,6 @@
 #define CLAIMS_API "/apis/extensions.agents.x-k8s.io/v1beta1"
 #define SANDBOXES_API "/apis/agents.x-k8s.io/v1beta1"
 #define POD_NAME_ANNOTATION "agents.x-k8s.io/pod-name"
-#define KB_CALL_MS 15000
-#define KB_AGENT_WAIT_MS 30000 /* Ready pod, agent not listening yet */
 
 struct kube_settings kube_settings = { .warm_pool = "go-runtime-pool", .access = "auto",
 				       .port = 8888, .lease_s = 600, .ready_s = 120 };
