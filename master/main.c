@@ -21,6 +21,7 @@ static const char usage[] =
 	"  serve      serve MCP over stdio (what an MCP client starts)\n"
 	"  exec       run Go files once through the same sandbox path and print the result\n"
 	"  sandboxes  list or remove kept sandboxes\n"
+	"  doctor     say which sandbox limits this host enforces, and why any is missing\n"
 	"  agent      the program that runs inside every sandbox\n"
 	"  version    print the version\n"
 	"  worker     (internal) one MCP session; started by serve\n"
@@ -48,7 +49,7 @@ static int version_main(int argc, char **argv)
 static const struct command commands[] = {
 	{ "serve", serve_main },   { "exec", exec_main },       { "worker", worker_main },
 	{ "agent", agent_main },   { "version", version_main }, { "sandboxes", sandboxes_main },
-	{ "jail", jail_main },
+	{ "jail", jail_main },     { "doctor", doctor_main },
 };
 
 int main(int argc, char **argv)
@@ -77,7 +78,8 @@ int main(int argc, char **argv)
 			return commands[i].run(argc - 1, argv + 1);
 	/* one line, with the nearest command, rather than the whole help */
 	static const struct option names[] = { { "serve", 0, 0, 0 }, { "exec", 0, 0, 0 },
-		{ "sandboxes", 0, 0, 0 }, { "agent", 0, 0, 0 }, { "version", 0, 0, 0 }, { 0, 0, 0, 0 } };
+		{ "sandboxes", 0, 0, 0 }, { "agent", 0, 0, 0 }, { "version", 0, 0, 0 },
+		{ "doctor", 0, 0, 0 }, { 0, 0, 0, 0 } };
 	const char *near = cli_nearest(argv[1], names);
 	if (near)
 		fprintf(stderr, "kode-gopher: unknown command \"%s\"; did you mean %s?\n", argv[1], near);

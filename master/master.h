@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 #include "ipc/chan.h"
@@ -156,6 +157,15 @@ bool sandbox_local_reaped(struct worker *w, pid_t pid, int status);
 void sandbox_local_answer(struct worker *w, uint32_t seq, bool spawn, const struct serve_config *cfg);
 /* sandbox_local_in_use - is root/name held by a live session? *holder gets its pid (or 0) */
 bool sandbox_local_in_use(const char *root, const char *name, long *holder);
+struct cgroup_plan;
+/* sandbox_local_limits - at start-up: decide how sandboxes are limited here (cgroup v2, v1, a
+ * systemd user scope or rlimits) and log one line per limit kind */
+void sandbox_local_limits(const struct serve_config *cfg);
+/* sandbox_local_probe - enter a sandbox's cgroups the way a jail does (`jail --cgroup-probe`)
+ * and write what each limit got to out; after sandbox_local_limits. 0, or -errno / -EIO */
+int sandbox_local_probe(const struct serve_config *cfg, FILE *out);
+/* sandbox_local_plan - the plan sandbox_local_limits made, or NULL */
+const struct cgroup_plan *sandbox_local_plan(void);
 /* sandbox_local_sweep - remove what sessions that ended without releasing (killed) left in
  * root: only directories with a lock file nobody holds and no kept marker */
 void sandbox_local_sweep(const char *root);
@@ -221,5 +231,7 @@ int worker_main(int argc, char **argv);
 int agent_main(int argc, char **argv);
 int jail_main(int argc, char **argv);
 int sandboxes_main(int argc, char **argv);
+/* master/doctor.c: `kode-gopher doctor` */
+int doctor_main(int argc, char **argv);
 
 #endif

@@ -23,6 +23,7 @@
 
 #include "ipc/fsutil.h"
 #include "master/master.h"
+#include "policy/cgroup.h"
 #include "policy/jail.h"
 #include "policy/limits.h"
 
@@ -141,6 +142,100 @@ void sandbox_local_sweep(const char *root)
 	closedir(d);
 }
 
+/* ---- limits ---- */
+
+/* how this host lets sandboxes be limited, decided once at start-up */
+static struct cgroup_plan sb_plan;
+static bool sb_planned;
+
+/* sandbox_local_limits - see master.h */
+void sandbox_local_limits(const struct serve_config *cfg)
+{
+	cgroup_plan(&sb_plan, getuid() == 0, NULL);
+	sb_planned = true;
+	struct cgroup_limits l = { .memory = cfg->memory, .pids = cfg->pids };
+	cgroup_log_plan(&sb_plan, &l);
+	/* systemd-run finds the user's manager through it (still one thread here: setenv is safe) */
+	if (sb_plan.systemd && !getenv("XDG_RUNTIME_DIR")) {
+		char rt[64];
+		snprintf(rt, sizeof(rt), "/run/user/%u", (unsigned)getuid());
+		setenv("XDG_RUNTIME_DIR", rt, 0);
+	}
+}
+
+/* jail_argv - the command that starts `kode-gopher jail ARGV...` (argv[0] "kode-gopher"): as a
+ * normal user on cgroup v2, in a transient systemd scope delegated to us; returns the program */
+static const char *jail_argv(const char *name, char **argv, char **full, size_t cap, char *unit,
+			     size_t unitcap, char exe[PATH_MAX])
+{
+	size_t n = 0;
+	if (sb_planned && sb_plan.systemd) {
+		ssize_t el = readlink("/proc/self/exe", exe, PATH_MAX - 1);
+		if (el > 0) {
+			exe[el] = '\0';
+			n = (size_t)cgroup_scope_argv(&sb_plan, name, unit, unitcap, full);
+			full[n++] = exe;
+		}
+	}
+	const char *path = n ? full[0] : "/proc/self/exe";
+	for (size_t i = n ? 1 : 0; argv[i] && n + 1 < cap; i++)
+		full[n++] = argv[i];
+	full[n] = NULL;
+	return path;
+}
+
+/* sandbox_local_probe - see master.h */
+int sandbox_local_probe(const struct serve_config *cfg, FILE *out)
+{
+	char name[40], mem[32], pids[16];
+	snprintf(name, sizeof(name), "doctor-%d", (int)getpid());
+	snprintf(mem, sizeof(mem), "%lld", cfg->memory);
+	snprintf(pids, sizeof(pids), "%d", cfg->pids);
+	char *argv[] = { "kode-gopher", "jail", "--cgroup-probe", "--name", name, "--memory", mem,
+			 "--pids", pids, NULL };
+	char *full[32], unit[128], exe[PATH_MAX];
+	const char *path = jail_argv(name, argv, full, sizeof(full) / sizeof(full[0]), unit,
+				     sizeof(unit), exe);
+	int pfd[2];
+	if (pipe2(pfd, O_CLOEXEC) != 0)
+		return -errno;
+	pid_t pid = fork();
+	if (pid < 0) {
+		int e = errno;
+		close(pfd[0]);
+		close(pfd[1]);
+		return -e;
+	}
+	if (pid == 0) {
+		dup2(pfd[1], STDOUT_FILENO);
+		execv(path, full);
+		fprintf(stderr, "kode-gopher doctor: cannot run %s: %s\n", path, strerror(errno));
+		_exit(127);
+	}
+	close(pfd[1]);
+	FILE *in = fdopen(pfd[0], "r");
+	char line[1024];
+	int lines = 0;
+	while (in && fgets(line, sizeof(line), in)) {
+		fprintf(out, "  %s", line);
+		lines++;
+	}
+	if (in)
+		fclose(in);
+	int status = 0;
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	for (int i = 0; i < 20 && !cgroup_remove(&sb_plan, name); i++)
+		usleep(5000);
+	return WIFEXITED(status) && WEXITSTATUS(status) == 0 && lines > 0 ? 0 : -EIO;
+}
+
+/* sandbox_local_plan - see master.h */
+const struct cgroup_plan *sandbox_local_plan(void)
+{
+	return sb_planned ? &sb_plan : NULL;
+}
+
 /* ---- releasing: the signal now, the waiting and removing after ---- */
 
 /* What a release still has to do once the agent has been sent SIGKILL: reap it, remove its
@@ -196,11 +291,8 @@ static void sandbox_finish(struct sandbox_gone *g)
 	if (g->pid > 0)
 		waitpid(g->pid, NULL, 0); /* ECHILD when the main loop reaped it first */
 	/* the jail's pid namespace empties a moment after its init dies */
-	for (int i = 0; g->name[0] && i < 20; i++) {
-		jail_cgroup_remove(g->name);
-		char p[600];
-		snprintf(p, sizeof(p), "/sys/fs/cgroup/pids/kode-gopher/%s", g->name);
-		if (access(p, F_OK) != 0)
+	for (int i = 0; sb_planned && g->name[0] && i < 20; i++) {
+		if (cgroup_remove(&sb_plan, g->name))
 			break;
 		usleep(5000);
 	}
@@ -355,6 +447,9 @@ int sandbox_local_spawn(struct worker *w, const struct serve_config *cfg, const 
 			 "--gocache", gocache,
 			 "--log-level", (char *)level, "--max-timeout", maxtmo,
 			 "--memory-limit", mem, "--pids-limit", pids, "--disk-limit", disk, NULL };
+	char *full[96], unit[128], exe[PATH_MAX];
+	const char *path = jail_argv(name, argv, full, sizeof(full) / sizeof(full[0]), unit,
+				     sizeof(unit), exe);
 	pid_t parent = getpid();
 	pid_t pid = fork();
 	if (pid < 0) {
@@ -367,7 +462,7 @@ int sandbox_local_spawn(struct worker *w, const struct serve_config *cfg, const 
 	if (pid == 0) {
 		setsid(); /* its own process group: killing the sandbox kills all it started */
 		spawn_child_setup(parent, true);
-		execv("/proc/self/exe", argv);
+		execv(path, full);
 		_exit(127);
 	}
 	w->sandbox_pid = pid;

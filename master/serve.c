@@ -555,8 +555,10 @@ int serve_main(int argc, char **argv)
 		return 2;
 	}
 	/* what sessions killed before they could release left in the root */
-	if (!cfg.kubernetes)
+	if (!cfg.kubernetes) {
 		sandbox_local_sweep(cfg.sandbox_root);
+		sandbox_local_limits(&cfg);
+	}
 	if (cfg.http) {
 		if (!cfg.accounting_log)
 			cfg.accounting_log = "off";

@@ -16,17 +16,10 @@
 #define JAIL_APP        "/app"
 #define JAIL_UID        1000 /* the sandbox user inside; mapped to one unprivileged host uid */
 
-/* cgroup v1 cpu.shares of each sandbox (the root group has 1024): sandboxes share the CPU
- * evenly among themselves, behind the server's own processes */
-#define JAIL_CPU_SHARES 512
-
 /* Host uids for sandboxes when the master runs as root: each sandbox gets its own. */
 #define JAIL_HOST_UID_BASE 2000000000u
 #define JAIL_HOST_UID_SPAN 100000u
 
 int jail_main(int argc, char **argv);
-
-/* jail_cgroup_remove - after the jail has died: remove its cgroups (best effort) */
-void jail_cgroup_remove(const char *name);
 
 #endif
