@@ -10,6 +10,7 @@
 #   make fuzz-long  run every target for FUZZ_TIME s (default 600), then make fuzz-merge
 #   make fuzz-merge add the new coverage found by the runs to tests/fuzz/corpus/ (commit it)
 #   make bench      print the benchmark tables
+#   make check-cgroup2  (opt-in, root) the sandbox limits on cgroup v2, in a Debian VM under qemu
 #   make demo       set everything up and run the main job once
 
 CC       ?= cc
@@ -93,6 +94,12 @@ bench: all runtime
 	@mkdir -p $(BUILD)
 	@$(CC) $(CFLAGS_BASE) $(CFLAGS) $(LDFLAGS) -o $(BUILD)/mcpbench bench/mcpbench.c -ljansson -lm
 	@BUILD=$(BUILD) RUNTIME_DIR=$(RUNTIME_DIR) bench/run.sh $(BENCH_ARGS)
+# the sandbox's cgroup v2 limits, tested in a cgroup-v2-only Debian guest (not part of check:
+# the first run downloads a Debian image's packages; tests/cgroup2/vm.sh)
+.PHONY: check-cgroup2
+check-cgroup2: all
+	@BUILD=$(BUILD) RUNTIME_DIR=$(RUNTIME_DIR) tests/cgroup2/vm.sh
+
 .PHONY: bench-k8s
 bench-k8s: all runtime
 	@BUILD=$(BUILD) RUNTIME_DIR=$(RUNTIME_DIR) bench/run.sh --only k8s $(BENCH_ARGS)

@@ -28,6 +28,7 @@
 #include "agent/server.h"
 #include "ipc/fsutil.h"
 #include "ipc/log.h"
+#include "policy/cgroup.h"
 
 #ifndef KG_RUNTIME_DIR
 #define KG_RUNTIME_DIR "/var/cache/kode-gopher/runtime"
@@ -182,6 +183,20 @@ static void am_isolation(const char *listen, const char *app_dir, const char *st
 			 "the agent, kept from it only by the seccomp filter", strerror(-r));
 }
 
+/* am_oom_events - the descriptor of the sandbox's memory group's counters the jail handed us
+ * ($KG_OOM_EVENTS_FD), + 1; 0: none. Close-on-exec from here on: the go command and the
+ * programs have no use for it. */
+static int am_oom_events(void)
+{
+	const char *v = getenv(CGROUP_OOM_FD_ENV);
+	char *end;
+	long fd = v ? strtol(v, &end, 10) : -1;
+	unsetenv(CGROUP_OOM_FD_ENV);
+	if (!v || *end || fd < 3 || fd > 1 << 20 || fcntl((int)fd, F_SETFD, FD_CLOEXEC) != 0)
+		return 0;
+	return (int)fd + 1;
+}
+
 int agent_main(int argc, char **argv)
 {
 	enum { OPT_LISTEN = 1, OPT_APP, OPT_STATE, OPT_RUNTIME, OPT_MODCACHE, OPT_GOCACHE, OPT_GO,
@@ -295,6 +310,7 @@ int agent_main(int argc, char **argv)
 		.memory_limit = memory_limit,
 		.disk_limit = disk_limit,
 		.pids_limit = (int)pids_limit,
+		.oom_events = am_oom_events(),
 		.output_cap = 1024 * 1024,
 		.doc_cap = 64 * 1024,
 	};

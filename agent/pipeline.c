@@ -36,6 +36,7 @@
 #include "agent/normalize.h"
 #include "agent/runproc.h"
 #include "ipc/log.h"
+#include "policy/cgroup.h"
 
 #ifndef KG_RUNTIME_DIR
 #define KG_RUNTIME_DIR "/var/cache/kode-gopher/runtime"
@@ -66,6 +67,7 @@ struct pl_cfg {
 	const struct sock_fprog *user_filter;
 	long long memory_limit, disk_limit;
 	int pids_limit;
+	int oom_events;
 	struct gobuild_env env;
 };
 
@@ -105,6 +107,7 @@ static int pl_cfg_init(const struct pipeline_config *in, struct pl_cfg *c)
 	c->memory_limit = in->memory_limit;
 	c->disk_limit = in->disk_limit;
 	c->pids_limit = in->pids_limit;
+	c->oom_events = in->oom_events;
 	int rc = 0;
 	if (in->gomodcache_dir)
 		rc |= pathf(c->gomodcache, sizeof(c->gomodcache), "%s", in->gomodcache_dir);
@@ -986,14 +989,29 @@ static void disk_reserve(const struct pl_cfg *c)
 	}
 }
 
+/* oom_kills - the kernel's count of OOM kills in the sandbox's memory cgroup, or -1 */
+static long long oom_kills(const struct pl_cfg *c)
+{
+	if (c->oom_events <= 0)
+		return -1;
+	char buf[512];
+	ssize_t n = pread(c->oom_events - 1, buf, sizeof(buf) - 1, 0);
+	if (n <= 0)
+		return -1;
+	buf[n] = '\0';
+	return cgroup_parse_oom_kills(buf);
+}
+
 /* resource_hint - when a sandbox limit ended the program, say which, in words a model can act
  * on: the kernel's SIGKILL or Go's "failed to create new OS thread" mean nothing by themselves */
-static json_t *resource_hint(const struct pl_cfg *c, const struct runproc_result *r, json_t *res)
+static json_t *resource_hint(const struct pl_cfg *c, const struct runproc_result *r,
+			     bool oom_killed, json_t *res)
 {
 	const char *err = r->err.data ? r->err.data : "";
 	const char *msg = json_string_value(json_object_get(res, "message"));
 	char hint[512] = "";
-	bool oom = strstr(err, "runtime: out of memory") || strstr(err, "cannot allocate memory") ||
+	bool oom = (oom_killed && !r->timed_out && (r->signal || r->exit_code != 0)) ||
+		   strstr(err, "runtime: out of memory") || strstr(err, "cannot allocate memory") ||
 		   (r->signal == SIGKILL && !r->timed_out && c->memory_limit > 0 &&
 		    (long long)r->maxrss_kb * 1024 >= c->memory_limit * 7 / 10);
 	bool procs = strstr(err, "failed to create new OS thread") ||
@@ -1713,8 +1731,11 @@ json_t *pipeline_execute(const struct pipeline_config *cfg, json_t *req,
 	};
 	struct runproc_result rr;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
+	long long oom0 = oom_kills(&c);
 	rc = runproc_run(&ro, &rr);
 	tm.run_ms = mono_since_ms(&ts);
+	/* the kernel's own word that it killed something of the sandbox's for memory */
+	bool oom_killed = oom0 >= 0 && oom_kills(&c) > oom0;
 	pl_creds_end(cfg, &pcr);
 	if (rc < 0) {
 		json_decref(o);
@@ -1734,7 +1755,7 @@ json_t *pipeline_execute(const struct pipeline_config *cfg, json_t *req,
 	set_text(o, "stderr", rr.err.data, rr.err.len);
 	json_object_set_new(o, "stdout_truncated", json_boolean(rr.out.truncated));
 	json_object_set_new(o, "stderr_truncated", json_boolean(rr.err.truncated));
-	json_object_set_new(o, "result", resource_hint(&c, &rr, run_outcome(&c, snippet, timeout_ms, &rr)));
+	json_object_set_new(o, "result", resource_hint(&c, &rr, oom_killed, run_outcome(&c, snippet, timeout_ms, &rr)));
 	runproc_result_free(&rr);
 	o = finish(o, "run", mode, &tm, &t0);
 	artifacts_collect(appfd, o);

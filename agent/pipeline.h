@@ -40,6 +40,10 @@ struct pipeline_config {
 	long long memory_limit;
 	long long disk_limit;        /* bytes of /app's own file system (local jail, k8s) */
 	int pids_limit;
+	/* descriptor + 1 of the sandbox's memory cgroup's event counters (memory.events on v2,
+	 * memory.oom_control on v1), whose oom_kill count tells an OOM kill from another SIGKILL;
+	 * 0: none (no memory cgroup) */
+	int oom_events;
 	/* credentials (docs/credentials.md): the metadata-server emulator that serves a call's
 	 * "metadata" credentials during its run (NULL: such calls fail), and how it asks the
 	 * worker for more tokens: push one event object (stolen) onto the running call's stream,

@@ -151,6 +151,24 @@ int cgroup_parse_self(const char *text, char out[CGROUP_PATH_MAX])
 	return -ENOENT;
 }
 
+/* cgroup_parse_oom_kills - see cgroup.h */
+long long cgroup_parse_oom_kills(const char *text)
+{
+	for (const char *line = text; line && *line;) {
+		if (strncmp(line, "oom_kill ", 9) == 0) {
+			char *end;
+			errno = 0;
+			long long n = strtoll(line + 9, &end, 10);
+			if (errno || end == line + 9 || n < 0 || (*end && *end != '\n'))
+				return -1;
+			return n;
+		}
+		line = strchr(line, '\n');
+		line = line ? line + 1 : NULL;
+	}
+	return -1;
+}
+
 /* ---- files ---- */
 
 /* read_small - a whole small file, NUL-terminated */
@@ -524,6 +542,19 @@ void cgroup_enter(const struct cgroup_plan *p, const char *name, const struct cg
 	for (int k = 0; k < CGROUP_NKINDS; k++)
 		if (g->how[k] == CGROUP_V1)
 			enter_v1(p, k, name, l, g);
+}
+
+/* cgroup_open_oom_events - see cgroup.h */
+int cgroup_open_oom_events(const struct cgroup_got *g)
+{
+	char p[CGROUP_PATH_MAX + 32];
+	if (g->how[CGROUP_MEMORY] == CGROUP_V2 && g->leaf[0])
+		snprintf(p, sizeof(p), "%s/memory.events", g->leaf);
+	else if (g->how[CGROUP_MEMORY] == CGROUP_V1 && g->v1dir[CGROUP_MEMORY][0])
+		snprintf(p, sizeof(p), "%s/memory.oom_control", g->v1dir[CGROUP_MEMORY]);
+	else
+		return -1;
+	return open(p, O_RDONLY); /* inherited by the agent, which makes it close-on-exec */
 }
 
 /* cgroup_remove - see cgroup.h */

@@ -72,6 +72,17 @@ bool cgroup_list_has(const char *list, const char *word);
 /* cgroup_parse_self - the unified hierarchy's path ("0::/a/b") from a /proc/PID/cgroup text */
 int cgroup_parse_self(const char *text, char out[CGROUP_PATH_MAX]);
 
+/* cgroup_parse_oom_kills - the "oom_kill N" count of a memory.events (v2) or memory.oom_control
+ * (v1) text, or -1 */
+long long cgroup_parse_oom_kills(const char *text);
+
+/* the environment variable that hands the agent a read-only descriptor of that file */
+#define CGROUP_OOM_FD_ENV "KG_OOM_EVENTS_FD"
+
+/* cgroup_open_oom_events - a descriptor (not close-on-exec) of the file for a sandbox's memory
+ * group, or -1 when memory is not limited through a cgroup */
+int cgroup_open_oom_events(const struct cgroup_got *g);
+
 /* cgroup_plan - decide per kind how limits can be set here. root: we are uid 0. v2_override is
  * for tests: a cgroup2 mount to use instead of the one /proc/self/mountinfo names (and no v1). */
 void cgroup_plan(struct cgroup_plan *p, bool root, const char *v2_override);

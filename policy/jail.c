@@ -133,6 +133,9 @@ static void jail_cgroups(const struct jail_opts *o, struct cgroup_got *g)
 	}
 }
 
+/* the sandbox's memory.events (or v1 memory.oom_control), passed to the agent; -1: none */
+static int jail_oom_fd = -1;
+
 /* jail_cgroup_probe - `jail --cgroup-probe`: enter, then print what each group holds (doctor):
  * "KIND v2|v1 KNOB=VALUE DIR" or "KIND none WHY" */
 static int jail_cgroup_probe(const struct jail_opts *o)
@@ -695,9 +698,17 @@ static int jail_init(const struct jail_opts *o, bool memcg, bool own_uid,
 		const char *proxy = getenv("GOPROXY");
 		char proxyenv[1024];
 		snprintf(proxyenv, sizeof(proxyenv), "GOPROXY=%s", proxy ? proxy : "");
-		char *envp[] = { "PATH=/usr/local/go/bin:/usr/local/bin:/usr/bin:/bin", "HOME=/app",
-				 "LANG=C.UTF-8", "USER=sandbox", "TMPDIR=/tmp",
-				 proxy ? proxyenv : NULL, NULL };
+		/* the memory group's OOM counter, for the agent to tell an OOM kill by name */
+		char oomenv[48];
+		snprintf(oomenv, sizeof(oomenv), CGROUP_OOM_FD_ENV "=%d", jail_oom_fd);
+		char *envp[8] = { "PATH=/usr/local/go/bin:/usr/local/bin:/usr/bin:/bin", "HOME=/app",
+				  "LANG=C.UTF-8", "USER=sandbox", "TMPDIR=/tmp" };
+		int ne = 5;
+		if (proxy)
+			envp[ne++] = proxyenv;
+		if (jail_oom_fd >= 0)
+			envp[ne++] = oomenv;
+		envp[ne] = NULL;
 		/* our own binary through the descriptor opened before the jail existed: it is not
 		 * in the jail's file system, and may even be gone from the host's after an upgrade */
 		syscall(SYS_execveat, o->self_fd, "", o->agent_argv, envp, AT_EMPTY_PATH);
@@ -776,6 +787,7 @@ int jail_main(int argc, char **argv)
 		return jail_cgroup_probe(&o);
 	jail_cgroups(&o, &cg);
 	bool memcg = cg.how[CGROUP_MEMORY] != CGROUP_NONE;
+	jail_oom_fd = cgroup_open_oom_events(&cg);
 	uid_t uid = jail_host_uid(&o);
 	gid_t gid = root ? (gid_t)uid : getgid();
 	pid_t parent = getppid();

@@ -131,7 +131,7 @@ timeout "$RUN_TIMEOUT" qemu-system-x86_64 $accel -m "$MEM_MB" -smp 2 -nographic 
 	-virtfs "local,path=$repo,mount_tag=repo,security_model=none,readonly=on" \
 	-virtfs "local,path=$GOROOT_HOST,mount_tag=go,security_model=none,readonly=on" \
 	-virtfs "local,path=$RUNTIME_DIR,mount_tag=runtime,security_model=none,readonly=on" \
-	-nic none -serial mon:stdio </dev/null 2>&1 | sed -u 's/\r$//' | tee "$log" |
+	-vga none -nic none -serial mon:stdio </dev/null 2>&1 | sed -u 's/\r$//' | tee "$log" |
 	grep --line-buffered -E '^(ok|not ok|guest:|#|cgroup2:) ' >&2
 rc=$?
 set -e

@@ -8,9 +8,10 @@
  * - `exec` on this machine runs for real and must exit 0 with an ok result, as the docs promise;
  * - `serve` (and `exec --backend kubernetes`, which needs a cluster) gets `--help` appended:
  *   getopt reads every option before it, so a flag or value the program would refuse fails;
- * - `sandboxes`, `version` and `--help` run as they are.
+ * - `sandboxes`, `doctor`, `version` and `--help` run as they are.
  * Commands of other programs (make, kubectl, gcloud, docker) are not run here. A last test checks
- * the other direction: every option `serve --help` and `exec --help` list is documented.
+ * the other direction: every option `serve --help`, `exec --help`, `sandboxes --help` and
+ * `doctor --help` list is documented.
  * Run by tests/run.sh with the e2e suites.
  */
 import assert from 'node:assert/strict';
@@ -210,7 +211,7 @@ test('the MCP client configurations start a serve the program accepts', T, async
 test('every option serve --help and exec --help list is documented', T, async () => {
 	const docs = PAGES.map((p) => fs.readFileSync(path.join(REPO, p), 'utf8')).join('\n');
 	const missing = [];
-	for (const sub of ['serve', 'exec', 'sandboxes']) {
+	for (const sub of ['serve', 'exec', 'sandboxes', 'doctor']) {
 		const r = await kg([sub, '--help']);
 		assert.equal(r.code, 0, r.stderr);
 		for (const opt of new Set(r.stdout.match(/--[a-z][a-z-]+/g)))

@@ -432,6 +432,49 @@ test('unbounded allocation with --sandbox-memory 512m → kind killed (out of me
 	await nextCallWorks(s, { prev: st });
 });
 
+/* four processes of 100 MiB each under a 256 MiB limit: the kernel OOM-kills one of them, whose
+ * size alone is far from the limit, and the program exits 1 because its child died. The result
+ * must still name the memory limit: the agent reads the kernel's OOM-kill count of the
+ * sandbox's memory cgroup (memory.events, memory.oom_control on v1), not a guess from sizes. */
+const SPREAD = `package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"time"
+)
+
+func main() {
+	if len(os.Args) > 1 {
+		b := make([]byte, 100<<20)
+		for i := range b {
+			b[i] = 1
+		}
+		time.Sleep(time.Hour)
+	}
+	errs := make(chan error, 4)
+	for i := 0; i < 4; i++ {
+		go func() { errs <- exec.Command(os.Args[0], "child").Run() }()
+	}
+	fmt.Fprintln(os.Stderr, "child:", <-errs)
+	os.Exit(1)
+}
+`;
+
+test('memory spread over four processes, none near --sandbox-memory 256m alone → the OOM kill is still named', T, async (t) => {
+	if (process.getuid() !== 0)
+		return t.skip('needs a memory cgroup, which this host (cgroup v1) gives root only');
+	const s = await connect({ args: ['--sandbox-memory', '256m'] });
+	const [res, st] = await run({ code: SPREAD, timeout_seconds: 60 }, s);
+	assert.equal(res.isError, true, show(st));
+	assert.equal(st.result.kind, 'exit', show(st));
+	assert.match(st.stderr, /child: signal: killed/, show(st));
+	assert.ok(st.timings.max_rss_kb < 256 * 1024 * 0.7, `max_rss_kb ${st.timings.max_rss_kb}: no process came near the limit`);
+	assert.match(st.result.message, /^the program ran out of memory: the sandbox allows 256 MiB \(builds included\)/, show(st));
+	await nextCallWorks(s, { prev: st });
+});
+
 test('endless printing with timeout_seconds 5 → kind timeout, stdout truncated near 1 MiB', T, async () => {
 	const [res, st] = await run({
 		code: snippet('\tfor i := 0; ; i++ {\n\t\tfmt.Println("line", i, "of an endless stream of output")\n\t}', ['fmt']),

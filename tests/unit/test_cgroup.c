@@ -114,6 +114,19 @@ static void test_parse_self(void **state)
 	assert_int_equal(cgroup_parse_self("0::relative\n", out), -EINVAL);
 }
 
+static void test_oom_kills(void **state)
+{
+	(void)state;
+	assert_int_equal(cgroup_parse_oom_kills("low 0\nhigh 0\nmax 31\noom 2\noom_kill 2\n"
+						"oom_group_kill 0\n"), 2);
+	assert_int_equal(cgroup_parse_oom_kills("oom_kill_disable 0\nunder_oom 0\noom_kill 17\n"), 17);
+	assert_int_equal(cgroup_parse_oom_kills("oom_kill_disable 0\nunder_oom 0\n"), -1);
+	assert_int_equal(cgroup_parse_oom_kills("oom_kill x\n"), -1);
+	assert_int_equal(cgroup_parse_oom_kills("oom_kill -1\n"), -1);
+	assert_int_equal(cgroup_parse_oom_kills("oom_kill 3junk\n"), -1);
+	assert_int_equal(cgroup_parse_oom_kills(""), -1);
+}
+
 /* ---- what is said ---- */
 
 static void test_describe(void **state)
@@ -399,6 +412,7 @@ int main(void)
 		cmocka_unit_test(test_mounts_edge_cases),
 		cmocka_unit_test(test_list_has),
 		cmocka_unit_test(test_parse_self),
+		cmocka_unit_test(test_oom_kills),
 		cmocka_unit_test(test_describe),
 		cmocka_unit_test(test_scope_argv),
 		cmocka_unit_test(test_kernel_plan),
