@@ -153,6 +153,7 @@ void sandbox_local_limits(const struct serve_config *cfg)
 {
 	cgroup_plan(&sb_plan, getuid() == 0, NULL);
 	sb_planned = true;
+	cgroup_sweep(&sb_plan); /* what killed masters' sandboxes left */
 	struct cgroup_limits l = { .memory = cfg->memory, .pids = cfg->pids };
 	cgroup_log_plan(&sb_plan, &l);
 	/* systemd-run finds the user's manager through it (still one thread here: setenv is safe) */
@@ -291,9 +292,12 @@ static void sandbox_finish(struct sandbox_gone *g)
 	if (g->pid > 0)
 		waitpid(g->pid, NULL, 0); /* ECHILD when the main loop reaped it first */
 	/* the jail's pid namespace empties a moment after its init dies */
-	for (int i = 0; sb_planned && g->name[0] && i < 20; i++) {
-		if (cgroup_remove(&sb_plan, g->name))
+	for (int ms = 0; sb_planned && g->name[0] && !cgroup_remove(&sb_plan, g->name); ms += 5) {
+		if (ms >= SANDBOX_CGROUP_RM_WAIT_MS) {
+			log_warn("sandbox %s: its cgroups still hold processes %d ms after it was killed; "
+				 "the next start removes them", g->name, SANDBOX_CGROUP_RM_WAIT_MS);
 			break;
+		}
 		usleep(5000);
 	}
 	if (g->dir[0] && g->keep && g->worker_uid)

@@ -19,6 +19,7 @@
  */
 #include "policy/cgroup.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -408,12 +409,16 @@ static void v2_fail_all(struct cgroup_got *g, const char *fmt, const char *a, in
 		}
 }
 
-/* move_self - the calling process into dir */
+/* move_self - the calling process into dir; a dir swept away since it was made (cgroup_sweep
+ * of another master, between our mkdir and this) is made again */
 static int move_self(const char *dir)
 {
 	char pid[24];
 	snprintf(pid, sizeof(pid), "%d", (int)getpid());
-	return put(dir, "cgroup.procs", pid);
+	int r = put(dir, "cgroup.procs", pid);
+	for (int i = 0; r == -ENOENT && i < 3; i++)
+		r = mkdir(dir, 0755) != 0 && errno != EEXIST ? -errno : put(dir, "cgroup.procs", pid);
+	return r;
 }
 
 /* enter_v2_root - as root: <v2>/kode-gopher/<name> */
@@ -437,10 +442,12 @@ static void enter_v2_root(const struct cgroup_plan *p, const char *name,
 		g->leaf[0] = '\0';
 		return;
 	}
-	v2_knobs(g, g->leaf, l);
+	/* in first, limits after (nothing of the user's runs yet): a leaf swept between the mkdir
+	 * and the move is made again by move_self */
 	int r = move_self(g->leaf);
 	if (r != 0)
 		v2_fail_all(g, "cannot move the jail into %s", g->leaf, -r);
+	v2_knobs(g, g->leaf, l);
 }
 
 /* enter_v2_scope - as a normal user, started by systemd-run in a scope delegated to us */
@@ -497,6 +504,12 @@ static void enter_v1(const struct cgroup_plan *p, int k, const char *name,
 		g->how[k] = CGROUP_NONE;
 		return;
 	}
+	int r = move_self(dir);
+	if (r != 0) {
+		snprintf(g->why[k], CGROUP_WHY_MAX, "cannot move the jail into %s: %s", dir, strerror(-r));
+		g->how[k] = CGROUP_NONE;
+		return;
+	}
 	if (k == CGROUP_MEMORY) {
 		snprintf(v, sizeof(v), "%lld", l->memory);
 		knob_set(g, k, dir, "memory.limit_in_bytes", v);
@@ -511,12 +524,6 @@ static void enter_v1(const struct cgroup_plan *p, int k, const char *name,
 	}
 	if (g->how[k] == CGROUP_NONE)
 		return;
-	int r = move_self(dir);
-	if (r != 0) {
-		snprintf(g->why[k], CGROUP_WHY_MAX, "cannot move the jail into %s: %s", dir, strerror(-r));
-		g->how[k] = CGROUP_NONE;
-		return;
-	}
 	snprintf(g->v1dir[k], sizeof(g->v1dir[k]), "%s", dir);
 }
 
@@ -577,6 +584,38 @@ bool cgroup_remove(const struct cgroup_plan *p, const char *name)
 			gone = false;
 	}
 	return gone;
+}
+
+/* sweep_dir - rmdir every group right under dir (the kernel refuses those with processes) */
+static void sweep_dir(const char *dir)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return;
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL) {
+		if (e->d_name[0] == '.' || e->d_type != DT_DIR)
+			continue;
+		char p[CGROUP_PATH_MAX + 300];
+		if ((size_t)snprintf(p, sizeof(p), "%s/%s", dir, e->d_name) < sizeof(p) && rmdir(p) == 0)
+			log_debug("removed the empty cgroup %s", p);
+	}
+	closedir(d);
+}
+
+/* cgroup_sweep - see cgroup.h */
+void cgroup_sweep(const struct cgroup_plan *p)
+{
+	char dir[CGROUP_PATH_MAX + 32];
+	bool v2 = false;
+	for (int k = 0; k < CGROUP_NKINDS; k++) {
+		v2 = v2 || p->how[k] == CGROUP_V2;
+		if (p->how[k] == CGROUP_V1 &&
+		    (size_t)snprintf(dir, sizeof(dir), "%s/" CGROUP_SUBTREE, p->v1[k]) < sizeof(dir))
+			sweep_dir(dir);
+	}
+	if (v2 && p->root && (size_t)snprintf(dir, sizeof(dir), "%s/" CGROUP_SUBTREE, p->v2) < sizeof(dir))
+		sweep_dir(dir);
 }
 
 /* ---- saying it ---- */

@@ -96,6 +96,11 @@ void cgroup_enter(const struct cgroup_plan *p, const char *name, const struct cg
  * when nothing of them is left */
 bool cgroup_remove(const struct cgroup_plan *p, const char *name);
 
+/* cgroup_sweep - remove the empty sandbox groups under each kode-gopher subtree this plan uses
+ * (left by a master that died before it could remove them); groups in use hold processes, which
+ * the kernel's rmdir refuses, and a jail re-creates a leaf swept between its mkdir and its move */
+void cgroup_sweep(const struct cgroup_plan *p);
+
 /* cgroup_describe - one line for a kind: the limit and the mechanism, or why there is none and
  * what stands in. how/why from a plan or what a sandbox got. */
 void cgroup_describe(enum cgroup_kind k, enum cgroup_how how, const char *why, bool systemd,

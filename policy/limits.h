@@ -27,6 +27,10 @@
  * it with up to this many threads (master/later.c). */
 #define LATER_NICE 10
 #define LATER_DRAIN_THREADS 8
+/* how long a release waits for a dead jail's processes to leave its cgroups before giving up on
+ * removing them (the next start sweeps what is left): a pid namespace empties after its init
+ * dies, which took over 100 ms on a slow guest */
+#define SANDBOX_CGROUP_RM_WAIT_MS 3000
 
 /* Workers started ahead of need (the shared server's warm pool) run their start-up at this nice
  * value, as root, and get 0 back when a session takes them. */

@@ -6,7 +6,8 @@
 # As root (the kode-gopher subtree of the v2 hierarchy) and as the normal user kg (uid 1000,
 # a transient systemd user scope with Delegate=yes): the limits serve reports at start-up, what
 # `kode-gopher doctor` finds, the cgroup a program runs in, a program hitting the memory limit
-# (named as running out of memory) and the process limit (fork failing, named), and that no
+# (named as running out of memory, also when the process killed was small: memory.events) and
+# the process limit (fork failing, named), and that no
 # cgroup or scope is left after the sandboxes are gone. Ends with "cgroup2: N passed, M failed".
 set -u
 
@@ -71,11 +72,10 @@ for who in root kg; do
 	d=$out/$who
 	mkdir -p "$d"
 	chown kg "$d"
-	cp "$T/hog.go" "$T/forks.go" "$T/cgroup.go" "$d/"
-	mkdir -p "$d/hog" "$d/forks" "$d/cg"
-	mv "$d/hog.go" "$d/hog/main.go"
-	mv "$d/forks.go" "$d/forks/main.go"
-	mv "$d/cgroup.go" "$d/cg/main.go"
+	for p in hog forks cgroup spread; do
+		mkdir -p "$d/$p"
+		cp "$T/$p.go" "$d/$p/main.go"
+	done
 	chown -R kg "$d"
 
 	# the start-up report: one line per limit kind
@@ -100,7 +100,7 @@ for who in root kg; do
 
 	# the program runs in the sandbox's own cgroup (moved in before any user code ran)
 	run_as $who "$KG" exec --runtime-dir $RT --sandbox-network none --sandbox-memory 256m \
-		--sandbox-pids 100 "$d/cg" >"$d/cg.txt" 2>&1
+		--sandbox-pids 100 "$d/cgroup" >"$d/cg.txt" 2>&1
 	check "$who: the program runs in the sandbox's cgroup" "$d/cg.txt" "$cg"
 	check "$who: ... and cannot reach its knobs" "$d/cg.txt" "^write memory.max: .*(read-only|permission denied|no such file)"
 
@@ -110,6 +110,12 @@ for who in root kg; do
 	check "$who: a program past the memory limit is killed, the result names the limit" "$d/hog.json" \
 		"the program ran out of memory: the sandbox allows 256 MiB"
 	check_not "$who: ... and did not get its 2 GiB" "$d/hog.json" "no memory limit"
+
+	# memory in four processes, none near the limit alone: the kernel's OOM-kill count names it
+	run_as $who "$KG" exec --json --runtime-dir $RT --sandbox-network none --sandbox-memory 256m \
+		"$d/spread" >"$d/spread.json" 2>"$d/spread.err"
+	check "$who: an OOM kill of one of four processes is named from the kernel's count" \
+		"$d/spread.json" "the program ran out of memory: the sandbox allows 256 MiB"
 
 	# pids: fork fails at the limit, and the result says so
 	run_as $who "$KG" exec --json --runtime-dir $RT --sandbox-network none --sandbox-pids 100 \

@@ -376,6 +376,43 @@ static void test_kernel_enter_scope(void **state)
 	assert_int_equal(r, 0);
 }
 
+/* sweep_child - a start-up sweep removes the empty groups a dead master left, not one in use */
+static int sweep_child(void)
+{
+	char top[CGROUP_PATH_MAX], empty[CGROUP_PATH_MAX + 64], busy[CGROUP_PATH_MAX + 64], pid[24];
+	char p[CGROUP_PATH_MAX + 96];
+	snprintf(top, sizeof(top), "%s/kode-gopher", mnt);
+	snprintf(empty, sizeof(empty), "%s/kg-unit-empty-%d", top, (int)getpid());
+	snprintf(busy, sizeof(busy), "%s/kg-unit-busy-%d", top, (int)getpid());
+	CHECK((mkdir(top, 0755) == 0 || errno == EEXIST) && mkdir(empty, 0755) == 0 && mkdir(busy, 0755) == 0);
+	snprintf(pid, sizeof(pid), "%d", (int)getpid());
+	int fd = open(strcat(strcpy(p, busy), "/cgroup.procs"), O_WRONLY);
+	CHECK(fd >= 0 && write(fd, pid, strlen(pid)) > 0);
+	close(fd);
+	struct cgroup_plan pl;
+	memset(&pl, 0, sizeof(pl));
+	pl.root = true;
+	snprintf(pl.v2, sizeof(pl.v2), "%s", mnt);
+	pl.how[CGROUP_CPU] = CGROUP_V2;
+	cgroup_sweep(&pl);
+	CHECK(access(empty, F_OK) != 0);
+	CHECK(access(busy, F_OK) == 0);
+	fd = open(strcat(strcpy(p, mnt), "/cgroup.procs"), O_WRONLY);
+	CHECK(fd >= 0 && write(fd, pid, strlen(pid)) > 0);
+	close(fd);
+	CHECK(rmdir(busy) == 0);
+	return 0;
+}
+
+static void test_kernel_sweep(void **state)
+{
+	(void)state;
+	int r = in_private_cgroup2(sweep_child);
+	if (r < 0)
+		skip();
+	assert_int_equal(r, 0);
+}
+
 /* scope_refused_child - a jail that is not in a scope of its own says so and sets nothing */
 static int scope_refused_child(void)
 {
@@ -419,6 +456,7 @@ int main(void)
 		cmocka_unit_test(test_kernel_enter_root),
 		cmocka_unit_test(test_kernel_enter_scope),
 		cmocka_unit_test(test_kernel_scope_refused),
+		cmocka_unit_test(test_kernel_sweep),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
