@@ -444,6 +444,78 @@ static json_t *artifact_block(json_t *a)
 			 "mimeType", mt, "blob", d);
 }
 
+/* json_cost - bytes s takes in the response: once as it is (structuredContent) and once inside
+ * the text block, where it was dumped with \u escapes and then escaped again as a string */
+static size_t json_cost(json_t *s)
+{
+	char *raw = json_dumps(s, JSON_ENCODE_ANY | JSON_COMPACT);
+	char *ascii = json_dumps(s, JSON_ENCODE_ANY | JSON_COMPACT | JSON_ENSURE_ASCII);
+	size_t n = (raw ? strlen(raw) : 0) + (ascii ? strlen(ascii) : 0);
+	for (const char *p = ascii; p && *p; p++)
+		n += *p == '\\' || *p == '"'; /* escaped once more inside the text block */
+	free(raw);
+	free(ascii);
+	return n;
+}
+
+/* cut_middle - keep head and tail of s (about keep bytes, on UTF-8 boundaries) around a line
+ * that says what went; a new string */
+static json_t *cut_middle(const char *s, size_t len, size_t keep)
+{
+	size_t h = keep / 2, t = len - (keep - keep / 2);
+	while (h > 0 && ((unsigned char)s[h] & 0xC0) == 0x80)
+		h--;
+	while (t < len && ((unsigned char)s[t] & 0xC0) == 0x80)
+		t++;
+	char mark[160];
+	int m = snprintf(mark, sizeof(mark), "\n… %zu bytes cut here: with them the answer would pass "
+			 "the %u MiB message limit …\n", t - h, MCP_MAX_MESSAGE >> 20);
+	char *buf = malloc(h + (size_t)m + (len - t) + 1);
+	if (!buf)
+		return NULL;
+	memcpy(buf, s, h);
+	memcpy(buf + h, mark, (size_t)m);
+	memcpy(buf + h + m, s + t, len - t);
+	json_t *out = json_stringn_nocheck(buf, h + (size_t)m + (len - t));
+	free(buf);
+	return out;
+}
+
+/* fit_output - cut stdout and stderr (the largest first, head and tail kept) until the result
+ * fits the message limit with room for the rest: each appears twice in the response, and
+ * escaping can make a byte of output six or more. Says so in output_note. */
+static void fit_output(json_t *sc, size_t budget)
+{
+	static const char *const streams[] = { "stdout", "stderr" };
+	bool cut = false;
+	for (int round = 0; round < 24; round++) {
+		size_t cost[2], total = 0;
+		for (int k = 0; k < 2; k++) {
+			json_t *v = json_object_get(sc, streams[k]);
+			cost[k] = json_is_string(v) ? json_cost(v) : 0;
+			total += cost[k];
+		}
+		if (total <= budget)
+			break;
+		int k = cost[1] > cost[0];
+		json_t *v = json_object_get(sc, streams[k]);
+		size_t len = json_string_length(v);
+		size_t keep = len / 4 * 3;
+		if (len < 1024)
+			keep = 0;
+		json_t *n = cut_middle(json_string_value(v), len, keep);
+		if (!n)
+			break;
+		json_object_set_new(sc, streams[k], n);
+		cut = true;
+	}
+	if (cut)
+		json_object_set_new(sc, "output_note", json_sprintf(
+			"stdout and stderr were cut in the middle (head and tail kept) so that the answer "
+			"fits the %u MiB message limit; write large output to /app/out and read it back",
+			MCP_MAX_MESSAGE >> 20));
+}
+
 /* tool_result - wrap structured content as an MCP CallToolResult (steals sc): the JSON as text,
  * then one block per artifact; the artifacts' bytes leave structuredContent (they are in the
  * blocks), and embedded ones that would push the response past the message limit become links */
@@ -490,6 +562,17 @@ static json_t *tool_result(json_t *sc, bool is_error)
 			json_object_del(a, "text");
 		}
 	}
+	/* the room left for stdout and stderr: the limit less what the artifacts' blocks hold
+	 * and a margin for the rest of the result (diagnostics, tests, timings) */
+	size_t blocks_len = 0;
+	json_array_foreach(blocks, i, a) {
+		json_t *d = json_object_get(a, "data");
+		json_t *res = json_object_get(a, "resource");
+		blocks_len += json_string_length(d) + json_string_length(json_object_get(res, "text")) +
+			      json_string_length(json_object_get(res, "blob")) + 512;
+	}
+	size_t room = MCP_MAX_MESSAGE - 256 * 1024;
+	fit_output(sc, blocks_len < room ? room - blocks_len : 0);
 	char *text = json_dumps(sc, JSON_COMPACT | JSON_ENSURE_ASCII);
 	json_t *r = json_pack("{s:[{s:s, s:s}], s:o, s:b}", "content", "type", "text", "text",
 			      text ? text : "{}", "structuredContent", sc, "isError", is_error);

@@ -42,17 +42,32 @@ void mcp_reply(struct session *s, uint32_t seq, json_t *response)
 {
 	char *text = NULL;
 	size_t len = 0;
+	json_t *id = NULL;
 	if (response) {
 		text = json_dumps(response, JSON_COMPACT);
 		len = text ? strlen(text) : 0;
+		id = json_incref(json_object_get(response, "id"));
 		json_decref(response);
 	}
 	struct ipc_buf b;
 	int r = ipc_pack_ans_mcp(&b, seq, text ? text : "", len);
 	if (r == -EMSGSIZE) {
-		log_error("a response of %zu bytes is over the IPC limit", len);
-		r = ipc_pack_ans_mcp(&b, seq, "", 0);
+		/* never silence: the client would wait for this answer for ever */
+		log_error("a response of %zu bytes is over the %u MiB message limit; answering with an "
+			  "error instead", len, MCP_MAX_MESSAGE >> 20);
+		free(text);
+		char msg[300];
+		snprintf(msg, sizeof(msg), "The answer to this request is %zu bytes, over the %u MiB "
+			 "message limit, so it cannot be sent. Ask for less (fewer tests or less output "
+			 "per call; large results belong in files under /app/out).", len,
+			 MCP_MAX_MESSAGE >> 20);
+		json_t *e = mcp_error(id, RPC_INTERNAL_ERROR, msg);
+		text = json_dumps(e, JSON_COMPACT);
+		json_decref(e);
+		len = text ? strlen(text) : 0;
+		r = ipc_pack_ans_mcp(&b, seq, text ? text : "", len);
 	}
+	json_decref(id);
 	if (r == 0)
 		session_send(s, &b);
 	free(text);

@@ -192,3 +192,39 @@ test('a message just under the limit is accepted and reaches the tool', { timeou
 	assert.match(res.result.structuredContent.result.message, /main\.go is \d+ bytes; the limit is \d+ bytes/);
 	await pingWorks(r);
 });
+
+/* FLOOD_BOTH: a MiB and more of output on each stream, half of it bytes JSON must escape (\u0001
+ * becomes six bytes, then seven inside the text block): the answer would be many times 4 MiB */
+const FLOOD_BOTH = `package snippet
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+)
+
+func run(ctx context.Context) (any, error) {
+	line := strings.Repeat("\\x01é\\"\\\\", 16) + "\\n"
+	for i := 0; i < 20000; i++ {
+		fmt.Print(line)
+		fmt.Fprint(os.Stderr, line)
+	}
+	return "flooded", nil
+}
+`;
+
+test('output that would pass the 4 MiB message limit is cut to fit, and the call is answered', { timeout: 180_000 }, async () => {
+	const s = await connect();
+	const r = await callTool(s.client, 'execute_go_code', { code: FLOOD_BOTH });
+	const sc = r.structuredContent;
+	assert.equal(sc.result?.value, 'flooded', JSON.stringify(sc).slice(0, 500));
+	assert.match(sc.output_note, /fits the 4 MiB message limit/);
+	for (const k of ['stdout', 'stderr']) {
+		assert.match(sc[k], /bytes cut here: with them the answer would pass the 4 MiB message limit/);
+		assert.ok(sc[k].startsWith('\u0001é"\\'), `${k} keeps its head`);
+	}
+	assert.ok(JSON.stringify(r).length <= 4 * MiB, 'the answer fits the limit');
+	assert.deepEqual(await s.client.ping(), {});
+
+});
