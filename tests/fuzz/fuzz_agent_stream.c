@@ -8,7 +8,7 @@
  * sends is untrusted: the user's program runs beside it. Besides "no crash, no leak": the
  * verdict is one of the documented errors with a sentence that is valid UTF-8 (it reaches the
  * model inside a JSON result), a success carries a result object with nothing after its line,
- * and every progress or token_request handed on is well formed.
+ * and every progress, token_request, heartbeat or log event handed on is well formed.
  */
 #include <errno.h>
 #include <jansson.h>
@@ -28,12 +28,22 @@ static void fuzz_progress(void *ctx, const char *phase, const char *message)
 		__builtin_trap();
 }
 
+/* fuzz_event - what is handed on: token_request and heartbeat events, and log events whose
+ * phase, stream and text are strings (worker/agent_client.h) */
 static void fuzz_event(void *ctx, json_t *ev)
 {
 	(void)ctx;
-	if (!json_is_object(ev) ||
-	    strcmp(json_string_value(json_object_get(ev, "event")) ?: "", "token_request") != 0)
+	const char *name = json_is_object(ev) ? json_string_value(json_object_get(ev, "event")) : NULL;
+	if (!name)
 		__builtin_trap();
+	if (strcmp(name, "log") == 0) {
+		if (!json_is_string(json_object_get(ev, "phase")) ||
+		    !json_is_string(json_object_get(ev, "stream")) ||
+		    !json_is_string(json_object_get(ev, "text")))
+			__builtin_trap();
+	} else if (strcmp(name, "token_request") != 0 && strcmp(name, "heartbeat") != 0) {
+		__builtin_trap();
+	}
 }
 
 /*
