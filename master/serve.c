@@ -554,11 +554,6 @@ int serve_main(int argc, char **argv)
 			"(use it with stdio serve or exec)\n", cfg.claim ? "claim" : "persistent");
 		return 2;
 	}
-	/* what sessions killed before they could release left in the root */
-	if (!cfg.kubernetes) {
-		sandbox_local_sweep(cfg.sandbox_root);
-		sandbox_local_limits(&cfg);
-	}
 	if (cfg.http) {
 		if (!cfg.accounting_log)
 			cfg.accounting_log = "off";
@@ -566,7 +561,15 @@ int serve_main(int argc, char **argv)
 			return 2;
 		if (cfg.workers_min_idle > cfg.max_workers)
 			cfg.workers_min_idle = cfg.max_workers;
-		identity_init(); /* after every check: a refused start is one line */
+	}
+	/* after every check, so that a refused start is one line: what sessions killed before
+	 * they could release left in the root, the limits in force, the workers' identities */
+	if (!cfg.kubernetes) {
+		sandbox_local_sweep(cfg.sandbox_root);
+		sandbox_local_limits(&cfg);
+	}
+	if (cfg.http) {
+		identity_init();
 		int r = http_serve(&cfg);
 		kubecfg_shutdown();
 		return r;
