@@ -67,21 +67,20 @@
  *   NOTE_ACCEPTED    a slow request (seq) started; id = its JSON-RPC id as JSON
  *   NOTE_SESSION     initialize succeeded: the message to replay after a crash
  *   NOTE_STATE       "idle" | "busy"
- *   REQ_SANDBOX      op "spawn" | "release" the worker's local sandbox; name must be "" (the
- *                    master names sandboxes)
- *   ANS_SANDBOX      where its agent listens (socket), or why there is none
+ *   REQ_SANDBOX      op "spawn" | "release" the worker's sandbox; name must be "" (the master
+ *                    names sandboxes and SandboxClaims). A second spawn replaces the sandbox
+ *                    the worker has (it died or could not be used). On the Kubernetes backend
+ *                    the master claims, watches, renews and deletes the SandboxClaim itself
+ *                    (master/sandbox_kube.c); the worker never talks to the API server.
+ *   ANS_SANDBOX      where its agent listens (socket: the local agent's, or on Kubernetes the
+ *                    master's relay to that claim's pod only), the sandbox's or claim's name,
+ *                    or why there is none
  *   REQ_SHUTDOWN     end the session and exit
  *   NOTE_SANDBOX     the worker's sandbox ended by itself ("exited with status 1")
  *   NOTE_ASSIGN      a pre-started worker is handed its session and user
  *   REQ_QUOTA        may this session claim a sandbox (the per-user limit)?
  *   ANS_QUOTA        yes, or why not
  *   NOTE_CALL        one finished tool call, for metrics and accounting
- *   REQ_KUBE         the Kubernetes API server and current credentials (refresh: the last were
- *                    refused)
- *   ANS_KUBE         from the kubeconfig or the pod's service account; expires = unix seconds
- *   NOTE_CLAIM       the worker holds this SandboxClaim ("" = none any more); the master deletes
- *                    it if the worker dies holding it and keep is false. The name must be one
- *                    the master can attribute to the worker's session (master/monitor.c).
  *   REQ_TOKEN        --credentials user: an access token of the session's signed-in user for
  *                    these scopes (comma-separated). The worker names no user: the master
  *                    answers for the session it assigned, from the Google grant it keeps
@@ -117,16 +116,13 @@
 	X(NOTE_SESSION,   note_session,    session,      IPC_W2M, IPC_PH_SESSION,               IPC_ONCE)   \
 	X(NOTE_STATE,     note_state,      state,        IPC_W2M, IPC_PH_SERVING,               0)          \
 	X(REQ_SANDBOX,    req_sandbox,     sandbox_req,  IPC_W2M, IPC_PH_LIVE | IPC_PH_ENDING,  0)          \
-	X(ANS_SANDBOX,    ans_sandbox,     sandbox_ans,  IPC_M2W, IPC_PH_LIVE,                  IPC_ANSWER) \
+	X(ANS_SANDBOX,    ans_sandbox,     sandbox_ans,  IPC_M2W, IPC_PH_LIVE | IPC_PH_ENDING,  IPC_ANSWER) \
 	X(REQ_SHUTDOWN,   req_shutdown,    shutdown,     IPC_M2W, IPC_PH_LIVE,                  IPC_ONCE)   \
 	X(NOTE_SANDBOX,   note_sandbox,    sandbox_note, IPC_M2W, IPC_PH_LIVE,                  0)          \
 	X(NOTE_ASSIGN,    note_assign,     assign,       IPC_M2W, IPC_PH_IDLE,                  IPC_ONCE)   \
 	X(REQ_QUOTA,      req_quota,       quota_req,    IPC_W2M, IPC_PH_SERVING,               0)          \
 	X(ANS_QUOTA,      ans_quota,       quota_ans,    IPC_M2W, IPC_PH_SESSION,               IPC_ANSWER) \
 	X(NOTE_CALL,      note_call,       call,         IPC_W2M, IPC_PH_SERVING,               0)          \
-	X(REQ_KUBE,       req_kube,        kube_req,     IPC_W2M, IPC_PH_SERVING,               0)          \
-	X(ANS_KUBE,       ans_kube,        kube_ans,     IPC_M2W, IPC_PH_SESSION | IPC_PH_ENDING, IPC_ANSWER) \
-	X(NOTE_CLAIM,     note_claim,      claim_note,   IPC_W2M, IPC_PH_SERVING,               0)          \
 	X(REQ_TOKEN,      req_token,       token_req,    IPC_W2M, IPC_PH_SERVING,               0)          \
 	X(ANS_TOKEN,      ans_token,       token_ans,    IPC_M2W, IPC_PH_SESSION | IPC_PH_ENDING, IPC_ANSWER) \
 	X(REQ_ADC,        req_adc,         adc_req,      IPC_W2M, IPC_PH_SERVING,               0)          \
@@ -146,7 +142,7 @@
 #define IPC_BODY_REQ_SANDBOX(F, S) F(S, STR, op, 0, 16) F(S, STR, name, 0, 63)
 #define IPC_BODY_ANS_SANDBOX(F, S)                                                                \
 	F(S, BOOL, ok, 0, 1) F(S, STR, error, 0, 1024) F(S, STR, socket, 0, 599)                  \
-	F(S, STR, name, 0, 63) F(S, STR, dir, 0, 511)
+	F(S, STR, name, 0, 253) F(S, STR, dir, 0, 511)
 #define IPC_BODY_REQ_SHUTDOWN(F, S) F(S, STR, reason, 0, 256)
 #define IPC_BODY_NOTE_SANDBOX(F, S) F(S, STR, name, 0, 63) F(S, STR, status, 0, 256)
 #define IPC_BODY_NOTE_ASSIGN(F, S) F(S, STR, session, 1, 64) F(S, STR, user, 0, 256)
@@ -157,13 +153,6 @@
 	F(S, UINT, run_ms, 0, UINT64_MAX) F(S, UINT, cpu_user_ms, 0, UINT64_MAX)                  \
 	F(S, UINT, cpu_sys_ms, 0, UINT64_MAX) F(S, UINT, max_rss_kb, 0, UINT64_MAX)               \
 	F(S, UINT, bytes_in, 0, UINT64_MAX) F(S, UINT, bytes_out, 0, UINT64_MAX)
-#define IPC_BODY_REQ_KUBE(F, S) F(S, BOOL, refresh, 0, 1)
-#define IPC_BODY_ANS_KUBE(F, S)                                                                   \
-	F(S, BOOL, ok, 0, 1) F(S, STR, error, 0, 1024) F(S, STR, server, 0, 2048)                 \
-	F(S, BIN, ca, 0, 1u << 20) F(S, BIN, cert, 0, 1u << 20) F(S, BIN, key, 0, 1u << 20)       \
-	F(S, STR, token, 0, 64 * 1024) F(S, BOOL, insecure, 0, 1) F(S, STR, sni, 0, 255)          \
-	F(S, STR, namespace, 0, 253) F(S, BOOL, in_cluster, 0, 1) F(S, UINT, expires, 0, UINT64_MAX)
-#define IPC_BODY_NOTE_CLAIM(F, S) F(S, STR, name, 0, 253) F(S, BOOL, keep, 0, 1)
 #define IPC_BODY_REQ_TOKEN(F, S) F(S, STR, scopes, 1, IPC_TOKEN_SCOPES_MAX)
 #define IPC_BODY_ANS_TOKEN(F, S)                                                                  \
 	F(S, BOOL, ok, 0, 1) F(S, STR, error, 0, 1024) F(S, UINT, status, 0, 599)                 \
@@ -218,7 +207,7 @@ struct ipc_field {
 	uint64_t min, max;
 };
 struct ipc_contract {
-	const char *name;      /* "NOTE_CLAIM" */
+	const char *name;      /* "REQ_SANDBOX" */
 	unsigned dir, phases, flags;
 	const struct ipc_field *fields;
 	size_t nfields;

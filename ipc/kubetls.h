@@ -1,7 +1,7 @@
 /*
  * kubetls.h - put a Kubernetes API server's TLS settings and a credential on a libcurl handle.
- * Shared by the worker's API client (worker/kube.c) and the master's deletion of claims that
- * dead workers left (master/kubecfg.c), which hold the same things in different places.
+ * Used by the master only (master/kubecfg.c kubecfg_apply, for master/kube_api.c and the agent
+ * relay of master/sandbox_kube.c): no worker holds a credential to put on a handle.
  */
 #ifndef KG_KUBETLS_H
 #define KG_KUBETLS_H

@@ -25,6 +25,7 @@
 #include "ipc/kubetls.h"
 #include "lib/base64.h"
 #include "lib/rfc3339.h"
+#include "lib/secret.h"
 #include "master/kubecfg.h"
 #include "master/master.h"
 #include "policy/limits.h"
@@ -804,174 +805,109 @@ const char *kubecfg_describe(void)
 	return kc.describe;
 }
 
-void kubecfg_answer(struct worker *w, uint32_t seq, bool refresh)
+/* kc_dup - a copy of n bytes, NUL-terminated; NULL for none */
+static char *kc_dup(const char *p, size_t n)
 {
-	struct ipc_kube_ans a = { 0 };
-	char err[600] = "";
+	if (!p)
+		return NULL;
+	char *c = malloc(n + 1);
+	if (!c)
+		abort();
+	memcpy(c, p, n);
+	c[n] = '\0';
+	return c;
+}
+
+/* kubecfg_current - see kubecfg.h */
+int kubecfg_current(struct kubecfg_cred *c, bool refresh, char *err, size_t errlen)
+{
+	memset(c, 0, sizeof(*c));
 	char *ftoken = NULL;
+	int r = 0;
+	err[0] = '\0';
 	pthread_mutex_lock(&kc.mu);
 	if (!kc.loaded) {
-		snprintf(err, sizeof(err), "this server was not started with --backend kubernetes");
+		snprintf(err, errlen, "this server was not started with --backend kubernetes");
+		r = -1;
 	} else if (kc.exec && (!kc.x_at || (refresh && time(NULL) - kc.x_at > 10) ||
 			       (kc.x_expires && time(NULL) + 90 >= kc.x_expires))) {
-		if (kc_exec_refresh(err, sizeof(err)) != 0)
+		if (kc_exec_refresh(err, errlen) != 0) {
 			log_warn("kubernetes: %s", err);
+			r = -1;
+		}
 	}
-	if (!err[0] && kc.token_file[0]) {
-		ftoken = kc_read(kc.token_file, NULL, err, sizeof(err));
+	if (r == 0 && kc.token_file[0]) {
+		/* a projected service-account token rotates: read it for every request */
+		ftoken = kc_read(kc.token_file, NULL, err, errlen);
 		if (ftoken)
 			ftoken[strcspn(ftoken, "\r\n")] = '\0';
+		else
+			r = -1;
 	}
-	a.ok = !err[0];
-	a.error = (struct ipc_bytes){ err, strlen(err) };
-	if (a.ok) {
+	if (r == 0) {
 		const char *tok = kc.x_token ? kc.x_token : ftoken ? ftoken : kc.token;
 		const char *cert = kc.x_cert ? kc.x_cert : kc.cert, *key = kc.x_cert ? kc.x_key : kc.key;
 		size_t cl = kc.x_cert ? strlen(kc.x_cert) : kc.cert_len;
 		size_t kl = kc.x_cert ? strlen(kc.x_key) : kc.key_len;
-		a.server = (struct ipc_bytes){ kc.server, strlen(kc.server) };
-		a.ca = (struct ipc_bytes){ kc.ca, kc.ca ? kc.ca_len : 0 };
-		a.cert = (struct ipc_bytes){ cert, cert ? cl : 0 };
-		a.key = (struct ipc_bytes){ key, key ? kl : 0 };
-		a.token = (struct ipc_bytes){ tok, tok ? strlen(tok) : 0 };
-		a.insecure = kc.insecure;
-		a.namespace = (struct ipc_bytes){ kc.ns, strlen(kc.ns) };
-		a.in_cluster = kc.in_cluster;
-		a.expires = kc.exec && kc.x_expires > 0 ? (uint64_t)kc.x_expires : 0;
-	}
-	struct ipc_buf b;
-	int r = ipc_pack(&b, IPC_ANS_KUBE, seq, &a);
-	pthread_mutex_unlock(&kc.mu);
-	if (ftoken) {
-		OPENSSL_cleanse(ftoken, strlen(ftoken));
-		free(ftoken);
-	}
-	if (r == 0)
-		spawn_send(w, &b); /* takes b */
-}
-
-/* ---- claims left behind by workers that died ---- */
-
-void kubecfg_note_claim(struct worker *w, const struct ipc_claim_note *n)
-{
-	ipc_bytes_str(n->name, w->claim, sizeof(w->claim));
-	w->claim_keep = n->keep;
-}
-
-struct kc_orphan {
-	char name[254];
-};
-
-/* deletions under way, waited for by kubecfg_shutdown */
-static pthread_mutex_t kc_del_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t kc_del_cv = PTHREAD_COND_INITIALIZER;
-static int kc_deleting;
-
-/* kc_delete_main - DELETE one claim with the master's own credential; a thread of its own */
-static void *kc_delete_main(void *arg)
-{
-	struct kc_orphan *o = arg;
-	char url[3000], cerr[CURL_ERROR_SIZE] = "";
-	struct curl_slist *hdr = curl_slist_append(NULL, "Content-Type: application/json");
-	CURL *h = curl_easy_init();
-	pthread_mutex_lock(&kc.mu);
-	snprintf(url, sizeof(url),
-		 "%s/apis/extensions.agents.x-k8s.io/v1beta1/namespaces/%s/sandboxclaims/%s",
-		 kc.server, kc.ns, o->name);
-	const char *tok = kc.x_token ? kc.x_token : kc.token;
-	char *ftok = !tok && kc.token_file[0] ? kc_read(kc.token_file, NULL, cerr, sizeof(cerr)) : NULL;
-	if (ftok) {
-		ftok[strcspn(ftok, "\r\n")] = '\0';
-		tok = ftok;
-	}
-	struct kube_tls t = { kc.ca, kc.ca_len, kc.x_cert ? kc.x_cert : kc.cert,
-			      kc.x_cert ? strlen(kc.x_cert) : kc.cert_len,
-			      kc.x_cert ? kc.x_key : kc.key, kc.x_cert ? strlen(kc.x_key) : kc.key_len,
-			      tok, kc.insecure };
-	if (h && kube_tls_apply(h, &t, &hdr) != 0) {
-		curl_easy_cleanup(h);
-		h = NULL;
+		c->server = kc_dup(kc.server, strlen(kc.server));
+		c->ns = kc_dup(kc.ns, strlen(kc.ns));
+		c->ca = kc_dup(kc.ca, kc.ca_len);
+		c->ca_len = kc.ca ? kc.ca_len : 0;
+		c->cert = kc_dup(cert, cl);
+		c->cert_len = cert ? cl : 0;
+		c->key = kc_dup(key, kl);
+		c->key_len = key ? kl : 0;
+		c->token = tok ? kc_dup(tok, strlen(tok)) : NULL;
+		c->insecure = kc.insecure;
+		c->in_cluster = kc.in_cluster;
+		c->expires = kc.exec && kc.x_expires > 0 ? kc.x_expires : 0;
 	}
 	pthread_mutex_unlock(&kc.mu);
-	if (ftok) {
-		OPENSSL_cleanse(ftok, strlen(ftok));
-		free(ftok);
-	}
-	long status = 0;
-	CURLcode cc = CURLE_FAILED_INIT;
-	if (h) {
-		cerr[0] = '\0';
-		curl_easy_setopt(h, CURLOPT_URL, url);
-		curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, "DELETE");
-		curl_easy_setopt(h, CURLOPT_POSTFIELDS,
-				 "{\"apiVersion\":\"v1\",\"kind\":\"DeleteOptions\","
-				 "\"propagationPolicy\":\"Background\"}");
-		curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
-		curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-		curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "https");
-		curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)KC_DELETE_TIMEOUT_MS);
-		curl_easy_setopt(h, CURLOPT_ERRORBUFFER, cerr);
-		cc = curl_easy_perform(h);
-		curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
-	}
-	if (cc == CURLE_OK && status == 404)
-		log_debug("SandboxClaim %s/%s was already gone", kc.ns, o->name);
-	else if (cc == CURLE_OK && status / 100 == 2)
-		log_info("deleted SandboxClaim %s/%s, left behind by a worker that died", kc.ns, o->name);
-	else
-		log_warn("could not delete SandboxClaim %s/%s of a worker that died (%s); its lease "
-			 "ends it", kc.ns, o->name, cc != CURLE_OK ? (cerr[0] ? cerr : curl_easy_strerror(cc))
-								  : "the API server refused");
-	curl_slist_free_all(hdr);
-	if (h)
-		curl_easy_cleanup(h);
-	free(o);
-	pthread_mutex_lock(&kc_del_mu);
-	kc_deleting--;
-	pthread_cond_broadcast(&kc_del_cv);
-	pthread_mutex_unlock(&kc_del_mu);
-	return NULL;
+	secret_free(ftoken);
+	return r;
 }
 
-void kubecfg_shutdown(void)
+/* kubecfg_cred_free - see kubecfg.h */
+void kubecfg_cred_free(struct kubecfg_cred *c)
 {
-	struct timespec until;
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += KC_DELETE_TIMEOUT_MS / 1000 + 1; /* a deletion's own timeout, and a second */
-	pthread_mutex_lock(&kc_del_mu);
-	while (kc_deleting > 0)
-		if (pthread_cond_timedwait(&kc_del_cv, &kc_del_mu, &until) == ETIMEDOUT)
-			break;
-	pthread_mutex_unlock(&kc_del_mu);
+	if (c->key)
+		OPENSSL_cleanse(c->key, c->key_len);
+	secret_free(c->token);
+	free(c->server), free(c->ns), free(c->ca), free(c->cert), free(c->key);
+	memset(c, 0, sizeof(*c));
 }
 
-void kubecfg_worker_gone(struct worker *w)
+/* kubecfg_apply - see kubecfg.h */
+int kubecfg_apply(CURL *h, struct curl_slist **hdr, bool refresh, char *url, size_t urlcap,
+		  const char *path, char *err, size_t errlen)
 {
-	if (!w->claim[0])
-		return;
-	bool keep = w->claim_keep;
-	if (keep) {
-		w->claim[0] = '\0';
-		return;
+	struct kubecfg_cred c;
+	if (kubecfg_current(&c, refresh, err, errlen) != 0)
+		return -EACCES;
+	struct kube_tls t = { c.ca, c.ca_len, c.cert, c.cert_len, c.key, c.key_len, c.token,
+			      c.insecure };
+	int r = kube_tls_apply(h, &t, hdr);
+	if (r != 0)
+		snprintf(err, errlen, "out of memory building a request");
+	else if ((size_t)snprintf(url, urlcap, "%s%s", c.server, path) >= urlcap) {
+		snprintf(err, errlen, "the request path is too long");
+		r = -EINVAL;
 	}
-	struct kc_orphan *o = calloc(1, sizeof(*o));
-	if (!o)
-		abort();
-	memcpy(o->name, w->claim, sizeof(o->name));
-	w->claim[0] = '\0';
-	pthread_t t;
-	pthread_attr_t a;
-	pthread_attr_init(&a);
-	pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-	pthread_mutex_lock(&kc_del_mu);
-	kc_deleting++;
-	pthread_mutex_unlock(&kc_del_mu);
-	if (pthread_create(&t, &a, kc_delete_main, o) != 0) {
-		log_warn("cannot delete SandboxClaim %s of a worker that died; its lease ends it", o->name);
-		free(o);
-		pthread_mutex_lock(&kc_del_mu);
-		kc_deleting--;
-		pthread_mutex_unlock(&kc_del_mu);
-	}
-	pthread_attr_destroy(&a);
+	kubecfg_cred_free(&c);
+	return r;
+}
+
+const char *kubecfg_server(void)
+{
+	return kc.server;
+}
+
+const char *kubecfg_namespace(void)
+{
+	return kc.ns;
+}
+
+bool kubecfg_in_cluster(void)
+{
+	return kc.in_cluster;
 }

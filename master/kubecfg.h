@@ -1,43 +1,54 @@
 /*
  * kubecfg.h - the master's Kubernetes access: kubeconfig (or in-cluster service account),
- * credential plugins, and the answer to a worker's REQ_KUBE.
+ * credential plugins. The credential never leaves the master: master/kube_api.c uses it for
+ * the calls master/sandbox_kube.c makes on a worker's behalf.
  *
  * Workers cannot read the operator's kubeconfig through a bug of theirs and cannot exec, so
  * the master resolves the access once (kubectl's rules: --kubeconfig, else $KUBECONFIG's files
- * merged, else ~/.kube/config, else the pod's service account) and hands each worker only the
- * server, CA, namespace and current credential. Exec credential plugins
- * (client.authentication.k8s.io, e.g. gke-gcloud-auth-plugin) run here, in the master, on a
- * worker's request, and their output is cached until it expires.
+ * merged, else ~/.kube/config, else the pod's service account). Exec credential plugins
+ * (client.authentication.k8s.io, e.g. gke-gcloud-auth-plugin) run here, in the master, and
+ * their output is cached until it expires.
  */
 #ifndef KG_MASTER_KUBECFG_H
 #define KG_MASTER_KUBECFG_H
 
+#include <curl/curl.h>
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 struct serve_config;
-struct worker;
 
 /* kubecfg_load - resolve the access named by cfg (kubeconfig, context, namespace) and get a
  * first credential; 0, or -1 with a sentence in err. Call once before workers start. */
 int kubecfg_load(const struct serve_config *cfg, char *err, size_t errlen);
 
-/* kubecfg_answer - a worker's REQ_KUBE: send ANS_KUBE with the current credential, running
- * the exec plugin again if the cached one expires within 90 s, or if the worker says the API
- * server refused it (refresh) and the last run is over 10 s old */
-void kubecfg_answer(struct worker *w, uint32_t seq, bool refresh);
+/* A copy of the current access (owned; kubecfg_cred_free). Only the master holds it: no part
+ * of it goes to a worker. */
+struct kubecfg_cred {
+	char *server, *ns;
+	char *ca, *cert, *key;     /* PEM, NUL-terminated; NULL when absent */
+	size_t ca_len, cert_len, key_len;
+	char *token;               /* bearer token or NULL */
+	bool insecure, in_cluster;
+	time_t expires;            /* an exec plugin's credential; 0: never */
+};
+/* kubecfg_current - the current credential, running the exec plugin again if the cached one
+ * expires within 90 s, or if the API server refused it (refresh) and the last run is over 10 s
+ * old; a token file is read again each time (projected tokens rotate). 0, or -1 with err. */
+int kubecfg_current(struct kubecfg_cred *c, bool refresh, char *err, size_t errlen);
+void kubecfg_cred_free(struct kubecfg_cred *c);
 
-struct ipc_claim_note;
-/* kubecfg_note_claim - a worker's NOTE_CLAIM: remember which claim it holds */
-void kubecfg_note_claim(struct worker *w, const struct ipc_claim_note *n);
-/* kubecfg_worker_gone - the worker is gone: if it died holding a claim it would have deleted,
- * delete it now (in the background), so a crash does not leave a pod for a whole lease */
-void kubecfg_worker_gone(struct worker *w);
-
-/* kubecfg_shutdown - before the master exits: wait (up to 16 s) for those deletions */
-void kubecfg_shutdown(void);
+/* kubecfg_apply - put the API server's TLS settings and the current credential on h (the
+ * Authorization header onto *hdr), and its URL for path into url; 0, or a negative errno
+ * (-EACCES: no credential) with err set */
+int kubecfg_apply(CURL *h, struct curl_slist **hdr, bool refresh, char *url, size_t urlcap,
+		  const char *path, char *err, size_t errlen);
+const char *kubecfg_server(void);
+const char *kubecfg_namespace(void);
+bool kubecfg_in_cluster(void);
 
 /* kubecfg_describe - "context NAME, server URL, namespace NS" for logs */
 const char *kubecfg_describe(void);

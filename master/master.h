@@ -79,10 +79,9 @@ struct worker {
 	char sandbox_dir[512];
 	bool sandbox_keep;
 	int sandbox_lock;         /* descriptor + 1 of <dir>/lock, flocked while in use; 0: none */
-	/* its SandboxClaim (Kubernetes backend), deleted by the master if the worker dies with it */
-	char claim[254];
-	bool claim_keep;
-	int claim_attempts;
+	int claim_attempts;       /* --claim's sandbox tried so many times */
+	/* its SandboxClaim and agent relay (Kubernetes backend: master/sandbox_kube.c) */
+	struct kb_peer *kube;
 	/* its REQ_TOKEN rate (master/monitor.c) */
 	double tok_allow, tok_at;
 	/* its own identity on a root serve (master/identity.c): uid = gid; 0 when it has none */

@@ -5,9 +5,8 @@
  * A worker serves one untrusted client and runs its JSON-RPC parser, so it may be compromised.
  * Everything it sends is checked here against the contract in ipc/ipc.h before it is acted on:
  * the direction (only worker -> master types), the phase the master has the worker in, the
- * once-only flag; then each mon_answer_<x> re-checks its own inputs (a claim name it cannot
- * attribute to the worker's session, an answer to a request never sent, an operation that does
- * not exist) and ends the worker on any of them, with a log line naming the message and phase.
+ * once-only flag; then each mon_answer_<x> re-checks its own inputs (a sandbox name it chose
+ * itself, an answer to a request never sent, an operation that does not exist) and ends the worker on any of them, with a log line naming the message and phase.
  */
 #include <errno.h>
 #include <signal.h>
@@ -17,9 +16,9 @@
 
 #include "lib/mono.h"
 #include "lib/secret.h"
-#include "master/kubecfg.h"
 #include "master/master.h"
 #include "master/monitor.h"
+#include "master/sandbox_kube.h"
 #include "master/usertoken.h"
 #include "policy/limits.h"
 #include "worker/creds.h" /* creds_adc_read: where the file is and how it is read */
@@ -106,28 +105,38 @@ static int mon_answer_state(struct mon_peer *p, const struct ipc_msg *m)
 	return 0;
 }
 
-/* mon_answer_sandbox - REQ_SANDBOX: spawn or release this worker's own local sandbox */
+/* mon_answer_sandbox - REQ_SANDBOX: spawn or release this worker's own sandbox. The worker
+ * names nothing: the master names local sandboxes and SandboxClaims, and on Kubernetes it makes
+ * every API call itself (master/sandbox_kube.c), so a worker cannot reach another session's
+ * claim, a claim it never made, or any other API path. */
 static int mon_answer_sandbox(struct mon_peer *p, const struct ipc_msg *m)
 {
 	const struct ipc_sandbox_req *r = &m->u.sandbox_req;
 	struct worker *w = p->w;
 	bool spawn = mon_is(r->op, "spawn");
-	if (w->cfg->kubernetes) {
-		mon_end(w, "asked for a local sandbox on the Kubernetes backend");
-		return -EPERM;
-	}
 	if ((!spawn && !mon_is(r->op, "release")) || r->name.len != 0) {
-		/* the master names sandboxes; a worker that picks one reaches for another's */
-		mon_end(w, "sent REQ_SANDBOX with an operation or a name it may not ask for");
+		/* a worker that picks a name reaches for another's sandbox */
+		mon_end(w, "sent REQ_SANDBOX with an operation or a name it may not ask for (phase %s)",
+			ipc_phase_name(p->phase));
 		return -EPERM;
 	}
-	if (spawn && p->phase == IPC_PH_ENDING) {
+	char err[300];
+	snprintf(err, sizeof(err), "%s", p->phase == IPC_PH_ENDING ? "the session is ending"
+					       : "a claim waits for the session's first tool call");
+	bool refuse = spawn && p->phase != IPC_PH_SESSION && (w->cfg->kubernetes || p->phase == IPC_PH_ENDING);
+	/* the per-user limit is checked here too, not only when the worker asks (REQ_QUOTA) */
+	if (!refuse && spawn && w->cfg->kubernetes && !p->ops->quota(p->ctx, err, sizeof(err)))
+		refuse = true;
+	if (refuse) {
 		struct ipc_buf b;
-		if (ipc_pack_ans_sandbox(&b, m->seq, false, "the session is ending", "", "", "") == 0)
+		if (ipc_pack_ans_sandbox(&b, m->seq, false, err, "", "", "") == 0)
 			spawn_send(w, &b);
 		return 0;
 	}
-	sandbox_local_answer(w, m->seq, spawn, w->cfg);
+	if (w->cfg->kubernetes)
+		sandbox_kube_answer(w, m->seq, spawn, p->ops->user ? p->ops->user(p->ctx) : "local");
+	else
+		sandbox_local_answer(w, m->seq, spawn, w->cfg);
 	return 0;
 }
 
@@ -146,17 +155,6 @@ static int mon_answer_quota(struct mon_peer *p, const struct ipc_msg *m)
 static int mon_answer_call(struct mon_peer *p, const struct ipc_msg *m)
 {
 	p->ops->call(p->ctx, &m->u.call);
-	return 0;
-}
-
-/* mon_answer_kube - REQ_KUBE: only a Kubernetes worker has anything to ask for */
-static int mon_answer_kube(struct mon_peer *p, const struct ipc_msg *m)
-{
-	if (!p->w->cfg->kubernetes) {
-		mon_end(p->w, "asked for Kubernetes access on the local backend");
-		return -EPERM;
-	}
-	kubecfg_answer(p->w, m->seq, m->u.kube_req.refresh);
 	return 0;
 }
 
@@ -218,48 +216,6 @@ static int mon_answer_token(struct mon_peer *p, const struct ipc_msg *m)
 	return 0;
 }
 
-/* mon_claim_ok - see monitor.h. Claims are created with generateName "kg-<first 8 hex digits
- * of the session id>-" (worker/sandbox_kube.c); the session id is the master's, 128 random
- * bits that no other worker knows, so a name of that shape is this session's. */
-bool mon_claim_ok(const struct worker *w, const char *name)
-{
-	size_t n = strlen(name);
-	if (n == 0)
-		return true; /* "none any more" */
-	if (n > 253)
-		return false;
-	if (w->cfg->claim && strcmp(name, w->cfg->claim) == 0)
-		return true; /* the operator named it with --claim */
-	char prefix[16];
-	if (strlen(w->session) < 8 || strspn(w->session, "0123456789abcdef") < 8)
-		return false; /* no session yet (a pre-started worker): nothing is its own */
-	snprintf(prefix, sizeof(prefix), "kg-%.8s-", w->session);
-	size_t pl = strlen(prefix);
-	if (n <= pl || strncmp(name, prefix, pl) != 0)
-		return false;
-	return strspn(name + pl, "abcdefghijklmnopqrstuvwxyz0123456789") == n - pl;
-}
-
-/* mon_answer_claim - NOTE_CLAIM: remember the claim to delete if the worker dies holding it.
- * Whether to keep it is the master's setting (--persistent), not the worker's word. */
-int mon_answer_claim(struct worker *w, const struct ipc_claim_note *n)
-{
-	char name[254];
-	ipc_bytes_str(n->name, name, sizeof(name));
-	if (!w->cfg->kubernetes || n->name.len != strlen(name) || !mon_claim_ok(w, name)) {
-		mon_end(w, "sent NOTE_CLAIM for a SandboxClaim that is not its session's");
-		return -EPERM;
-	}
-	struct ipc_claim_note mine = { .name = { name, strlen(name) }, .keep = w->cfg->persistent };
-	kubecfg_note_claim(w, &mine);
-	return 0;
-}
-
-static int mon_answer_claim_msg(struct mon_peer *p, const struct ipc_msg *m)
-{
-	return mon_answer_claim(p->w, &m->u.claim_note);
-}
-
 /* mon_answer_adc - REQ_ADC: the ADC file's text, for a credentials mode that uses one (adc,
  * metadata, server, service-account); read anew each time, so a long session follows
  * `gcloud auth application-default login` */
@@ -295,8 +251,6 @@ static const mon_answer_fn mon_table[IPC_TYPE_MAX] = {
 	[IPC_REQ_SANDBOX] = mon_answer_sandbox,
 	[IPC_REQ_QUOTA] = mon_answer_quota,
 	[IPC_NOTE_CALL] = mon_answer_call,
-	[IPC_REQ_KUBE] = mon_answer_kube,
-	[IPC_NOTE_CLAIM] = mon_answer_claim_msg,
 	[IPC_REQ_TOKEN] = mon_answer_token,
 	[IPC_REQ_ADC] = mon_answer_adc,
 };

@@ -49,13 +49,8 @@ struct mon_peer {
 int mon_dispatch(struct mon_peer *p, const struct ipc_msg *m);
 /* mon_end - end a worker that broke the contract: one log line saying why, then SIGKILL */
 void mon_end(struct worker *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* mon_claim_ok - may this worker hold a SandboxClaim of this name (its session's, or the
- * operator's --claim)? */
-bool mon_claim_ok(const struct worker *w, const char *name);
 /* mon_send_token - ANS_TOKEN with a (master/usertoken.c's answer) to w for its request seq */
 struct utok_answer;
 void mon_send_token(struct worker *w, uint32_t seq, const struct utok_answer *a);
-/* mon_answer_claim - NOTE_CLAIM, also for notes drained after the worker died (spawn_stop) */
-int mon_answer_claim(struct worker *w, const struct ipc_claim_note *n);
 
 #endif

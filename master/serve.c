@@ -19,6 +19,7 @@
 #include "master/kubecfg.h"
 #include "master/master.h"
 #include "master/pool.h"
+#include "master/sandbox_kube.h"
 #include "master/stdio.h"
 #include "master/tls.h"
 #include "policy/volume.h"
@@ -571,7 +572,7 @@ int serve_main(int argc, char **argv)
 	if (cfg.http) {
 		identity_init();
 		int r = http_serve(&cfg);
-		kubecfg_shutdown();
+		sandbox_kube_shutdown();
 		return r;
 	}
 	/* someone typed `kode-gopher serve` to try it: say what it waits for */
@@ -581,6 +582,6 @@ int serve_main(int argc, char **argv)
 			"exec FILE`. Ctrl-D ends.\n");
 	identity_init();
 	int r = stdio_serve(&cfg);
-	kubecfg_shutdown();
+	sandbox_kube_shutdown();
 	return r;
 }

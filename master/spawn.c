@@ -22,7 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "master/kubecfg.h"
+#include "master/sandbox_kube.h"
 #include "master/master.h"
 #include "master/monitor.h"
 #include "policy/limits.h"
@@ -237,9 +237,7 @@ int spawn_worker(struct worker *w, const struct serve_config *cfg, const char *r
 	char tmo[16], maxtmo[16];
 	snprintf(tmo, sizeof(tmo), "%d", cfg->default_timeout_s);
 	snprintf(maxtmo, sizeof(maxtmo), "%d", cfg->max_timeout_s);
-	char port[16], lease[16], ready[16];
-	snprintf(port, sizeof(port), "%d", cfg->agent_port);
-	snprintf(lease, sizeof(lease), "%d", cfg->claim_lease_s);
+	char ready[16];
 	snprintf(ready, sizeof(ready), "%d", cfg->claim_ready_timeout_s);
 	pid_t parent = getpid();
 	pid_t pid = fork();
@@ -270,12 +268,10 @@ int spawn_worker(struct worker *w, const struct serve_config *cfg, const char *r
 				argv[argc++] = (char *)cred[i][0];
 				argv[argc++] = (char *)cred[i][1];
 			}
-		/* the Kubernetes backend's settings: the worker claims and renews itself */
+		/* the Kubernetes backend: the master claims and renews; the worker needs to know
+		 * how long a claim may take, and whether to release its agent for a later --claim */
 		const char *const kube[][2] = {
-			{ "--backend", "kubernetes" }, { "--warm-pool", cfg->warm_pool },
-			{ "--agent-access", cfg->agent_access }, { "--agent-port", port },
-			{ "--claim-lease", lease }, { "--claim-ready-timeout", ready },
-			{ "--claim", cfg->claim } };
+			{ "--backend", "kubernetes" }, { "--claim-ready-timeout", ready } };
 		for (size_t i = 0; cfg->kubernetes && i < sizeof(kube) / sizeof(kube[0]); i++)
 			if (kube[i][1]) {
 				argv[argc++] = (char *)kube[i][0];
@@ -383,19 +379,20 @@ void spawn_stop(struct worker *w, int grace_ms)
 	spawn_close_channel(w);
 }
 
-/* spawn_forget - a dead worker's last words: a claim note still queued (the worker deleted its
- * claim on the way out) counts; what it still held is let go (its identity: a release of its
- * sandbox under way keeps its own reference) */
+/* spawn_forget - a dead worker's last words: a release still queued (sent as the worker left)
+ * gives its claim back on purpose; what it still held is let go (its identity: a release of its
+ * sandbox under way keeps its own reference; its claim and relay: master/sandbox_kube.c) */
 void spawn_forget(struct worker *w)
 {
 	identity_release(w);
 	struct ipc_msg m;
-	while (w->claim[0] && w->recv_fd >= 0 && chan_recv(w->sock, &m, NNG_FLAG_NONBLOCK, NULL) == 0) {
-		if (m.type == IPC_NOTE_CLAIM && !w->ended)
-			mon_answer_claim(w, &m.u.claim_note);
+	while (w->kube && w->recv_fd >= 0 && chan_recv(w->sock, &m, NNG_FLAG_NONBLOCK, NULL) == 0) {
+		if (m.type == IPC_REQ_SANDBOX && !w->ended && m.u.sandbox_req.op.len == 7 &&
+		    memcmp(m.u.sandbox_req.op.ptr, "release", 7) == 0)
+			sandbox_kube_released(w);
 		ipc_msg_free(&m);
 	}
-	kubecfg_worker_gone(w);
+	sandbox_kube_worker_gone(w);
 }
 
 /* spawn_close_channel - close the worker's socket (nng waits for its threads: up to 50 ms on a

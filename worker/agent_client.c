@@ -10,7 +10,6 @@
  * it): line sizes are bounded, every line must be a JSON object, nothing may follow the result.
  */
 #include "worker/agent_client.h"
-#include "worker/kube.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -359,16 +358,16 @@ static bool ac_is_kube_status(struct ac_xfer *x)
 	return yes;
 }
 
-/* ac_proxy_error - the API server's pod proxy, not the agent, refused: the pod is gone or out
- * of its reach */
+/* ac_proxy_error - the master's relay (or the API server's pod proxy behind it), not the agent,
+ * refused: the pod is gone or out of reach */
 static int ac_proxy_error(struct ac_xfer *x, char *err, size_t errlen)
 {
 	json_t *j = x->ans.data ? json_loadb(x->ans.data, x->ans.len, 0, NULL) : NULL;
 	const char *msg = json_string_value(json_object_get(j, "message"));
 	char why[400];
 	snprintf(why, sizeof(why), "%s", msg ? msg : x->ans.len ? x->ans.data : "no explanation");
-	snprintf(err, errlen, "the Kubernetes API server could not reach the sandbox's pod through "
-		 "its pod proxy (HTTP %ld): %s%s", x->status, why,
+	snprintf(err, errlen, "the server could not reach the sandbox's pod (HTTP %ld): %s%s",
+		 x->status, why,
 		 strstr(why, "address not allowed")
 			 ? " (the API server proxies only to routable pod IPs; where kode-gopher "
 			   "can reach pod IPs itself, use --agent-access pod-ip)"
@@ -405,8 +404,7 @@ static int ac_call(const struct agent_endpoint *ep, const char *path, const char
 	if (body)
 		hdr = curl_slist_append(hdr, "Content-Type: application/json");
 	if (ep->secret[0]) {
-		snprintf(auth, sizeof(auth), ep->proxy ? "X-Kode-Gopher-Secret: %s"
-						       : "Authorization: Bearer %s", ep->secret);
+		snprintf(auth, sizeof(auth), "Authorization: Bearer %s", ep->secret);
 		h2 = curl_slist_append(hdr, auth);
 		hdr = h2 ? h2 : hdr;
 		OPENSSL_cleanse(auth, sizeof(auth));
@@ -440,10 +438,8 @@ static int ac_call(const struct agent_endpoint *ep, const char *path, const char
 		curl_easy_setopt(h, CURLOPT_TCP_KEEPIDLE, 30L);
 		curl_easy_setopt(h, CURLOPT_TCP_KEEPINTVL, 10L);
 	}
-	if (ep->proxy && kube_api_curl(ep->proxy, h, &hdr, err, errlen) != 0) {
-		rc = -EHOSTUNREACH;
-		goto out;
-	}
+	if (ep->relay) /* the master's relay reads the body only after its head: no waiting */
+		hdr = curl_slist_append(hdr, "Expect:") ?: hdr;
 	if (hdr)
 		curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
 	if (body) {
@@ -469,7 +465,7 @@ static int ac_call(const struct agent_endpoint *ep, const char *path, const char
 	} else {
 		if (!x->status)
 			curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &x->status);
-		if (x->status != 200 && ep->proxy && (x->status == 502 || x->status == 503 ||
+		if (x->status != 200 && ep->relay && (x->status == 502 || x->status == 503 ||
 						      ac_is_kube_status(x))) {
 			rc = ac_proxy_error(x, err, errlen);
 		} else if (x->status != 200) {
@@ -550,7 +546,7 @@ int agent_client_claim(struct agent_endpoint *ep, char *err, size_t errlen)
 	int n = snprintf(body, sizeof(body), "{\"secret\":\"%s\"}", ep->secret);
 	/* /claim carries no Authorization header: send it from a copy without the secret */
 	struct agent_endpoint anon = { .unix_path = ep->unix_path, .base_url = ep->base_url,
-				       .proxy = ep->proxy };
+				       .relay = ep->relay };
 	struct ac_xfer x = { .kind = AC_CLAIM, .max = AGENT_CLIENT_MAX_LINE };
 	int rc = ac_call(&anon, "/claim", body, (size_t)n, AC_CLAIM_TIMEOUT_MS, &x, err, errlen);
 	OPENSSL_cleanse(body, sizeof(body));

@@ -44,17 +44,14 @@
 /* The request body limit the agent enforces (AGENT_MAX_BODY in agent/server.h). */
 #define AGENT_CLIENT_MAX_BODY   (8u * 1024 * 1024)
 
-struct kube_api;
-
 struct agent_endpoint {
 	const char *unix_path;  /* non-NULL: connect to this unix socket */
 	const char *base_url;   /* "http://localhost" with unix_path (NULL means that), or
 				 * "http://10.0.0.5:8888", or the pod proxy's URL; no trailing slash */
 	char secret[65];        /* hex, set by agent_client_claim; "" sends no Authorization */
-	/* non-NULL: base_url is the Kubernetes API server's pods/proxy, reached with this API
-	 * connection's TLS settings and credentials (worker/kube.h); the secret then travels in
-	 * X-Kode-Gopher-Secret, and the proxy's 502/503 and 404 mean the pod is gone */
-	struct kube_api *proxy;
+	/* unix_path is the master's relay to a Kubernetes sandbox (master/sandbox_kube.c): its
+	 * 502/503, and the API server's own Status answers it passes on, mean the pod is gone */
+	bool relay;
 };
 
 /* agent_client_claim - generate a 256-bit secret (RAND_bytes, hex) into ep->secret and

@@ -643,7 +643,7 @@ static json_t *call_agent(struct session *s, struct job *j, json_t *req, bool do
 	long claim_ms = mono_since_ms(&t0);
 	for (int attempt = 0; r == 0; attempt++) {
 		r = call_once(ep, j, req, doc, ctx, &res, err, sizeof(err));
-		if (r == 0 || !sandbox_lost(r) || attempt == 1 || j->cancel)
+		if (r == 0 || !sandbox_lost(s, r) || attempt == 1 || j->cancel)
 			break;
 		log_warn("sandbox %s died mid-call (%s); retrying once in a fresh sandbox", sandbox_name(s), err);
 		mcp_log(s, j->seq, "warning", "the sandbox died mid-call (%s); retrying once in a fresh one", err);
@@ -657,7 +657,7 @@ static json_t *call_agent(struct session *s, struct job *j, json_t *req, bool do
 		return NULL;
 	if (r != 0) {
 		char msg[900];
-		if (retried && sandbox_lost(r))
+		if (retried && sandbox_lost(s, r))
 			snprintf(msg, sizeof(msg), "the sandbox died during this call, and again when the "
 				 "call was retried in a fresh sandbox: the code itself probably brings the "
 				 "sandbox down (by killing processes, or exhausting a resource outside its "

@@ -26,8 +26,6 @@
 #include "policy/privdrop.h"
 #include "policy/seccomp.h"
 #include "worker/creds.h"
-#include "worker/kube.h"
-#include "worker/sandbox_kube.h"
 #include "worker/worker.h"
 
 static const char worker_usage[] =
@@ -168,12 +166,6 @@ static void on_shutdown(struct session *s, struct ipc_msg *m)
 	pthread_mutex_unlock(&s->mu);
 }
 
-/* on_ans_kube - the master's Kubernetes access, for the call thread (worker/kube.c) */
-static void on_ans_kube(struct session *s, struct ipc_msg *m)
-{
-	kube_answer(s, m);
-}
-
 /* The handlers of what the master sends; which phases permit each, and its flags, are the
  * contract's (ipc/ipc.h IPC_MESSAGES), checked by worker_dispatch before a handler runs. */
 static const dispatch_fn dispatch[IPC_TYPE_MAX] = {
@@ -184,7 +176,6 @@ static const dispatch_fn dispatch[IPC_TYPE_MAX] = {
 	[IPC_NOTE_SANDBOX] = on_sandbox_note,
 	[IPC_NOTE_ASSIGN] = on_assign,
 	[IPC_ANS_QUOTA] = on_ans_quota,
-	[IPC_ANS_KUBE] = on_ans_kube,
 	[IPC_ANS_TOKEN] = on_ans_token,
 	[IPC_ANS_ADC] = on_ans_adc,
 };
@@ -197,8 +188,7 @@ static void worker_dispatch(struct session *s, struct ipc_msg *m)
 	pthread_mutex_lock(&s->mu);
 	unsigned ph = s->phase;
 	/* ANSWER: only the seq of our request that still waits */
-	bool unasked = c && (c->flags & IPC_ANSWER) &&
-		       (m->type == IPC_ANS_KUBE ? m->seq != kube_pending_seq() : !mm_expects(s, m));
+	bool unasked = c && (c->flags & IPC_ANSWER) && !mm_expects(s, m);
 	bool again = c && (c->flags & IPC_ONCE) && (s->seen & bit);
 	bool ok = c && ipc_permitted(m->type, IPC_M2W, ph) && dispatch[m->type] && !unasked && !again;
 	if (ok)
@@ -232,17 +222,16 @@ int worker_main(int argc, char **argv)
 		{ "metadata-host", required_argument, 0, 'M' },
 		{ "project", required_argument, 0, 'P' },
 		{ "scopes", required_argument, 0, 'S' },
-		{ "backend", required_argument, 0, 'B' },  { "warm-pool", required_argument, 0, 'W' },
-		{ "agent-access", required_argument, 0, 'A' },
-		{ "agent-port", required_argument, 0, 'O' },
-		{ "claim-lease", required_argument, 0, 'L' },
+		{ "backend", required_argument, 0, 'B' },
 		{ "claim-ready-timeout", required_argument, 0, 'R' },
-		{ "claim", required_argument, 0, 'N' },    { "persistent", no_argument, 0, 'K' },
+		{ "persistent", no_argument, 0, 'K' },
 		{ "uid", required_argument, 0, 'U' },
 		{ "help", no_argument, 0, 'h' },          { 0, 0, 0, 0 }
 	};
 	struct creds_config ccfg = { .mode = CREDS_NONE, .read_adc = mm_adc, .read_adc_arg = s };
 	unsigned long run_uid = 0;
+	bool kube = false, persistent = false;
+	int ready_s = 120;
 	char cerr[256];
 	int c;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -267,14 +256,9 @@ int worker_main(int argc, char **argv)
 		case 'M': ccfg.metadata_host = optarg; break;
 		case 'P': ccfg.project = optarg; break;
 		case 'S': ccfg.scopes = optarg; break;
-		case 'B': kube_settings.on = strcmp(optarg, "kubernetes") == 0; break;
-		case 'W': kube_settings.warm_pool = optarg; break;
-		case 'A': kube_settings.access = optarg; break;
-		case 'O': kube_settings.port = atoi(optarg) > 0 ? atoi(optarg) : 8888; break;
-		case 'L': kube_settings.lease_s = atoi(optarg) > 0 ? atoi(optarg) : 600; break;
-		case 'R': kube_settings.ready_s = atoi(optarg) > 0 ? atoi(optarg) : 120; break;
-		case 'N': kube_settings.claim = optarg; break;
-		case 'K': kube_settings.persistent = true; break;
+		case 'B': kube = strcmp(optarg, "kubernetes") == 0; break;
+		case 'R': ready_s = atoi(optarg); break;
+		case 'K': persistent = true; break;
 		case 'U': run_uid = strtoul(optarg, NULL, 10); break;
 		case 'h': fputs(worker_usage, stdout); return 0;
 		default: fputs(worker_usage, stderr); return 2;
@@ -285,6 +269,7 @@ int worker_main(int argc, char **argv)
 		return 2;
 	}
 	log_init("worker", lvl);
+	sandbox_init(s, kube, persistent, ready_s);
 	signal(SIGPIPE, SIG_IGN);
 	/* what only the start-up identity may read, then the worker's own identity, before any
 	 * thread exists (the bounding set and securebits are per thread) */
@@ -313,12 +298,12 @@ int worker_main(int argc, char **argv)
 			lw.extra_read[nx++] = ca;
 		if (cadir && *cadir)
 			lw.extra_read[nx++] = cadir;
-		/* without an endpoint to mint tokens at (user mode asks its master), a local worker
-		 * has no TCP to open at all;
-		 * the modes that mint, and the Kubernetes backend (its API server's port arrives
-		 * later, in ANS_KUBE), keep TCP (docs/architecture.md) */
-		lw.restrict_tcp = !kube_settings.on && (ccfg.mode == CREDS_NONE || ccfg.mode == CREDS_ADC ||
-							ccfg.mode == CREDS_USER);
+		/* without an endpoint to mint tokens at (user mode asks its master), a worker has no
+		 * TCP to open at all: its sandbox is a unix socket on both backends (a Kubernetes
+		 * sandbox's is the master's relay); the modes that mint keep TCP
+		 * (docs/architecture.md) */
+		lw.restrict_tcp = ccfg.mode == CREDS_NONE || ccfg.mode == CREDS_ADC ||
+				  ccfg.mode == CREDS_USER;
 		int ll = landlock_worker_apply(&lw);
 		if (ll == -EOPNOTSUPP) {
 			log_warn("this kernel has no Landlock: the worker's view of files and ports is "
@@ -351,8 +336,7 @@ int worker_main(int argc, char **argv)
 	s->phase = strcmp(s->id, "-") == 0 ? IPC_PH_IDLE : IPC_PH_SESSION;
 	session_title(s);
 	/* warm: a local sandbox starts while the client initializes (a claim waits for a call) */
-	if (!kube_settings.on)
-		sandbox_request(s, "spawn");
+	sandbox_start(s);
 	if (call_start(s) != 0)
 		return 1;
 	/* without Landlock, the filter keeps files to reading */

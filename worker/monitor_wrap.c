@@ -7,8 +7,8 @@
  * A request is sent from any thread; its answer arrives on the main thread, which hands it to
  * mm_deliver, and whoever waits takes it with mm_wait. One request of each kind is outstanding
  * at a time. An answer that matches no outstanding request is the master's breach: the caller
- * (worker_dispatch) exits. The Kubernetes credentials request (worker/kube.c) still keeps its
- * own copy of this pattern.
+ * (worker_dispatch) exits. Both backends' sandboxes are asked for here (mm_sandbox): on
+ * Kubernetes the master makes every API call, so there is no other request to wait for.
  */
 #include <errno.h>
 #include <openssl/crypto.h>
@@ -137,7 +137,7 @@ int mm_quota(struct session *s, char *err, size_t errlen)
 	return ok ? 0 : -EDQUOT;
 }
 
-/* mm_sandbox - ask for op ("spawn", "release") on the session's local sandbox; the answer is
+/* mm_sandbox - ask for op ("spawn", "release") on the session's sandbox; the answer is
  * taken later with mm_wait(MM_SANDBOX) */
 int mm_sandbox(struct session *s, const char *op)
 {

@@ -119,7 +119,7 @@ static json_t *res_agent(struct session *s, struct job *j, json_t *req, json_t *
 /* res_list - one page of both directories */
 static json_t *res_list(struct session *s, struct job *j)
 {
-	if (!sandbox_have())
+	if (!sandbox_have(s))
 		return res_result(j->id, json_pack("{s:[]}", "resources"));
 	json_t *req = json_pack("{s:s}", "op", "list");
 	json_t *cursor = json_object_get(j->args, "cursor");
@@ -167,7 +167,7 @@ static json_t *res_read(struct session *s, struct job *j)
 		return res_error(j->id, RES_NOT_FOUND, "Resource not found: this server's resources are "
 				 "sandbox:///app/persist/<path> and sandbox:///app/out/<path> "
 				 "(optionally ?offset=N); resources/list names them");
-	if (!sandbox_have())
+	if (!sandbox_have(s))
 		return res_error(j->id, RES_NOT_FOUND, "Resource not found: this session has run no "
 				 "code yet, so it has no files; files appear after an execute_go_code "
 				 "call writes them to /app/persist or /app/out");

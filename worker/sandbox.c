@@ -1,10 +1,16 @@
 /*
  * sandbox.c - the worker's side of its sandbox: ask the master for one, wait, claim it.
  *
- * The worker cannot start processes (seccomp), so the sandbox is started by the master on
- * REQ_SANDBOX. The first request goes out at start-up, so the sandbox warms up while the client
- * initializes; the first tool call then only waits for the agent to answer and performs the
- * one-time claim handshake that sets the bearer secret. Used by worker/call.c.
+ * The worker cannot start processes (seccomp) and holds no credential of the server, so its
+ * sandbox comes from the master on REQ_SANDBOX, on either backend: a local jail, whose agent's
+ * socket the answer names, or a SandboxClaim the master made Ready, reached through the relay
+ * socket the master listens on for this worker alone (master/sandbox_kube.c). Locally the first
+ * request goes out at start-up, so the sandbox warms up while the client initializes; a claim
+ * waits for the first tool call (it counts against the user's limit). Either way the first call
+ * then waits for the agent to answer and performs the one-time claim handshake that sets the
+ * bearer secret, the one secret of its sandbox the worker holds. What differs between the two
+ * backends is one table each, struct sandbox_ops (worker/worker.h); the state is the session's
+ * (struct sandbox in struct session). Used by worker/call.c and worker/main.c.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -14,36 +20,99 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "lib/mono.h"
 #include "worker/agent_client.h"
-#include "worker/sandbox_kube.h"
 #include "worker/worker.h"
 
-static struct agent_endpoint sandbox_ep;
-static char sandbox_path[600];
-static bool sandbox_claimed;
-/* The agent's socket, pinned once it answers (before any user code has run in the sandbox):
- * every later connection goes to that inode through /proc/self/fd, so nothing that renames
- * or replaces the path later (a symlink to a host socket) can redirect the session. */
-static int sandbox_sock_fd = -1;
-static char sandbox_pinned[64];
+/* ---- the two backends: what differs between a local jail and a Kubernetes claim ---- */
+
+static int local_answer_wait_ms(const struct session *s)
+{
+	(void)s;
+	return MM_SANDBOX_WAIT_MS;
+}
+
+/* a claim may take --claim-ready-timeout to be Ready, and the API calls around it; twice when
+ * --claim's claim is tried once more before a new one */
+static int kube_answer_wait_ms(const struct session *s)
+{
+	return (2 * s->sb.ready_s + 120) * 1000;
+}
+
+static bool local_lost(int rc)
+{
+	return agent_client_gone(rc);
+}
+
+/* a pod recreated under the same claim has a fresh agent that refuses our secret */
+static bool kube_lost(int rc)
+{
+	return agent_client_gone(rc) || rc == -EACCES;
+}
+
+/* the master releases a local sandbox when the worker is gone */
+static void local_end(struct session *s)
+{
+	(void)s;
+}
+
+/* a claim is released on purpose, and a kept one's agent first, so that a later --claim can
+ * claim it again */
+static void kube_end(struct session *s)
+{
+	char err[512];
+	if (s->sb.persistent && s->sb.claimed &&
+	    agent_client_release(&s->sb.ep, err, sizeof(err)) != 0)
+		log_warn("SandboxClaim %s is kept, but its agent could not be released (%s); "
+			 "reattaching will need a fresh pod", s->sandbox_name, err);
+	if (s->sandbox_name[0])
+		mm_sandbox(s, "release");
+}
+
+static void kube_refused(struct session *s, char *err, size_t errlen)
+{
+	snprintf(err, errlen, "the sandbox of SandboxClaim %s is still held by an earlier session "
+		 "(its agent refused a new claim). If that session is gone, delete its pod so the "
+		 "claim gets a fresh one (kubectl get sandbox to find it), or start without --claim",
+		 s->sandbox_name);
+}
+
+/* A local jail: asked for at start-up (it warms while the client initializes); its agent is up
+ * within moments of the answer. */
+const struct sandbox_ops sandbox_local_ops = {
+	.name = "local", .warm = true, .relay = false,
+	.health_timeout_ms = 500, .agent_wait_ms = 20000, .poll_ms = 10,
+	.answer_wait_ms = local_answer_wait_ms, .lost = local_lost, .end = local_end,
+};
+
+/* A Kubernetes claim: asked for at the first call (it counts against the user's limit), reached
+ * through the master's relay; a Ready pod may still be binding its port. */
+const struct sandbox_ops sandbox_kube_ops = {
+	.name = "kubernetes", .warm = false, .relay = true,
+	.health_timeout_ms = 3000, .agent_wait_ms = 30000, .poll_ms = 100,
+	.answer_wait_ms = kube_answer_wait_ms, .lost = kube_lost, .end = kube_end,
+	.refused = kube_refused,
+};
+
+/* ---- the same for both ---- */
 
 /* sandbox_pin - hold the socket at sandbox_path and connect through the descriptor from now */
-static int sandbox_pin(char *err, size_t errlen)
+static int sandbox_pin(struct sandbox *sb, char *err, size_t errlen)
 {
-	int fd = open(sandbox_path, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	int fd = open(sb->path, O_PATH | O_NOFOLLOW | O_CLOEXEC);
 	struct stat st;
 	if (fd < 0 || fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) {
-		snprintf(err, errlen, "the sandbox's socket %s is not a socket (%s)", sandbox_path,
+		snprintf(err, errlen, "the sandbox's socket %s is not a socket (%s)", sb->path,
 			 fd < 0 ? strerror(errno) : "something else is there");
 		if (fd >= 0)
 			close(fd);
 		return -EPROTO;
 	}
-	if (sandbox_sock_fd >= 0)
-		close(sandbox_sock_fd);
-	sandbox_sock_fd = fd;
-	snprintf(sandbox_pinned, sizeof(sandbox_pinned), "/proc/self/fd/%d", fd);
-	sandbox_ep.unix_path = sandbox_pinned;
+	if (sb->sock_fd > 0)
+		close(sb->sock_fd - 1);
+	sb->sock_fd = fd + 1;
+	snprintf(sb->pinned, sizeof(sb->pinned), "/proc/self/fd/%d", fd);
+	sb->ep.unix_path = sb->pinned;
 	return 0;
 }
 
@@ -83,14 +152,15 @@ void sandbox_gone(struct session *s, const struct ipc_msg *m)
 static int sandbox_wait_answer(struct session *s, char *err, size_t errlen)
 {
 	struct ipc_msg a;
-	int r = mm_wait(s, MM_SANDBOX, MM_SANDBOX_WAIT_MS, &a);
+	int wait_ms = s->sb.ops->answer_wait_ms(s);
+	int r = mm_wait(s, MM_SANDBOX, wait_ms, &a);
 	if (r == -ECANCELED) {
 		snprintf(err, errlen, "no sandbox could be started: the session is ending");
 		return -EIO;
 	}
 	if (r != 0) {
 		snprintf(err, errlen, "no sandbox could be started: the server did not answer in %d s",
-			 MM_SANDBOX_WAIT_MS / 1000);
+			 wait_ms / 1000);
 		return -ETIMEDOUT;
 	}
 	const struct ipc_sandbox_ans *ans = &a.u.sandbox_ans;
@@ -99,7 +169,7 @@ static int sandbox_wait_answer(struct session *s, char *err, size_t errlen)
 	s->sandbox_ok = ans->ok;
 	ipc_bytes_str(ans->socket, s->sandbox_socket, sizeof(s->sandbox_socket));
 	ipc_bytes_str(ans->name, s->sandbox_name, sizeof(s->sandbox_name));
-	snprintf(sandbox_path, sizeof(sandbox_path), "%s", s->sandbox_socket);
+	snprintf(s->sb.path, sizeof(s->sb.path), "%s", s->sandbox_socket);
 	pthread_mutex_unlock(&s->mu);
 	ipc_bytes_str(ans->error, why, sizeof(why));
 	bool ok = ans->ok;
@@ -115,16 +185,21 @@ static int sandbox_wait_answer(struct session *s, char *err, size_t errlen)
 /* sandbox_claim - wait until the agent answers, then claim it */
 static int sandbox_claim(struct session *s, char *err, size_t errlen)
 {
-	memset(&sandbox_ep, 0, sizeof(sandbox_ep));
-	sandbox_ep.unix_path = sandbox_path;
-	sandbox_ep.base_url = "http://localhost";
+	struct sandbox *sb = &s->sb;
+	const struct sandbox_ops *ops = sb->ops;
+	memset(&sb->ep, 0, sizeof(sb->ep));
+	sb->ep.unix_path = sb->path;
+	sb->ep.base_url = "http://localhost";
+	sb->ep.relay = ops->relay;
 	int r = -ETIMEDOUT;
 	char gone[200] = "";
-	for (int tries = 0; tries < 2000 && !gone[0]; tries++) { /* 20 s for the agent to come up */
-		r = agent_client_health(&sandbox_ep, 500, err, errlen);
-		if (r == 0)
+	int64_t until = mono_ms() + ops->agent_wait_ms;
+	while (!gone[0]) {
+		r = agent_client_health(&sb->ep, ops->health_timeout_ms, err, errlen);
+		/* through the relay, an answer that is not "gone" is the agent's own: no use waiting */
+		if (r == 0 || (ops->relay && !agent_client_gone(r)) || mono_ms() > until)
 			break;
-		usleep(10000);
+		usleep((useconds_t)ops->poll_ms * 1000);
 		pthread_mutex_lock(&s->mu);
 		snprintf(gone, sizeof(gone), "%s", s->sandbox_gone);
 		pthread_mutex_unlock(&s->mu);
@@ -132,46 +207,61 @@ static int sandbox_claim(struct session *s, char *err, size_t errlen)
 	if (r != 0) {
 		if (gone[0])
 			snprintf(err, errlen, "the sandbox did not start (%s); the server's log says why", gone);
-		else
+		else if (!ops->relay)
 			snprintf(err, errlen, "the sandbox did not start: its agent never answered");
 		return r;
 	}
-	if ((r = sandbox_pin(err, errlen)) != 0 || (r = agent_client_claim(&sandbox_ep, err, errlen)) != 0)
+	if ((r = sandbox_pin(sb, err, errlen)) != 0)
 		return r;
-	sandbox_claimed = true;
+	r = agent_client_claim(&sb->ep, err, errlen);
+	if (r == -EALREADY && ops->refused)
+		ops->refused(s, err, errlen);
+	if (r != 0)
+		return r;
+	sb->claimed = true;
 	return 0;
+}
+
+/* sandbox_init - the session's backend, before anything else of the sandbox is used */
+void sandbox_init(struct session *s, bool kube, bool persistent, int ready_s)
+{
+	s->sb.ops = kube ? &sandbox_kube_ops : &sandbox_local_ops;
+	s->sb.persistent = persistent;
+	s->sb.ready_s = ready_s > 0 ? ready_s : 120;
+}
+
+/* sandbox_start - at start-up: a backend that warms asks for its sandbox now */
+void sandbox_start(struct session *s)
+{
+	if (s->sb.ops->warm)
+		sandbox_request(s, "spawn");
 }
 
 /* sandbox_get - the session's sandbox, claimed, ready for calls */
 int sandbox_get(struct session *s, struct agent_endpoint **ep, char *err, size_t errlen)
 {
-	if (kube_settings.on) {
-		static bool quota_granted;
-		if (!quota_granted) {
-			int q = mm_quota(s, err, errlen);
-			if (q != 0)
-				return q;
-			quota_granted = true;
-		}
-		return sandbox_kube_get(s, ep, err, errlen);
-	}
-	if (sandbox_claimed) {
-		*ep = &sandbox_ep;
+	struct sandbox *sb = &s->sb;
+	if (sb->claimed) {
+		*ep = &sb->ep;
 		return 0;
 	}
-	/* the per-user limit is the master's to keep: ask before claiming */
-	int q = mm_quota(s, err, errlen);
-	if (q != 0)
-		return q;
-	/* the warm request from start-up may still be on its way, or answered and not yet taken */
+	/* the per-user limit is the master's to keep: ask before claiming (it checks again) */
+	if (!sb->quota_granted) {
+		int q = mm_quota(s, err, errlen);
+		if (q != 0)
+			return q;
+		sb->quota_granted = true;
+	}
+	/* the warm request from start-up may still be on its way, or answered and not yet taken;
+	 * after a failure, a new request replaces what could not be used */
 	if (!mm_outstanding(s, MM_SANDBOX))
 		sandbox_request(s, "spawn");
 	int r = sandbox_wait_answer(s, err, errlen);
 	if (r == 0)
 		r = sandbox_claim(s, err, errlen);
 	if (r == 0) {
-		*ep = &sandbox_ep;
-		log_info("session %.8s… claimed sandbox %s", s->id, s->sandbox_name);
+		*ep = &sb->ep;
+		log_info("session %.8s… claimed %s sandbox %s", s->id, sb->ops->name, s->sandbox_name);
 	}
 	/* on failure the answer was taken: the next call asks again */
 	return r;
@@ -180,31 +270,27 @@ int sandbox_get(struct session *s, struct agent_endpoint **ep, char *err, size_t
 /* sandbox_replace - the old sandbox is gone: a fresh one, claimed */
 int sandbox_replace(struct session *s, struct agent_endpoint **ep, char *err, size_t errlen)
 {
-	if (kube_settings.on)
-		return sandbox_kube_replace(s, ep, err, errlen);
-	sandbox_claimed = false;
+	s->sb.claimed = false;
 	sandbox_request(s, "spawn");
 	return sandbox_get(s, ep, err, errlen);
 }
 
-bool sandbox_have(void)
+bool sandbox_have(struct session *s)
 {
-	return kube_settings.on ? sandbox_kube_have() : sandbox_claimed;
+	return s->sb.claimed;
 }
 
 const char *sandbox_name(struct session *s)
 {
-	return kube_settings.on ? sandbox_kube_name() : s->sandbox_name;
+	return s->sandbox_name;
 }
 
-bool sandbox_lost(int rc)
+bool sandbox_lost(struct session *s, int rc)
 {
-	return kube_settings.on ? sandbox_kube_lost(rc) : agent_client_gone(rc);
+	return s->sb.ops->lost(rc);
 }
 
 void sandbox_end(struct session *s)
 {
-	/* the master releases a local sandbox when the worker is gone */
-	if (kube_settings.on)
-		sandbox_kube_release(s);
+	s->sb.ops->end(s);
 }

@@ -15,6 +15,7 @@
 
 #include "ipc/chan.h"
 #include "ipc/log.h"
+#include "worker/agent_client.h"
 
 enum worker_state { WS_BEFORE_INIT, WS_READY, WS_BUSY, WS_CLOSING, WS_COUNT };
 
@@ -71,6 +72,44 @@ struct mm_req {
 	struct ipc_msg ans;
 };
 
+struct session;
+
+/* One sandbox backend as the worker sees it (worker/sandbox.c): what differs between a local
+ * jail and a Kubernetes claim. Everything else is the same REQ_SANDBOX to the master and the
+ * same agent client; the master does the backend's work (master/sandbox_local.c,
+ * master/sandbox_kube.c). */
+struct sandbox_ops {
+	const char *name;          /* "local", "kubernetes" */
+	bool warm;                 /* ask at start-up, while the client initializes */
+	bool relay;                /* the answer's socket is the master's relay to a pod */
+	int health_timeout_ms;     /* one /health try */
+	int agent_wait_ms;         /* how long a fresh sandbox's agent may take to answer */
+	int poll_ms;               /* between two tries */
+	int (*answer_wait_ms)(const struct session *s); /* how long the master may take */
+	bool (*lost)(int rc);      /* does an agent_client error mean "gone, retry in a new one"? */
+	void (*end)(struct session *s); /* session end */
+	void (*refused)(struct session *s, char *err, size_t errlen); /* its agent was claimed
+								      * already (NULL: say so) */
+};
+extern const struct sandbox_ops sandbox_local_ops, sandbox_kube_ops;
+
+/* The call thread's side of the session's sandbox. */
+struct sandbox {
+	const struct sandbox_ops *ops;
+	bool persistent;           /* --persistent: keep it, release its agent at the end */
+	int ready_s;               /* --claim-ready-timeout */
+	bool quota_granted;        /* the master said yes once: the session's sandbox counts */
+	bool claimed;              /* the handshake succeeded: ep is ready for calls */
+	struct agent_endpoint ep;
+	char path[600];            /* the answer's socket */
+	/* The agent's socket, pinned once it answers (before any user code has run in the
+	 * sandbox): every later connection goes to that inode through /proc/self/fd, so nothing
+	 * that renames or replaces the path later (a symlink to a host socket) can redirect the
+	 * session. */
+	int sock_fd;               /* descriptor + 1; 0: none */
+	char pinned[64];
+};
+
 struct session {
 	nng_socket sock;
 	char id[40];
@@ -88,11 +127,12 @@ struct session {
 
 	struct job *queue, *queue_tail, *running; /* under mu */
 
-	/* the session's local sandbox, as the master last answered REQ_SANDBOX */
+	/* the session's sandbox, as the master last answered REQ_SANDBOX */
 	bool sandbox_ok;           /* under mu */
 	char sandbox_socket[600];
-	char sandbox_name[64];
+	char sandbox_name[254];     /* a local sandbox's, or the SandboxClaim's */
 	char sandbox_gone[200];     /* non-empty: the master saw the current sandbox end */
+	struct sandbox sb;         /* and the call thread's side of it (worker/sandbox.c) */
 
 	struct mm_req mm[MM_KINDS]; /* outstanding requests to the master (worker/monitor_wrap.c) */
 
@@ -157,6 +197,10 @@ void call_stop_running(struct session *s, int wait_ms);
 void job_free(struct job *j);
 
 /* worker/sandbox.c: the session's sandbox, obtained from the master */
+/* sandbox_init - the session's backend (worker/main.c, from its options) */
+void sandbox_init(struct session *s, bool kube, bool persistent, int ready_s);
+/* sandbox_start - at start-up: a backend that warms asks for its sandbox now */
+void sandbox_start(struct session *s);
 void sandbox_request(struct session *s, const char *op);
 void sandbox_answer(struct session *s, const struct ipc_msg *m);
 void sandbox_gone(struct session *s, const struct ipc_msg *m);
@@ -167,9 +211,9 @@ int sandbox_get(struct session *s, struct agent_endpoint **ep, char *err, size_t
 int sandbox_replace(struct session *s, struct agent_endpoint **ep, char *err, size_t errlen);
 const char *sandbox_name(struct session *s);
 /* sandbox_have - the session has a claimed sandbox already (without claiming one) */
-bool sandbox_have(void);
+bool sandbox_have(struct session *s);
 /* sandbox_lost - does this agent_client error mean the sandbox is gone (retry in a new one)? */
-bool sandbox_lost(int rc);
+bool sandbox_lost(struct session *s, int rc);
 /* sandbox_end - session end: give the sandbox back (Kubernetes: delete or keep the claim) */
 void sandbox_end(struct session *s);
 

@@ -1,7 +1,7 @@
 /*
- * fuzz_kube_watch.c - libFuzzer target for Kubernetes watch lines as the worker reads them:
- * the line splitting and event parsing of worker/kube.c (kube_watch_lines, what kube_api_watch
- * runs on each piece curl hands over) and the Ready check of worker/sandbox_kube.c
+ * fuzz_kube_watch.c - libFuzzer target for Kubernetes watch lines as the master reads them:
+ * the line splitting and event parsing of master/kube_api.c (kube_watch_lines, what kube_api_watch
+ * runs on each piece curl hands over) and the Ready check of master/sandbox_kube.c
  * (sandbox_kube_claim_ready) on every object an event carries, as the SandboxClaim watch does.
  *
  * Built by tests/fuzz/Makefile. Byte 0 picks how the rest arrives: 0 in one piece, n in pieces
@@ -19,8 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "worker/kube.h"
-#include "worker/sandbox_kube.h"
+#include "master/kube_api.h"
+#include "master/sandbox_kube.h"
 
 struct fuzz_watch {
 	size_t cap;

@@ -27,7 +27,7 @@ test('through pods/proxy (the default outside a cluster): claim, execute, docs, 
 		assert.equal(res.isError, false, `${text(res)}\n${s.stderr.slice(-2000)}`);
 		name = sc(res).sandbox;
 		assert.equal(sc(res).result.value, 'proxied');
-		assert.match(s.stderr, /claimed at the API server's pod proxy/);
+		assert.match(s.stderr, /reached at the API server's pod proxy/);
 		const doc = await callTool(s.client, 'lookup_package_docs', { package: 'strings', symbol: 'Fields' });
 		assert.equal(doc.isError, false, text(doc));
 	} finally {

@@ -19,6 +19,10 @@
  *   crash  - the process aborts inside the call (a worker that dies while locking down)
  *   stall  - the worker hangs before it dials the master (curl_global_init never returns),
  *            so it never says HELLO
+ * KG_SHIM_RELAY_PATH=PATH (tests/k8s/worker-boundary.test.mjs): the worker's first request to
+ * its agent ("GET /health ...", sent to the master's relay on the Kubernetes backend) goes out
+ * as "GET PATH" instead, as a compromised worker reaching for the API server would send it.
+ *
  * Built by the test with `cc -shared -fPIC`; never part of kode-gopher.
  */
 #define _GNU_SOURCE
@@ -232,4 +236,20 @@ int curl_global_init(long flags)
 			pause();
 	int (*real)(long) = (int (*)(long))dlsym(RTLD_NEXT, "curl_global_init");
 	return real ? real(flags) : 2; /* CURLE_FAILED_INIT */
+}
+
+/* send - libcurl's way out; the KG_SHIM_RELAY_PATH rewrite (see the top) */
+ssize_t send(int fd, const void *buf, size_t len, int flags)
+{
+	static ssize_t (*real)(int, const void *, size_t, int);
+	if (!real)
+		real = (ssize_t (*)(int, const void *, size_t, int))dlsym(RTLD_NEXT, "send");
+	const char *evil = getenv("KG_SHIM_RELAY_PATH");
+	if (shim_is_worker && evil && len > 12 && memcmp(buf, "GET /health ", 12) == 0) {
+		char req[1024];
+		int n = snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: localhost\r\n\r\n", evil);
+		ssize_t r = real(fd, req, (size_t)n, flags);
+		return r < 0 ? r : (ssize_t)len; /* as if the original had gone */
+	}
+	return real(fd, buf, len, flags);
 }

@@ -108,17 +108,15 @@ static void test_roundtrip_all_types(void **st)
 	ipc_msg_free(&m);
 	ipc_buf_free(&b);
 
-	assert_int_equal(ipc_pack_req_kube(&b, 9, true), 0);
+	/* a SandboxClaim's name (up to 253) fits ANS_SANDBOX; anything longer is refused */
+	char claim[255];
+	memset(claim, 'k', 254);
+	claim[254] = '\0';
+	assert_int_equal(ipc_pack_ans_sandbox(&b, 9, true, "", "/x/kube-1.sock", claim, ""), -EINVAL);
+	claim[253] = '\0';
+	assert_int_equal(ipc_pack_ans_sandbox(&b, 9, true, "", "/x/kube-1.sock", claim, ""), 0);
 	assert_int_equal(ipc_decode(b.sb.data, b.sb.size, &m), 0);
-	assert_true(m.u.kube_req.refresh);
-	ipc_msg_free(&m);
-	ipc_buf_free(&b);
-
-	assert_int_equal(ipc_pack_note_claim(&b, 10, "kg-0123abcd-x1y2z", false), 0);
-	assert_int_equal(ipc_decode(b.sb.data, b.sb.size, &m), 0);
-	assert_string_equal(ipc_type_name(m.type), "NOTE_CLAIM");
-	assert_int_equal(m.u.claim_note.name.len, strlen("kg-0123abcd-x1y2z"));
-	assert_false(m.u.claim_note.keep);
+	assert_int_equal(m.u.sandbox_ans.name.len, 253);
 	ipc_msg_free(&m);
 	ipc_buf_free(&b);
 }

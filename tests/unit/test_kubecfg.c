@@ -1,13 +1,12 @@
 /*
  * test_kubecfg.c - unit tests for the master's Kubernetes access (master/kubecfg.c): the YAML
- * reader yaml_to_json, and kubecfg_load + kubecfg_answer on real kubeconfig files, real exec
+ * reader yaml_to_json, and kubecfg_load + kubecfg_current on real kubeconfig files, real exec
  * credential plugins (small /bin/sh scripts) and a fake service-account directory.
  *
  * kubecfg keeps its state in one static struct that is filled once per process, so each load
- * runs in a forked child (run_load): the child calls kubecfg_load, then kubecfg_answer over a
- * real nng pair on inproc://, and sends the result and the ANS_KUBE bytes back through a pipe;
- * the parent decodes them with ipc_decode and asserts. The parent never opens an nng socket,
- * so every child starts with nng untouched.
+ * runs in a forked child (run_load): the child calls kubecfg_load, then kubecfg_current (the
+ * credential only the master holds and master/kube_api.c puts on its requests), and sends the
+ * result and the credential's bytes back through a pipe for the parent to assert on.
  *
  * Tests named test_bug_* pin defects found while writing these tests (all fixed since).
  * No server named here is ever contacted: kubecfg only stores the URL.
@@ -157,49 +156,63 @@ static void assert_yaml_error_at(const char *text, const char *line)
 
 /* ---- one kubecfg_load in a child ---- */
 
+/* What kubecfg_current gave, as byte ranges into the child's report (the master's own view:
+ * no part of it goes to a worker any more). */
+struct kube_ans {
+	bool ok, insecure, in_cluster;
+	struct ipc_bytes error, server, ca, cert, key, token, namespace;
+	uint64_t expires;
+};
+
 struct kube_run {
 	int load_rc;        /* kubecfg_load's result */
 	char err[1024];     /* its message */
 	char describe[2600];
-	bool answered;      /* kubecfg_answer sent an ANS_KUBE */
-	struct ipc_msg msg; /* that answer, decoded */
-	struct ipc_kube_ans *ans;
+	bool answered;      /* kubecfg_current was asked */
+	char *raw;          /* the report's byte fields */
+	struct kube_ans a;
+	struct kube_ans *ans;
 };
 
-/* the child's report, ahead of the ANS_KUBE bytes */
+/* the child's report, ahead of the credential's bytes */
 struct child_report {
 	int load_rc;
 	char err[1024];
 	char describe[2600];
-	uint32_t ans_len; /* 0: no answer */
-	char why[256];    /* the child's own trouble (nng), if any */
+	uint32_t ans_len; /* 0: not asked */
+	bool ok, insecure, in_cluster;
+	uint64_t expires;
+	uint32_t len[7];  /* error, server, ca, cert, key, token, namespace */
+	char why[256];    /* the child's own trouble, if any */
 };
 
-/* child_answer - kubecfg_answer to a worker whose channel is a real nng pair over inproc */
+/* child_answer - kubecfg_current, its byte fields one after the other into *raw */
 static int child_answer(struct child_report *rep, char **raw)
 {
-	nng_socket master, worker;
-	if (chan_listen(&master, "inproc://kg-test-kubecfg") != 0 ||
-	    chan_dial(&worker, "inproc://kg-test-kubecfg") != 0) {
-		snprintf(rep->why, sizeof(rep->why), "cannot set up the inproc channel");
-		return -1;
+	struct kubecfg_cred c;
+	char err[1024];
+	int r = kubecfg_current(&c, false, err, sizeof(err));
+	rep->ok = r == 0;
+	rep->insecure = c.insecure;
+	rep->in_cluster = c.in_cluster;
+	rep->expires = (uint64_t)c.expires;
+	const char *f[7] = { r ? err : "", c.server, c.ca, c.cert, c.key, c.token, c.ns };
+	size_t n[7] = { r ? strlen(err) : 0, c.server ? strlen(c.server) : 0, c.ca_len, c.cert_len,
+			c.key_len, c.token ? strlen(c.token) : 0, c.ns ? strlen(c.ns) : 0 };
+	size_t total = 0;
+	for (int i = 0; i < 7; i++)
+		total += n[i];
+	*raw = malloc(total + 1);
+	size_t off = 0;
+	for (int i = 0; i < 7; i++) {
+		rep->len[i] = (uint32_t)n[i];
+		if (n[i])
+			memcpy(*raw + off, f[i], n[i]);
+		off += n[i];
 	}
-	/* a hang guard, not an assertion: the answer is queued before recv is called */
-	nng_socket_set_ms(worker, NNG_OPT_RECVTIMEO, 60000);
-	struct worker w = { .pid = getpid(), .hello = true, .connected = 1, .sock = master };
-	kubecfg_answer(&w, 42, false);
-	nng_msg *m;
-	int r = nng_recvmsg(worker, &m, 0);
-	if (r != 0) {
-		snprintf(rep->why, sizeof(rep->why), "no ANS_KUBE arrived: %s", nng_strerror(r));
-		return -1;
-	}
-	rep->ans_len = (uint32_t)nng_msg_len(m);
-	*raw = malloc(rep->ans_len);
-	memcpy(*raw, nng_msg_body(m), rep->ans_len);
-	nng_msg_free(m);
-	nng_close(worker);
-	nng_close(master);
+	rep->ans_len = (uint32_t)total + 1; /* never 0 when asked */
+	(*raw)[total] = '\0';
+	kubecfg_cred_free(&c);
 	return 0;
 }
 
@@ -257,7 +270,7 @@ static void run_child(int fd, const struct serve_config *cfg, const char *const 
 
 /* run_load_n - fork; in the child set env ("NAME=VALUE" sets, "NAME" unsets; KUBECONFIG,
  * KUBERNETES_SERVICE_* and KODE_GOPHER_SERVICEACCOUNT_DIR are unset and HOME is an empty dir
- * first), kubecfg_load each of cfg[0..loads-1] in turn, then kubecfg_answer if answer */
+ * first), kubecfg_load each of cfg[0..loads-1] in turn, then kubecfg_current if answer */
 static void run_load_n(const struct serve_config *cfg, int loads, const char *const *env,
 		       bool answer, struct kube_run *out)
 {
@@ -305,11 +318,21 @@ static void run_load_n(const struct serve_config *cfg, int loads, const char *co
 	memcpy(out->describe, rep.describe, sizeof(out->describe));
 	assert_int_equal(len, sizeof(rep) + rep.ans_len);
 	if (rep.ans_len) {
-		assert_int_equal(ipc_decode(buf + sizeof(rep), rep.ans_len, &out->msg), 0);
-		assert_int_equal(out->msg.type, IPC_ANS_KUBE);
-		assert_int_equal(out->msg.seq, 42);
+		out->raw = malloc(rep.ans_len);
+		memcpy(out->raw, buf + sizeof(rep), rep.ans_len);
+		struct ipc_bytes *f[7] = { &out->a.error, &out->a.server, &out->a.ca, &out->a.cert,
+					   &out->a.key, &out->a.token, &out->a.namespace };
+		size_t off = 0;
+		for (int i = 0; i < 7; i++) {
+			*f[i] = (struct ipc_bytes){ out->raw + off, rep.len[i] };
+			off += rep.len[i];
+		}
+		out->a.ok = rep.ok;
+		out->a.insecure = rep.insecure;
+		out->a.in_cluster = rep.in_cluster;
+		out->a.expires = rep.expires;
 		out->answered = true;
-		out->ans = &out->msg.u.kube_ans;
+		out->ans = &out->a;
 	}
 	free(buf);
 }
@@ -321,8 +344,8 @@ static void run_load(const struct serve_config *cfg, const char *const *env, str
 
 static void kube_run_free(struct kube_run *r)
 {
-	if (r->answered)
-		ipc_msg_free(&r->msg);
+	free(r->raw);
+	r->raw = NULL;
 	r->answered = false;
 }
 
@@ -358,7 +381,7 @@ static void assert_loaded(const struct kube_run *r)
 		fail_msg("kubecfg_load failed: %s", r->err);
 	assert_true(r->answered);
 	if (!r->ans->ok)
-		fail_msg("ANS_KUBE not ok: %.*s", (int)r->ans->error.len, r->ans->error.ptr);
+		fail_msg("kubecfg_current failed: %.*s", (int)r->ans->error.len, r->ans->error.ptr);
 }
 
 /* load_ok - run_load, and assert_loaded of its result (kube_run_free it after the asserts) */
@@ -600,74 +623,6 @@ static void test_yaml_length_is_honoured(void **st)
 	const char nul[] = "a: b\0c: d\n";
 	assert_null(yaml_to_json(nul, sizeof(nul) - 1, err, sizeof(err)));
 	assert_true(err[0] != '\0');
-}
-
-/* ---- the ANS_KUBE codec ---- */
-
-static void test_ans_kube_roundtrip(void **st)
-{
-	(void)st;
-	static const char ca[] = "PEM\0with a NUL";
-	struct ipc_kube_ans a = {
-		.ok = true,
-		.insecure = true,
-		.in_cluster = true,
-		.server = { "https://h:6443", 14 },
-		.ca = { ca, sizeof(ca) - 1 },
-		.cert = { CERT_PEM, strlen(CERT_PEM) },
-		.key = { KEY_PEM, strlen(KEY_PEM) },
-		.token = { "tok", 3 },
-		.sni = { "sni.example", 11 },
-		.namespace = { "team", 4 },
-		.expires = 4102444800u,
-	};
-	struct ipc_buf b;
-	struct ipc_msg m;
-	assert_int_equal(ipc_pack(&b, IPC_ANS_KUBE, 9, &a), 0);
-	assert_int_equal(ipc_decode(b.sb.data, b.sb.size, &m), 0);
-	ipc_buf_free(&b);
-	assert_int_equal(m.type, IPC_ANS_KUBE);
-	assert_int_equal(m.seq, 9);
-	struct ipc_kube_ans *d = &m.u.kube_ans;
-	assert_true(d->ok && d->insecure && d->in_cluster);
-	assert_int_equal(d->error.len, 0);
-	assert_bytes(d->server, "https://h:6443");
-	assert_int_equal(d->ca.len, sizeof(ca) - 1);
-	assert_memory_equal(d->ca.ptr, ca, sizeof(ca) - 1);
-	assert_bytes(d->cert, CERT_PEM);
-	assert_bytes(d->key, KEY_PEM);
-	assert_bytes(d->token, "tok");
-	assert_bytes(d->sni, "sni.example");
-	assert_bytes(d->namespace, "team");
-	assert_true(d->expires == 4102444800u);
-	ipc_msg_free(&m);
-
-	/* a refusal: empty ranges and an error */
-	struct ipc_kube_ans no = { .error = { "no access", 9 } };
-	assert_int_equal(ipc_pack(&b, IPC_ANS_KUBE, 10, &no), 0);
-	assert_int_equal(ipc_decode(b.sb.data, b.sb.size, &m), 0);
-	ipc_buf_free(&b);
-	assert_false(m.u.kube_ans.ok);
-	assert_bytes(m.u.kube_ans.error, "no access");
-	assert_int_equal(m.u.kube_ans.server.len + m.u.kube_ans.ca.len + m.u.kube_ans.token.len, 0);
-	ipc_msg_free(&m);
-
-	/* the contract's limits: a namespace longer than a DNS name allows is refused by the
-	 * encoder (the decoder's side of the same limit: tests/unit/test_ipc.c) */
-	char longns[300];
-	memset(longns, 'n', sizeof(longns));
-	struct ipc_kube_ans big = { .ok = true, .namespace = { longns, 254 } };
-	assert_int_equal(ipc_pack(&b, IPC_ANS_KUBE, 11, &big), -EINVAL);
-	big.namespace.len = 253;
-	assert_int_equal(ipc_pack(&b, IPC_ANS_KUBE, 11, &big), 0);
-	assert_int_equal(ipc_decode(b.sb.data, b.sb.size, &m), 0);
-	ipc_msg_free(&m);
-	ipc_buf_free(&b);
-	/* and trailing bytes */
-	assert_int_equal(ipc_pack(&b, IPC_ANS_KUBE, 12, &a), 0);
-	msgpack_sbuffer_write(&b.sb, "x", 1);
-	assert_int_equal(ipc_decode(b.sb.data, b.sb.size, &m), -EPROTO);
-	ipc_buf_free(&b);
 }
 
 /* ---- kubecfg_load ---- */
@@ -1204,7 +1159,6 @@ int main(void)
 		cmocka_unit_test(test_yaml_multiple_documents_refused),
 		cmocka_unit_test(test_yaml_malformed_has_line),
 		cmocka_unit_test(test_yaml_length_is_honoured),
-		cmocka_unit_test(test_ans_kube_roundtrip),
 		cmocka_unit_test(test_answer_before_load),
 		cmocka_unit_test(test_no_access),
 		cmocka_unit_test(test_current_context),

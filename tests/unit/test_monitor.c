@@ -1,8 +1,11 @@
 /*
  * test_monitor.c - the master's dispatch (master/monitor.c) against a worker that breaks the
  * contract: a message its phase does not permit, a once-only message twice, an answer to a
- * request never sent, a master-only message, inputs no honest worker sends (a claim of another
- * session, a sandbox it names itself, a state that does not exist). Each must end the worker.
+ * request never sent, a master-only message, inputs no honest worker sends (a sandbox or claim
+ * it names itself, another session's claim, an API path, a state that does not exist). Each
+ * must end the worker. And the Kubernetes agent relay (master/sandbox_kube.c): it forwards a
+ * worker's agent requests, streamed, to its own pod only, refuses other processes, and ends a
+ * worker that asks it for anything else (a raw API path).
  *
  * The "worker" is a real child process (it only sleeps) so that ending it is observable as a
  * SIGKILL; the messages are encoded and decoded with the real codec, and the monitor's answers
@@ -17,6 +20,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -27,6 +36,7 @@
 #include "master/master.h"
 #include "master/auth.h"
 #include "master/monitor.h"
+#include "master/sandbox_kube.h"
 #include "master/usertoken.h"
 #include "policy/limits.h"
 
@@ -37,7 +47,7 @@ struct fake {
 	struct worker w;
 	nng_socket peer; /* the worker's end of the channel */
 	int hellos, answers, notes, sessions, calls, quotas;
-	bool busy;
+	bool busy, deny;
 	const char *user;
 };
 
@@ -73,9 +83,11 @@ static void f_session(void *ctx, const struct ipc_session *s)
 static void f_state(void *ctx, bool busy) { ((struct fake *)ctx)->busy = busy; }
 static bool f_quota(void *ctx, char *err, size_t errlen)
 {
-	(void)err, (void)errlen;
-	((struct fake *)ctx)->quotas++;
-	return true;
+	struct fake *f = ctx;
+	f->quotas++;
+	if (f->deny)
+		snprintf(err, errlen, "over the limit");
+	return !f->deny;
 }
 static void f_call(void *ctx, const struct ipc_call *c)
 {
@@ -326,14 +338,34 @@ static void test_sandbox_unknown_op(void **st)
 	assert_ended(f);
 }
 
-static void test_kube_on_local_backend(void **st)
+/* On Kubernetes the worker can only say "spawn" or "release" with no name: every way of naming
+ * a claim or an API object ends it, in every phase it may send REQ_SANDBOX. */
+static void test_kube_names_nothing(void **st)
 {
-	struct fake *f = *st;
-	struct ipc_buf b;
-	hello(f);
-	assert_int_equal(ipc_pack_req_kube(&b, 2, false), 0);
-	assert_int_equal(dispatch(f, IPC_PH_SESSION, &b), -EPERM);
-	assert_ended(f);
+	static const char *const names[] = {
+		"kg-deadbeef-x7k2q",      /* another session's claim */
+		"go-runtime-pool-abcde",  /* a claim of nobody's session */
+		"kg-01234567-x7k2q",      /* even one shaped like its own: it never made it */
+		"/api/v1/namespaces/kg-test/secrets", /* a raw API path */
+		"../sandboxclaims",
+	};
+	static const unsigned phases[] = { IPC_PH_SESSION, IPC_PH_IDLE, IPC_PH_ENDING };
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		for (size_t k = 0; k < 3; k++) {
+			void *fst;
+			setup(&fst);
+			struct fake *f = fst;
+			f->cfg.kubernetes = true;
+			hello(f);
+			struct ipc_buf b;
+			const char *op = k == 2 ? "release" : "spawn";
+			assert_int_equal(ipc_pack_req_sandbox(&b, 2, op, names[i]), 0);
+			assert_int_equal(dispatch(f, phases[k], &b), -EPERM);
+			assert_ended(f);
+			assert_null(f->w.kube); /* nothing was started for it */
+			teardown(&fst);
+		}
+	(void)st;
 }
 
 /* REQ_ADC: the master reads the file for a mode that uses one, anew each time */
@@ -391,76 +423,346 @@ static void test_adc_in_a_mode_without_one(void **st)
 	}
 }
 
-static void test_claim_of_its_own_session(void **st)
+/* the credential messages (REQ_KUBE, ANS_KUBE, NOTE_CLAIM) are no part of the contract any
+ * more: a type past the table is refused by the decoder, which the transports treat as a breach */
+static void test_kube_credential_messages_gone(void **st)
+{
+	(void)st;
+	for (uint32_t t = 1; t < IPC_TYPE_MAX; t++)
+		assert_true(strstr(ipc_type_name(t), "KUBE") == NULL &&
+			    strstr(ipc_type_name(t), "CLAIM") == NULL);
+	/* [version, type, seq, {}] */
+	const unsigned char raw[] = { 0x94, IPC_VERSION, IPC_TYPE_MAX, 0x01, 0x80 };
+	struct ipc_msg m;
+	assert_int_equal(ipc_decode(raw, sizeof(raw), &m), -EPROTO);
+}
+
+/* a claim before the session exists, or over the user's limit, is refused by the master itself
+ * (the worker's REQ_QUOTA is not trusted to have come first), without an API call */
+static void test_kube_spawn_refused_by_the_master(void **st)
 {
 	struct fake *f = *st;
 	struct ipc_buf b;
+	struct ipc_msg m;
 	f->cfg.kubernetes = true;
 	hello(f);
-	assert_int_equal(ipc_pack_note_claim(&b, 2, "kg-01234567-x7k2q", true), 0);
+	assert_int_equal(ipc_pack_req_sandbox(&b, 2, "spawn", ""), 0);
+	assert_int_equal(dispatch(f, IPC_PH_IDLE, &b), 0);
+	assert_int_equal(chan_recv(f->peer, &m, 0, NULL), 0);
+	assert_int_equal(m.type, IPC_ANS_SANDBOX);
+	assert_false(m.u.sandbox_ans.ok);
+	assert_int_equal(m.u.sandbox_ans.socket.len, 0);
+	ipc_msg_free(&m);
+	f->deny = true;
+	assert_int_equal(ipc_pack_req_sandbox(&b, 3, "spawn", ""), 0);
 	assert_int_equal(dispatch(f, IPC_PH_SESSION, &b), 0);
-	assert_string_equal(f->w.claim, "kg-01234567-x7k2q");
-	/* keep is the master's setting (--persistent), not the worker's word */
-	assert_false(f->w.claim_keep);
-	assert_int_equal(ipc_pack_note_claim(&b, 3, "", false), 0);
-	assert_int_equal(dispatch(f, IPC_PH_ENDING, &b), 0);
-	assert_string_equal(f->w.claim, "");
+	assert_int_equal(chan_recv(f->peer, &m, 0, NULL), 0);
+	assert_int_equal(m.seq, 3);
+	assert_false(m.u.sandbox_ans.ok);
+	char why[200];
+	ipc_bytes_str(m.u.sandbox_ans.error, why, sizeof(why));
+	assert_string_equal(why, "over the limit");
+	ipc_msg_free(&m);
+	assert_null(f->w.kube);
 	assert_alive(f);
 }
 
-/* every shape of a name the worker cannot have been given: the master would delete it */
-static void test_claims_it_never_made(void **st)
+/* ---- the agent relay (master/sandbox_kube.c), against a real child and a real HTTP peer ---- */
+
+/* A one-connection HTTP server standing in for a pod's agent on 127.0.0.1. */
+struct agent {
+	int lfd, port;
+	pthread_t t;
+	char req[8192];        /* what arrived: request line and headers */
+	size_t req_len;
+	bool got;
+	int release[2];        /* stream mode: the rest is sent once a byte arrives here */
+	bool stream;
+};
+
+static void *fake_agent_main(void *arg)
 {
-	static const char *const names[] = {
-		"kg-deadbeef-x7k2q",      /* another session's prefix */
-		"go-runtime-pool-abcde",  /* a claim of nobody's session */
-		"kg-01234567-",           /* the prefix alone */
-		"kg-01234567-X/../y",     /* not a name the API server generates */
-		"kg-0123456-x7k2q",       /* one digit short */
+	struct agent *a = arg;
+	int fd = accept(a->lfd, NULL, NULL);
+	if (fd < 0)
+		return NULL;
+	while (a->req_len < sizeof(a->req) - 1) {
+		ssize_t n = read(fd, a->req + a->req_len, sizeof(a->req) - 1 - a->req_len);
+		if (n <= 0)
+			break;
+		a->req_len += (size_t)n;
+		a->req[a->req_len] = '\0';
+		if (strstr(a->req, "\r\n\r\n"))
+			break;
+	}
+	a->got = true;
+	if (a->stream) {
+		const char *h = "HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\n\r\n"
+				"{\"event\":\"progress\"}\n";
+		if (write(fd, h, strlen(h)) < 0)
+			a->got = false;
+		char c;
+		if (read(a->release[0], &c, 1) == 1) {
+			const char *rest = "{\"event\":\"result\"}\n";
+			if (write(fd, rest, strlen(rest)) < 0)
+				a->got = false;
+		}
+	} else {
+		const char *h = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+				"Content-Length: 11\r\n\r\n{\"ok\":true}";
+		if (write(fd, h, strlen(h)) < 0)
+			a->got = false;
+	}
+	close(fd);
+	return NULL;
+}
+
+static void agent_start(struct agent *a, bool stream)
+{
+	memset(a, 0, sizeof(*a));
+	a->stream = stream;
+	assert_int_equal(pipe(a->release), 0);
+	a->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t sl = sizeof(sa);
+	assert_int_equal(bind(a->lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(a->lfd, 4), 0);
+	assert_int_equal(getsockname(a->lfd, (struct sockaddr *)&sa, &sl), 0);
+	a->port = ntohs(sa.sin_port);
+	assert_int_equal(pthread_create(&a->t, NULL, fake_agent_main, a), 0);
+}
+
+static void agent_stop(struct agent *a)
+{
+	shutdown(a->lfd, SHUT_RDWR);
+	assert_true(write(a->release[1], "x", 1) == 1);
+	pthread_join(a->t, NULL);
+	close(a->lfd);
+	close(a->release[0]), close(a->release[1]);
+}
+
+/* relay_conn - connect to the relay socket (from whichever process calls it) */
+static int relay_conn(const char *path)
+{
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0)
+		return -1;
+	return fd;
+}
+
+/* read_all - until EOF, into buf (NUL-terminated) */
+static size_t read_all(int fd, char *buf, size_t cap)
+{
+	size_t n = 0;
+	ssize_t r;
+	while (n < cap - 1 && (r = read(fd, buf + n, cap - 1 - n)) > 0)
+		n += (size_t)r;
+	buf[n] = '\0';
+	return n;
+}
+
+/* A worker that sends one request through its relay: a real child process, the relay's worker.
+ * It waits for the socket's path on go[0], sends req, and exits 0 if the answer contains want
+ * (stream: it reports the first line on said[1] before it reads on). */
+struct relay_child {
+	pid_t pid;
+	int go[2], said[2];
+};
+
+static void relay_child_start(struct fake *f, struct relay_child *c, const char *req,
+			      const char *want, bool stream)
+{
+	assert_int_equal(pipe(c->go), 0);
+	assert_int_equal(pipe(c->said), 0);
+	/* the setup's sleeping child is not the one that will connect */
+	kill(f->w.pid, SIGKILL);
+	waitpid(f->w.pid, NULL, 0);
+	fflush(NULL);
+	c->pid = fork();
+	assert_true(c->pid >= 0);
+	if (c->pid == 0) {
+		char path[200] = "";
+		ssize_t n = read(c->go[0], path, sizeof(path) - 1);
+		if (n <= 0)
+			_exit(2);
+		path[n] = '\0';
+		int fd = relay_conn(path);
+		if (fd < 0 || write(fd, req, strlen(req)) != (ssize_t)strlen(req))
+			_exit(3);
+		static char ans[16384];
+		if (stream) {
+			size_t got = 0;
+			while (!strstr(ans, "progress") && got < sizeof(ans) - 1) {
+				ssize_t r = read(fd, ans + got, sizeof(ans) - 1 - got);
+				if (r <= 0)
+					_exit(4);
+				got += (size_t)r;
+				ans[got] = '\0';
+			}
+			if (write(c->said[1], "1", 1) != 1)
+				_exit(5);
+			read_all(fd, ans + got, sizeof(ans) - got);
+		} else {
+			read_all(fd, ans, sizeof(ans));
+		}
+		_exit(strstr(ans, want) ? 0 : 1);
+	}
+	/* the child's ends are the child's: if it exits early, the test reads EOF, not forever */
+	close(c->go[0]);
+	close(c->said[1]);
+	f->w.pid = c->pid;
+}
+
+static void relay_child_close(struct relay_child *c)
+{
+	close(c->go[1]), close(c->said[0]);
+}
+
+static void relay_setup_dir(struct fake *f, char *dir, size_t cap)
+{
+	snprintf(dir, cap, "/tmp/kg-test-relay.XXXXXX");
+	assert_non_null(mkdtemp(dir));
+	snprintf(f->w.ipc_path, sizeof(f->w.ipc_path), "%s/w.ipc", dir);
+}
+
+static int wait_child(pid_t pid)
+{
+	int status;
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	return status;
+}
+
+#define SECRET "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+
+/* an agent endpoint goes through, with the sandbox's secret and nothing else the worker added */
+static void test_relay_forwards_the_agent_only(void **st)
+{
+	struct fake *f = *st;
+	struct agent a;
+	struct relay_child c;
+	char dir[64], base[64], sock[200];
+	f->cfg.kubernetes = true;
+	relay_setup_dir(f, dir, sizeof(dir));
+	agent_start(&a, false);
+	relay_child_start(f, &c, "GET /health HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer "
+			  SECRET "\r\nX-Evil: 1\r\n\r\n", "{\"ok\":true}", false);
+	snprintf(base, sizeof(base), "http://127.0.0.1:%d", a.port);
+	assert_int_equal(sandbox_kube_relay_test(&f->w, base, sock, sizeof(sock)), 0);
+	assert_int_equal(write(c.go[1], sock, strlen(sock)), (ssize_t)strlen(sock));
+	int status = wait_child(c.pid);
+	f->w.pid = 0;
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+	agent_stop(&a);
+	assert_true(a.got);
+	assert_non_null(strstr(a.req, "GET /health HTTP/1.1\r\n"));
+	assert_non_null(strstr(a.req, "Authorization: Bearer " SECRET "\r\n"));
+	assert_null(strstr(a.req, "X-Evil")); /* only the headers the agent reads go on */
+	sandbox_kube_worker_gone(&f->w);
+	assert_int_equal(access(sock, F_OK), -1); /* the socket goes with the worker */
+	relay_child_close(&c);
+	rmdir(dir);
+}
+
+/* the /execute stream is relayed as it arrives, not after the agent has finished */
+static void test_relay_streams(void **st)
+{
+	struct fake *f = *st;
+	struct agent a;
+	struct relay_child c;
+	char dir[64], base[64], sock[200], one;
+	f->cfg.kubernetes = true;
+	relay_setup_dir(f, dir, sizeof(dir));
+	agent_start(&a, true);
+	relay_child_start(f, &c, "POST /execute HTTP/1.1\r\nHost: localhost\r\nContent-Type: "
+			  "application/json\r\nContent-Length: 2\r\n\r\n{}", "result", true);
+	snprintf(base, sizeof(base), "http://127.0.0.1:%d", a.port);
+	assert_int_equal(sandbox_kube_relay_test(&f->w, base, sock, sizeof(sock)), 0);
+	assert_int_equal(write(c.go[1], sock, strlen(sock)), (ssize_t)strlen(sock));
+	/* the child has the first line while the agent still holds the rest */
+	assert_int_equal(read(c.said[0], &one, 1), 1);
+	assert_int_equal(write(a.release[1], "x", 1), 1);
+	int status = wait_child(c.pid);
+	f->w.pid = 0;
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+	agent_stop(&a);
+	sandbox_kube_worker_gone(&f->w);
+	relay_child_close(&c);
+	rmdir(dir);
+}
+
+/* anything but an agent endpoint (a raw API path, a traversal, a query, an absolute URL, a
+ * method the endpoint does not take) ends the worker, and nothing reaches the pod */
+static void test_relay_raw_paths_end_the_worker(void **st)
+{
+	static const char *const reqs[] = {
+		"GET /api/v1/namespaces/kg-test/secrets HTTP/1.1\r\n\r\n",
+		"GET /health/../../../../api/v1/namespaces/kg-test/pods HTTP/1.1\r\n\r\n",
+		"GET /health?watch=1 HTTP/1.1\r\n\r\n",
+		"DELETE /claim HTTP/1.1\r\n\r\n",
+		"GET /execute HTTP/1.1\r\n\r\n",
+		"GET /files HTTP/1.1\r\n\r\n",
+		"GET http://10.0.0.1:8888/health HTTP/1.1\r\n\r\n",
 	};
-	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+	for (size_t i = 0; i < sizeof(reqs) / sizeof(reqs[0]); i++) {
 		void *fst;
 		setup(&fst);
 		struct fake *f = fst;
+		struct agent a;
+		struct relay_child c;
+		char dir[64], base[64], sock[200];
 		f->cfg.kubernetes = true;
-		hello(f);
-		struct ipc_buf b;
-		assert_int_equal(ipc_pack_note_claim(&b, 2, names[i], false), 0);
-		assert_int_equal(dispatch(f, IPC_PH_SESSION, &b), -EPERM);
-		assert_string_equal(f->w.claim, "");
-		assert_ended(f);
+		relay_setup_dir(f, dir, sizeof(dir));
+		agent_start(&a, false);
+		relay_child_start(f, &c, reqs[i], "never", false);
+		snprintf(base, sizeof(base), "http://127.0.0.1:%d", a.port);
+		assert_int_equal(sandbox_kube_relay_test(&f->w, base, sock, sizeof(sock)), 0);
+		assert_int_equal(write(c.go[1], sock, strlen(sock)), (ssize_t)strlen(sock));
+		int status = wait_child(c.pid);
+		f->w.pid = 0;
+		if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGKILL)
+			fail_msg("request %zu: the worker was not ended (status 0x%x)", i, status);
+		agent_stop(&a);
+		assert_false(a.got);
+		sandbox_kube_worker_gone(&f->w);
+		relay_child_close(&c);
+		rmdir(dir);
 		teardown(&fst);
 	}
 	(void)st;
 }
 
-static void test_claim_named_by_the_operator(void **st)
+/* another process (here: the test itself) gets nothing from a worker's relay */
+static void test_relay_only_its_worker(void **st)
 {
 	struct fake *f = *st;
-	struct ipc_buf b;
+	struct agent a;
+	char dir[64], base[64], sock[200], ans[256];
 	f->cfg.kubernetes = true;
-	f->cfg.claim = "team-sandbox";
-	hello(f);
-	assert_int_equal(ipc_pack_note_claim(&b, 2, "team-sandbox", false), 0);
-	assert_int_equal(dispatch(f, IPC_PH_SESSION, &b), 0);
-	assert_string_equal(f->w.claim, "team-sandbox");
-	f->w.claim[0] = '\0';
+	relay_setup_dir(f, dir, sizeof(dir));
+	agent_start(&a, false);
+	snprintf(base, sizeof(base), "http://127.0.0.1:%d", a.port);
+	assert_int_equal(sandbox_kube_relay_test(&f->w, base, sock, sizeof(sock)), 0);
+	struct stat sb;
+	assert_int_equal(stat(sock, &sb), 0);
+	assert_int_equal(sb.st_mode & 0777, 0600);
+	int fd = relay_conn(sock);
+	assert_true(fd >= 0);
+	const char *req = "GET /health HTTP/1.1\r\n\r\n";
+	/* the relay may close before the request is written: either way no answer comes back */
+	ssize_t wr = write(fd, req, strlen(req));
+	(void)wr;
+	assert_int_equal(read_all(fd, ans, sizeof(ans)), 0);
+	close(fd);
+	agent_stop(&a);
+	assert_false(a.got);
+	assert_alive(f);
+	sandbox_kube_worker_gone(&f->w);
+	rmdir(dir);
 }
-
-static void test_claim_before_a_session(void **st)
-{
-	struct fake *f = *st;
-	struct ipc_buf b;
-	f->cfg.kubernetes = true;
-	snprintf(f->w.session, sizeof(f->w.session), "-");
-	hello(f);
-	assert_int_equal(ipc_pack_note_claim(&b, 2, "kg-01234567-x7k2q", false), 0);
-	assert_int_equal(dispatch(f, IPC_PH_IDLE, &b), -EPERM);
-	assert_ended(f);
-}
-
-/* every worker -> master type is permitted in at least one phase, and every answer-flagged
- * type and every master -> worker type is refused from a worker in every phase */
 
 /* ---- REQ_TOKEN: --credentials user ---- */
 
@@ -622,6 +924,8 @@ static void test_token_rate_is_bounded(void **st)
 	assert_alive(f);
 }
 
+/* every worker -> master type is permitted in at least one phase, and every answer-flagged
+ * type and every master -> worker type is refused from a worker in every phase */
 static void test_table_shape(void **st)
 {
 	(void)st;
@@ -637,7 +941,6 @@ static void test_table_shape(void **st)
 	assert_true(ipc_permitted(IPC_HELLO, IPC_W2M, IPC_PH_STARTING));
 	assert_false(ipc_permitted(IPC_HELLO, IPC_W2M, IPC_PH_SESSION));
 	assert_null(ipc_contract_of(IPC_TYPE_MAX));
-	assert_string_equal(ipc_type_name(IPC_NOTE_CLAIM), "NOTE_CLAIM");
 }
 
 int main(void)
@@ -657,13 +960,15 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_bad_state, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_sandbox_named_by_the_worker, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_sandbox_unknown_op, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_kube_on_local_backend, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_adc_read_by_the_master, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_adc_in_a_mode_without_one, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_claim_of_its_own_session, setup, teardown),
-		cmocka_unit_test(test_claims_it_never_made),
-		cmocka_unit_test_setup_teardown(test_claim_named_by_the_operator, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_claim_before_a_session, setup, teardown),
+		cmocka_unit_test(test_kube_names_nothing),
+		cmocka_unit_test(test_kube_credential_messages_gone),
+		cmocka_unit_test_setup_teardown(test_kube_spawn_refused_by_the_master, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_relay_forwards_the_agent_only, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_relay_streams, setup, teardown),
+		cmocka_unit_test(test_relay_raw_paths_end_the_worker),
+		cmocka_unit_test_setup_teardown(test_relay_only_its_worker, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_token_in_another_mode, token_setup, teardown),
 		cmocka_unit_test_setup_teardown(test_token_before_a_session, token_setup, teardown),
 		cmocka_unit_test(test_token_scopes_no_honest_worker_sends),
