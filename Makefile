@@ -44,7 +44,7 @@ $(BUILD)/kode-gopher: $(OBJ)
 
 $(BUILD)/%.o: %.c $(wildcard */*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) $(CFLAGS) -MMD -c -o $@ $<
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -MMD -MP -c -o $@ $<
 
 $(BUILD)/runtime/embed.o: runtime/main.go.tmpl
 
