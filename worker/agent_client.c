@@ -669,9 +669,9 @@ int agent_client_execute_ev(const struct agent_endpoint *ep, json_t *req,
 	return rc;
 }
 
-/* agent_client_doc - POST /doc */
-int agent_client_doc(const struct agent_endpoint *ep, json_t *req, json_t **result, char *err,
-		     size_t errlen)
+/* ac_post_answer - POST req to path and take its whole JSON answer (/doc, /files) */
+static int ac_post_answer(const struct agent_endpoint *ep, const char *path, json_t *req,
+			  json_t **result, char *err, size_t errlen)
 {
 	*result = NULL;
 	size_t len;
@@ -680,7 +680,7 @@ int agent_client_doc(const struct agent_endpoint *ep, json_t *req, json_t **resu
 	if (!body)
 		return rc;
 	struct ac_xfer x = { .kind = AC_DOC, .max = AC_DOC_MAX_ANSWER_BYTES };
-	rc = ac_call(ep, "/doc", body, len, AC_DOC_TIMEOUT_MS, &x, err, errlen);
+	rc = ac_call(ep, path, body, len, AC_DOC_TIMEOUT_MS, &x, err, errlen);
 	free(body);
 	if (rc == 0)
 		rc = ac_answer(&x, result, err, errlen);
@@ -688,23 +688,18 @@ int agent_client_doc(const struct agent_endpoint *ep, json_t *req, json_t **resu
 	return rc;
 }
 
+/* agent_client_doc - POST /doc */
+int agent_client_doc(const struct agent_endpoint *ep, json_t *req, json_t **result, char *err,
+		     size_t errlen)
+{
+	return ac_post_answer(ep, "/doc", req, result, err, errlen);
+}
+
 /* agent_client_files - POST /files */
 int agent_client_files(const struct agent_endpoint *ep, json_t *req, json_t **result, char *err,
 		       size_t errlen)
 {
-	*result = NULL;
-	size_t len;
-	int rc;
-	char *body = ac_body(req, &len, &rc, err, errlen);
-	if (!body)
-		return rc;
-	struct ac_xfer x = { .kind = AC_DOC, .max = AC_DOC_MAX_ANSWER_BYTES };
-	rc = ac_call(ep, "/files", body, len, AC_DOC_TIMEOUT_MS, &x, err, errlen);
-	free(body);
-	if (rc == 0)
-		rc = ac_answer(&x, result, err, errlen);
-	ac_xfer_free(&x);
-	return rc;
+	return ac_post_answer(ep, "/files", req, result, err, errlen);
 }
 
 /* agent_client_token - POST /token: the answer to one token_request */
