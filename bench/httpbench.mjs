@@ -29,8 +29,9 @@ import {
 	sorted, pct, median, p90, table, proc_read, proc_table, proc_tree, subtree_cpu, track,
 	child_stop, stop_all, term_all_now, spawn_logged, wait_line, serving_port, http_target,
 	rpc, open_session, close_session, kg_metrics, kg_metric, version_of, work_dir,
-	machine_line, run_main,
+	machine_line, run_main, sign_in,
 } from './lib.mjs';
+import { startProvider } from '../tests/oidc/provider.mjs';
 
 bench_name('httpbench');
 const REQ_TIMEOUT_MS = 30000;
@@ -48,12 +49,15 @@ const USAGE = `usage: node bench/httpbench.mjs [options]
   --levels LIST         concurrent sessions, comma-separated (default 1,16,64)
   --rss-sessions N      idle sessions for the master's RSS (default 200)
   --open-sessions N     sessions opened one after another (default 10)
+  --auth MODE           none (default) or google: kode-gopher with sign-in on (the tests'
+                        OpenID provider on loopback; one signed-in user, a bearer token on
+                        every request); server-everything has no sign-in either way
 `;
 
 /* parse_args - options into a settings object; exits on --help or a bad option */
 function parse_args(argv) {
 	const o = {
-		...base_options(), duration: 5, warmup: 0.5, levels: [1, 16, 64], rss: 200, opens: 10,
+		...base_options(), duration: 5, warmup: 0.5, levels: [1, 16, 64], rss: 200, opens: 10, auth: 'none',
 		everything: path.join(HERE, 'node_modules/@modelcontextprotocol/server-everything/dist/index.js'),
 	};
 	const set = {}; /* given explicitly: wins over --quick's */
@@ -65,6 +69,7 @@ function parse_args(argv) {
 		case '--levels': set.levels = val().split(',').map(Number); break;
 		case '--rss-sessions': set.rss = Number(val()); break;
 		case '--open-sessions': set.opens = Number(val()); break;
+		case '--auth': o.auth = val(); break;
 		default: return false;
 		}
 		return true;
@@ -72,6 +77,8 @@ function parse_args(argv) {
 	if (o.quick)
 		Object.assign(o, { duration: 2, warmup: 0.3, levels: [1, 16], rss: 50, opens: 3 });
 	Object.assign(o, set);
+	if (!['none', 'google'].includes(o.auth))
+		die(`--auth takes none or google, not ${o.auth}`);
 	if (o.only && !['throughput', 'rss', 'open'].includes(o.only))
 		die(`--only takes throughput, rss or open, not ${o.only}`);
 	for (const [k, v] of [['duration', o.duration], ['warmup', o.warmup], ['rss-sessions', o.rss], ['open-sessions', o.opens]])
@@ -108,16 +115,27 @@ function free_port() {
 	});
 }
 
-/* start_kg - `kode-gopher serve --http 127.0.0.1:0` with its own sandbox root; its log to a file */
+/* SIGNIN_USER - who signs in with --auth google (the provider's only user) */
+const SIGNIN_USER = { email: 'alice@example.com', password: 'httpbench-pw' };
+
+/* start_kg - `kode-gopher serve --http 127.0.0.1:0` with its own sandbox root; its log to a file.
+ * With --auth google it signs in once, and every request of its target carries the token */
 async function start_kg(o, tmp, tag, args) {
 	const root = path.join(tmp, `sandboxes-${tag}`);
 	fs.mkdirSync(root, { mode: 0o711 });
-	const argv = ['serve', '--http', '127.0.0.1:0', '--runtime-dir', o.runtime, ...args];
+	const auth = o.idp ? ['--auth', 'google', '--oidc-issuer', o.idp.issuer, '--oauth-client-file', o.idp.clientFile,
+		'--allowed-domains', 'example.com'] : [];
+	const argv = ['serve', '--http', '127.0.0.1:0', '--runtime-dir', o.runtime, ...auth, ...args];
 	const c = spawn_logged(`kode-gopher (${tag})`, o.run_bin, argv, { ...process.env, KODE_GOPHER_SANDBOX_ROOT: root },
 		path.join(tmp, `kode-gopher-${tag}.log`));
 	const port = await serving_port(c);
 	c.target = target(port);
-	progress(`kode-gopher (${tag}) pid ${c.proc.pid} on port ${port}: ${argv.join(' ')}`);
+	c.user = 'local';
+	if (o.idp) {
+		c.target.token = (await sign_in(`http://127.0.0.1:${port}`, o.idp, SIGNIN_USER.email, SIGNIN_USER.password)).access;
+		c.user = SIGNIN_USER.email;
+	}
+	progress(`kode-gopher (${tag}) pid ${c.proc.pid} on port ${port}${o.idp ? `, signed in as ${c.user}` : ''}: ${argv.join(' ')}`);
 	return c;
 }
 
@@ -307,7 +325,7 @@ async function part_throughput(o, tmp, rows, info) {
 /* kg_alive - "ok" when serve and a worker per session were alive after the runs */
 function kg_alive(kg, n) {
 	if (kg.exited) return `serve ${kg.status}`;
-	const workers = proc_tree(proc_table(), kg.proc.pid).filter((p) => (proc_read(p, 'cmdline') || '').startsWith('kode-gopher: worker local')).length;
+	const workers = proc_tree(proc_table(), kg.proc.pid).filter((p) => (proc_read(p, 'cmdline') || '').startsWith(`kode-gopher: worker ${kg.user} `)).length;
 	return workers >= n ? 'ok' : `${workers}/${n} workers`;
 }
 
@@ -436,6 +454,10 @@ async function main() {
 	const tput = [], info = [], other = [];
 	let failed = null;
 	try {
+		if (o.auth === 'google') {
+			progress('starting the test provider (tests/oidc/build.sh builds it the first time)');
+			o.idp = await startProvider([SIGNIN_USER], ['example.com']);
+		}
 		if (want('throughput')) await part_throughput(o, tmp, tput, info);
 		if (want('rss')) await part_rss(o, tmp, other);
 		if (want('open')) await part_open(o, tmp, other);
@@ -443,12 +465,14 @@ async function main() {
 		failed = e;
 	} finally {
 		await stop_all();
+		if (o.idp) await o.idp.close();
 		if (!failed) fs.rmSync(tmp, { recursive: true, force: true });
 	}
 	const load1 = os.loadavg()[0];
 	let out = `kode-gopher shared-server benchmarks, ${date} UTC: ${machine_line(load0, load1, o.bin, kgVersion)}; ` +
 		`@modelcontextprotocol/server-everything ${evVersion}; ` +
-		`${o.duration} s per cell after ${o.warmup} s unmeasured\n\n`;
+		`${o.duration} s per cell after ${o.warmup} s unmeasured` +
+		(o.auth === 'google' ? '; kode-gopher with sign-in on (`--auth google`, a bearer token checked on every request)' : '') + '\n\n';
 	if (tput.length)
 		out += table(['method', 'sessions', 'kode-gopher req/s', 'p50 ms', 'p99 ms', 'everything req/s', 'p50 ms', 'p99 ms',
 			'× req/s', '× p99', 'note'], tput, [0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0]) + '\n';

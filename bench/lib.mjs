@@ -8,12 +8,16 @@
  * `children` until it exits, so that stop_all() and term_all_now() can end what is left.
  */
 import { spawn, execFileSync } from 'node:child_process';
+import { createHash, randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
+import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { Pool } from 'undici';
+
+import { browse } from '../tests/oidc/provider.mjs';
 
 /* HERE - bench/; ROOT - the repository */
 export const HERE = path.dirname(fileURLToPath(import.meta.url));
@@ -303,6 +307,8 @@ export function sse_answer(text, id) {
 /* post - one HTTP request to /mcp; resolves with status, headers, the parsed answer and its size */
 export async function post(t, method, body, sid, id) {
 	const headers = { 'content-type': 'application/json', accept: 'application/json, text/event-stream' };
+	if (t.token)
+		headers.authorization = `Bearer ${t.token}`;
 	if (sid) {
 		headers['mcp-session-id'] = sid;
 		headers['mcp-protocol-version'] = PROTOCOL;
@@ -356,6 +362,36 @@ export async function close_session(t, sess) {
 	const r = await post(t, 'DELETE', null, sess.sid, undefined);
 	if (r.status !== 200 && r.status !== 204)
 		throw new Error(`DELETE: HTTP ${r.status}: ${r.text.slice(0, 200)}`);
+}
+
+/* ------------------------------------------------------------------ sign-in */
+
+/* sign_in - one whole sign-in to a `serve --http --auth google` at base (http://127.0.0.1:PORT),
+ * as an MCP client does it against the tests' OpenID provider idp (tests/oidc/provider.mjs):
+ * client registration, /authorize with PKCE, the provider's login form, the callback, the token
+ * request.  Resolves {total, token, access}: the whole round trip and the token request alone in
+ * ms, and the access token; rejects with a sentence */
+export async function sign_in(base, idp, user, password) {
+	const redirect = 'http://127.0.0.1:41999/cb';
+	const verifier = randomBytes(32).toString('base64url');
+	const challenge = createHash('sha256').update(verifier).digest('base64url');
+	const t0 = performance.now();
+	const reg = await (await fetch(`${base}/register`, { method: 'POST', headers: { 'content-type': 'application/json' },
+		body: JSON.stringify({ client_name: `${me}`, redirect_uris: [redirect], token_endpoint_auth_method: 'none' }) })).json();
+	const u = new URL(`${base}/authorize`);
+	for (const [k, v] of Object.entries({ response_type: 'code', client_id: reg.client_id, redirect_uri: redirect,
+		code_challenge: challenge, code_challenge_method: 'S256', state: 's', resource: `${base}/mcp` }))
+		u.searchParams.set(k, v);
+	const back = await browse(u, { username: user, password }, { server: base, issuer: idp.issuer });
+	if (!back.location)
+		throw new Error(`sign-in did not come back: ${back.status} ${back.body?.slice(0, 300)}`);
+	const t1 = performance.now();
+	const tok = await (await fetch(`${base}/token`, { method: 'POST', body: new URLSearchParams({ grant_type: 'authorization_code',
+		code: back.location.searchParams.get('code'), redirect_uri: redirect, client_id: reg.client_id, code_verifier: verifier }) })).json();
+	const t2 = performance.now();
+	if (!tok.access_token)
+		throw new Error(`no token: ${JSON.stringify(tok)}`);
+	return { total: t2 - t0, token: t2 - t1, access: tok.access_token };
 }
 
 /* kg_metrics - a kode-gopher serve's /metrics as text */

@@ -3,7 +3,7 @@
 #
 # Called by the root Makefile's bench target (which has already built build/mcpbench), or by
 # hand: bench/run.sh [--quick] [--only ping|rss|calls|sandbox|http|http-throughput|http-rss|
-# http-open|signin|testmode|live|k8s|k8s-latency|k8s-throughput] [--sessions N] [mcpbench options...].  Three tables:
+# http-open|http-signin|signin|testmode|live|k8s|k8s-latency|k8s-throughput] [--sessions N] [mcpbench options...].  Three tables:
 # mcpbench's (one session over stdio, tool calls, the local sandbox), then httpbench's (the shared
 # server, `serve --http`, against the TypeScript SDK's reference server), then signinbench's (what
 # `--auth google` costs); --only picks a section of one of them; --only live is livebench's
@@ -42,7 +42,7 @@ fi
 
 # which tables: --only http* is httpbench's alone, --only k8s* k8sbench's alone, any other
 # --only mcpbench's alone; the rest of the arguments are mcpbench's, but --quick goes to all
-run_mc=yes run_http=yes run_k8s=no run_signin=yes run_testmode=no run_live=no quick= only_http= only_k8s=
+run_mc=yes run_http=yes run_k8s=no run_signin=yes run_testmode=no run_live=no quick= only_http= only_k8s= http_auth=
 n=$#
 while [ "$n" -gt 0 ]; do
 	a=$1
@@ -57,6 +57,7 @@ while [ "$n" -gt 0 ]; do
 		case $sec in
 		http) run_mc=no run_signin=no ;;
 		http-throughput | http-rss | http-open) run_mc=no run_signin=no only_http=${sec#http-} ;;
+		http-signin) run_mc=no run_signin=no http_auth=google ;;
 		k8s) run_mc=no run_http=no run_signin=no run_k8s=yes ;;
 		k8s-latency | k8s-throughput) run_mc=no run_http=no run_signin=no run_k8s=yes only_k8s=${sec#k8s-} ;;
 		signin) run_mc=no run_http=no ;;
@@ -91,7 +92,7 @@ fi
 if [ $run_http = yes ]; then
 	[ $run_mc = yes ] && echo
 	# shellcheck disable=SC2086 # HTTPBENCH_ARGS is a list of options
-	node bench/httpbench.mjs $quick ${only_http:+--only "$only_http"} \
+	node bench/httpbench.mjs $quick ${only_http:+--only "$only_http"} ${http_auth:+--auth "$http_auth"} \
 		--bin "${KODE_GOPHER_BIN:-$BUILD/kode-gopher}" --runtime-dir "$RUNTIME_DIR" \
 		${HTTPBENCH_ARGS:-} || status=$?
 fi
