@@ -266,8 +266,10 @@ async function cell(srv, sessions, method, level, o, churn = false) {
 async function part_throughput(o, tmp, rows, info) {
 	const maxLevel = Math.max(...o.levels);
 	const kg = await start_kg(o, tmp, 'throughput', ['--max-workers', String(Math.max(80, maxLevel + 16)), '--workers-min-idle', '4',
-		/* every bench session comes from 127.0.0.1: the per-address limit must not be what is measured */
-		'--max-sessions-per-peer', String(Math.max(80, maxLevel + 16))]);
+		/* every bench session comes from 127.0.0.1: the per-address limits must not be what is
+		 * measured (a session's lane keeps a connection, the churn lane and the opens a few more) */
+		'--max-sessions-per-peer', String(Math.max(80, maxLevel + 16)),
+		'--max-connections-per-peer', String(Math.min(512, Math.max(80, 2 * maxLevel + 16)))]);
 	const ev = await start_everything(o);
 	const kgS = await open_many(kg.target, maxLevel, 4, 'kode-gopher');
 	const evS = await open_many(ev.target, maxLevel, 4, 'server-everything');
@@ -334,7 +336,8 @@ function kg_alive(kg, n) {
 /* part_rss - figure 2: the master's VmRSS with N idle sessions, workers and sandboxes summed */
 async function part_rss(o, tmp, rows) {
 	const n = o.rss;
-	const kg = await start_kg(o, tmp, 'rss', ['--max-workers', String(n + 10), '--workers-min-idle', '2', '--max-sessions-per-peer', String(n + 10)]);
+	const kg = await start_kg(o, tmp, 'rss', ['--max-workers', String(n + 10), '--workers-min-idle', '2', '--max-sessions-per-peer', String(n + 10),
+		'--max-connections-per-peer', String(Math.min(512, n + 16))]);
 	await sleep(1500);
 	const before = proc_kib(kg.proc.pid, 'VmRSS') / 1024;
 	const sessions = await open_many(kg.target, n, 4, `kode-gopher, ${n} idle sessions`);

@@ -1135,7 +1135,7 @@ int http_serve(const struct serve_config *cfg)
 		NULL, handle, NULL, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_NOTIFY_COMPLETED, completed, NULL,
 		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTP_HEADER_TIMEOUT_S,
 		MHD_OPTION_CONNECTION_LIMIT, (unsigned)HTTP_MAX_CONNECTIONS,
-		MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)HTTP_MAX_CONNECTIONS_PER_PEER,
+		MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->max_connections_per_peer,
 		MHD_OPTION_ARRAY, tls, MHD_OPTION_END);
 	if (!d) {
 		log_error("cannot start the HTTP server");

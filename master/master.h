@@ -36,6 +36,7 @@ struct serve_config {
 	int session_timeout_s;    /* idle sessions end (15 min) */
 	int unused_session_timeout_s; /* ... sooner while they never made a tool call (2 min) */
 	int max_sessions_per_peer; /* open sessions one client address may hold */
+	int max_connections_per_peer; /* open HTTP connections one client address may hold */
 	int max_sandboxes_per_user;
 	int claim_lease_s;        /* passed to the backend (10 min) */
 	int workers_min_idle;     /* pre-started idle workers */

@@ -24,7 +24,8 @@
 #define HTTP_REQUEST_TIMEOUT_S 300        /* inactivity allowed once a request is being served */
 #define HTTP_KEEPALIVE_TIMEOUT_S 30       /* an idle kept-alive connection between requests */
 #define HTTP_MAX_CONNECTIONS 512          /* open connections (one thread each) in all */
-#define HTTP_MAX_CONNECTIONS_PER_PEER 64  /* open connections from one peer address */
+#define HTTP_MAX_CONNECTIONS_PER_PEER 64  /* --max-connections-per-peer default: open connections
+					   * from one peer address (slow-header clients) */
 #define HTTP_WORKER_WAIT_S 30             /* a new session waits this long for a starting worker */
 #define HTTP_RETRY_AFTER_MAX_S 600        /* the longest Retry-After we suggest */
 #define HTTP_MALLOC_MMAP_BYTES (128u * 1024) /* blocks this large are mmapped (freed at once) */

@@ -81,6 +81,9 @@ static const char serve_usage[] =
 	"                          abandoned ones give their worker back (default 2m)\n"
 	"  --max-sessions-per-peer N  open sessions one client address may hold; past it a new\n"
 	"                          session gets 429 with Retry-After (default 32)\n"
+	"  --max-connections-per-peer N  open HTTP connections one client address may hold;\n"
+	"                          past it a new one is closed as it is accepted (default 64,\n"
+	"                          at most 512, the limit of all connections)\n"
 	"  --max-sandboxes-per-user N  open sandboxes per user (default 2)\n"
 	"  --workers-min-idle N    workers (and sandboxes) started ahead of need (default 2)\n"
 	"  --max-workers N         at most this many workers, so sessions (default 64); past it a\n"
@@ -187,6 +190,7 @@ void serve_config_defaults(struct serve_config *cfg)
 	cfg->session_timeout_s = 15 * 60;
 	cfg->unused_session_timeout_s = SERVE_UNUSED_SESSION_TIMEOUT_S;
 	cfg->max_sessions_per_peer = SERVE_MAX_SESSIONS_PER_PEER;
+	cfg->max_connections_per_peer = HTTP_MAX_CONNECTIONS_PER_PEER;
 	cfg->max_sandboxes_per_user = 2;
 	cfg->claim_lease_s = 10 * 60;
 	cfg->workers_min_idle = 2;
@@ -319,6 +323,9 @@ int serve_config_option(struct serve_config *cfg, const char *name, const char *
 		return parse_duration("--unused-session-timeout", val, &cfg->unused_session_timeout_s) ? -1 : 1;
 	} else if (strcmp(name, "max-sessions-per-peer") == 0) {
 		return serve_parse_int("--max-sessions-per-peer", val, 1, 10000, &cfg->max_sessions_per_peer) ? -1 : 1;
+	} else if (strcmp(name, "max-connections-per-peer") == 0) {
+		return serve_parse_int("--max-connections-per-peer", val, 1, HTTP_MAX_CONNECTIONS,
+				       &cfg->max_connections_per_peer) ? -1 : 1;
 	} else if (strcmp(name, "claim-lease") == 0) {
 		return parse_duration("--claim-lease", val, &cfg->claim_lease_s) ? -1 : 1;
 	} else if (strcmp(name, "max-sandboxes-per-user") == 0) {
@@ -496,6 +503,7 @@ int serve_main(int argc, char **argv)
 		{ "http", optional_argument, 0, 0 },         { "session-timeout", required_argument, 0, 0 },
 		{ "unused-session-timeout", required_argument, 0, 0 },
 		{ "max-sessions-per-peer", required_argument, 0, 0 },
+		{ "max-connections-per-peer", required_argument, 0, 0 },
 		{ "claim-lease", required_argument, 0, 0 },  { "max-sandboxes-per-user", required_argument, 0, 0 },
 		{ "workers-min-idle", required_argument, 0, 0 }, { "max-workers", required_argument, 0, 0 },
 		{ "auth", required_argument, 0, 0 },         { "accounting-log", required_argument, 0, 0 },

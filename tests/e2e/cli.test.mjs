@@ -214,6 +214,7 @@ test('exec: exit 2 for usage and server errors, each said in one line', T, async
 		[['serve', '--htp'], /^kode-gopher serve: unknown option --htp; did you mean --http\?$/],
 		[['serve', '--http', '--session-timeout', '5'], /--session-timeout wants a duration with its unit \(s, m or h\), like 5s or 5m, not "5"$/],
 		[['serve', '--claim-lease', '10'], /--claim-lease wants a duration with its unit/],
+		[['serve', '--http', '--max-connections-per-peer', '513'], /--max-connections-per-peer wants a whole number from 1 to 512, not "513"$/],
 		[['serve', '--http', '127.0.0.1:1', '--accounting-log', path.join(scratch, 'no-dir', 'a.jsonl')],
 			/--accounting-log .*no-dir\/a\.jsonl: cannot open it for appending: No such file or directory \(create its directory first/],
 		[['serve', '--runtime-dir', path.join(scratch, 'no-runtime')],

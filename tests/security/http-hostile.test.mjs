@@ -279,6 +279,67 @@ test('slow-header connections: bounded per peer and closed; the master\'s thread
 	}
 });
 
+/* heldConnection - a keep-alive connection that asks for /healthz: "served" (and stays open) or
+ * "closed" (by the server, before any answer); .sock to end it */
+function heldConnection(port, localAddress = '127.0.0.1') {
+	const sock = net.connect({ host: '127.0.0.1', port, localAddress });
+	const h = { sock, open: true };
+	h.outcome = new Promise((resolve) => {
+		let got = '';
+		sock.on('error', () => {});
+		sock.on('connect', () => sock.write(`GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\n\r\n`));
+		sock.on('data', (d) => {
+			got += d;
+			if (/^HTTP\/1\.1 200 /.test(got))
+				resolve('served');
+		});
+		sock.on('close', () => {
+			h.open = false;
+			resolve(got ? 'served' : 'closed');
+		});
+	});
+	return h;
+}
+
+test('--max-connections-per-peer: past it one address\'s connections are closed as they come, another address is served; raised, more than 64 are served', T, async () => {
+	const srv = await httpServe(['--workers-min-idle', '0', '--max-connections-per-peer', '3']);
+	const held = [];
+	try {
+		for (let k = 0; k < 3; k++) {
+			held.push(heldConnection(srv.port));
+			assert.equal(await held.at(-1).outcome, 'served', `connection ${k + 1} of 3`);
+		}
+		const fourth = heldConnection(srv.port);
+		held.push(fourth);
+		assert.equal(await fourth.outcome, 'closed', 'a fourth connection from 127.0.0.1 is closed unanswered');
+		const other = heldConnection(srv.port, '127.0.0.2');
+		held.push(other);
+		assert.equal(await other.outcome, 'served', 'another address has connections of its own');
+		assert.ok(held.slice(0, 3).every((h) => h.open), 'the three admitted connections are still open');
+		// one of them goes: the address may open one again
+		held[0].sock.destroy();
+		await waitFor(async () => (await heldConnection(srv.port).outcome) === 'served' || null,
+			{ timeout: 30_000, interval: 100, what: 'a connection admitted once one of the three closed' });
+	} finally {
+		for (const h of held)
+			h.sock.destroy();
+		await srv.close();
+	}
+	// the default (64) closed the bench's connections at 64 sessions; raised, 80 are served
+	const wide = await httpServe(['--workers-min-idle', '0', '--max-connections-per-peer', '100']);
+	const many = [];
+	try {
+		for (let k = 0; k < 80; k++)
+			many.push(heldConnection(wide.port));
+		const outcomes = await Promise.all(many.map((h) => h.outcome));
+		assert.equal(outcomes.filter((o) => o === 'served').length, 80, `served: ${outcomes.join(' ')}`);
+	} finally {
+		for (const h of many)
+			h.sock.destroy();
+		await wide.close();
+	}
+});
+
 test('over HTTP a session\'s waiting calls are bounded: past the limit each gets a JSON-RPC error; memory stays bounded', T, async (t) => {
 	const srv = await httpServe(['--workers-min-idle', '1']);
 	try {
