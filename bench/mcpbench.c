@@ -59,6 +59,11 @@
 #define READY_TIMEOUT_MS   20000 /* the worker itself gives its agent 20 s to come up */
 #define READY_POLL_MS      5
 #define LATER_CALLS        5     /* calls after the first in each fresh session (f2) */
+#define PING_BLOCK         10    /* pings to one server before the other's turn */
+#define PING_AIM_US        200.0 /* issue 17 */
+#define PING_AIM_RATIO     1.2   /* kode-gopher's ping within 1.2x of the one-process peer's */
+#define PEER_SDK_VERSION   "v1.8.0" /* bench/peer-go/go.mod */
+#define EXEC_AIM_MS        250.0 /* issue 17: `kode-gopher exec` of a stdlib snippet */
 
 /* ---------------------------------------------------------------- the table */
 
@@ -367,10 +372,11 @@ struct server {
 	char sandbox_root[PATH_MAX];
 };
 
-/* server_start - `bin serve` on pipes, stderr to log_path */
-static int server_start(struct server *s, const char *bin, const char *sandbox_root,
-			const char *runtime_dir, const char *log_path)
+/* server_start_argv - argv (an MCP server on stdio) on pipes, stderr to log_path */
+static int server_start_argv(struct server *s, char *const argv[], const char *sandbox_root,
+			     const char *runtime_dir, const char *log_path)
 {
+	const char *bin = argv[0];
 	memset(s, 0, sizeof(*s));
 	s->to = s->from = -1;
 	snprintf(s->log_path, sizeof(s->log_path), "%s", log_path);
@@ -401,7 +407,7 @@ static int server_start(struct server *s, const char *bin, const char *sandbox_r
 		setenv("KODE_GOPHER_SANDBOX_ROOT", sandbox_root, 1);
 		setenv("KODE_GOPHER_RUNTIME_DIR", runtime_dir, 1);
 		signal(SIGPIPE, SIG_DFL);
-		execl(bin, bin, "serve", (char *)NULL);
+		execv(bin, argv);
 		fprintf(stderr, "mcpbench: cannot run %s: %s\n", bin, strerror(errno));
 		_exit(127);
 	}
@@ -604,13 +610,13 @@ static int rpc(struct server *s, const char *method, json_t *params, int timeout
 	}
 }
 
-/* session_open - start serve, initialize, notifications/initialized */
-static int session_open(struct server *s, const char *bin, const char *sandbox_root,
-			const char *runtime_dir, const char *log_path)
+/* session_open_argv - start argv, initialize, notifications/initialized */
+static int session_open_argv(struct server *s, char *const argv[], const char *sandbox_root,
+			     const char *runtime_dir, const char *log_path)
 {
-	int r = server_start(s, bin, sandbox_root, runtime_dir, log_path);
+	int r = server_start_argv(s, argv, sandbox_root, runtime_dir, log_path);
 	if (r < 0) {
-		fprintf(stderr, "mcpbench: cannot start %s serve: %s\n", bin, strerror(-r));
+		fprintf(stderr, "mcpbench: cannot start %s: %s\n", argv[0], strerror(-r));
 		return r;
 	}
 	json_t *resp = NULL;
@@ -633,6 +639,14 @@ static int session_open(struct server *s, const char *bin, const char *sandbox_r
 		server_stop(s);
 	}
 	return r;
+}
+
+/* session_open - start `bin serve`, initialize, notifications/initialized */
+static int session_open(struct server *s, const char *bin, const char *sandbox_root,
+			const char *runtime_dir, const char *log_path)
+{
+	char *const argv[] = { (char *)bin, "serve", NULL };
+	return session_open_argv(s, argv, sandbox_root, runtime_dir, log_path);
 }
 
 /* ---------------------------------------------------------------- /proc */
@@ -1531,34 +1545,93 @@ static int hand_iteration(struct hand *h, int i, double *build_ms, double *run_m
 struct opts {
 	const char *bin;
 	const char *runtime_dir;
-	int pings, calls, sessions;
-	bool rss, ping, calls_on, sandbox;
+	const char *peer; /* the Go SDK peer of the ping rows (bench/peer-go), or NULL */
+	int pings, calls, sessions, execs;
+	bool rss, ping, calls_on, sandbox, exec;
 	char tmp[PATH_MAX];
 };
 
-/* section_ping - sequential pings */
-static void section_ping(struct server *s, int n)
+/* ping_one - one ping's round trip in µs, or a negative errno (err says why) */
+static int ping_one(struct server *s, double *us, char *err, size_t errlen)
+{
+	json_t *resp = NULL;
+	int r = rpc(s, "ping", json_object(), PING_TIMEOUT_MS, &resp, us, err, errlen);
+	if (r == 0 && !json_object_get(resp, "result")) {
+		snprintf(err, errlen, "the answer has no result");
+		r = -EPROTO;
+	}
+	json_decref(resp);
+	return r;
+}
+
+/* section_ping - sequential pings, interleaved with the same pings to a one-process peer (an MCP
+ * server built on the official Go SDK, bench/peer-go) when there is one: blocks of PING_BLOCK
+ * to each in turn, each first every other block, so both see the same load */
+static void section_ping(struct server *s, const struct opts *o)
 {
 	const char *fig = "ping round trip over stdio (µs)";
-	double *v = calloc((size_t)n, sizeof(double));
-	char err[300];
-	fprintf(stderr, "  ping x %d\n", n);
-	for (int i = -10; i < n; i++) { /* ten unmeasured first: page faults, lazy binding */
-		json_t *resp = NULL;
-		double us;
-		if (rpc(s, "ping", json_object(), PING_TIMEOUT_MS, &resp, &us, err, sizeof(err)) < 0 ||
-		    !json_object_get(resp, "result")) {
-			json_decref(resp);
-			row_fail(fig, "ping %d: %s", i, err);
-			free(v);
-			return;
-		}
-		json_decref(resp);
-		if (i >= 0)
-			v[i] = us;
+	const char *pfig = "ping, one-process Go SDK peer (µs)";
+	int n = o->pings;
+	double *v = calloc((size_t)n, sizeof(double)), *pv = calloc((size_t)n, sizeof(double));
+	char err[300], note[300], aim[96];
+	struct server peer;
+	bool have_peer = false;
+	if (o->peer) {
+		char log[PATH_MAX + 16];
+		snprintf(log, sizeof(log), "%s/peer.log", o->tmp);
+		char *const argv[] = { (char *)o->peer, NULL };
+		have_peer = session_open_argv(&peer, argv, o->tmp, o->runtime_dir, log) == 0;
+		if (!have_peer)
+			row_fail(pfig, "%s did not start or initialize (%s)", o->peer, log);
 	}
-	row_series(fig, v, n, "sequential; from writing the request to reading the response");
+	fprintf(stderr, "  ping x %d%s\n", n, have_peer ? ", and as many to the Go SDK peer" : "");
+	/* ten unmeasured first: page faults, lazy binding */
+	for (int i = 0; i < 10; i++) {
+		double us;
+		if (ping_one(s, &us, err, sizeof(err)) < 0 ||
+		    (have_peer && ping_one(&peer, &us, err, sizeof(err)) < 0)) {
+			row_fail(fig, "warm-up ping %d: %s", i, err);
+			goto out;
+		}
+	}
+	for (int b = 0; b * PING_BLOCK < n; b++) {
+		for (int turn = 0; turn < 2; turn++) {
+			bool to_peer = (turn == 0) == (b % 2 == 1);
+			if (to_peer && !have_peer)
+				continue;
+			for (int i = b * PING_BLOCK; i < n && i < (b + 1) * PING_BLOCK; i++) {
+				if (ping_one(to_peer ? &peer : s, to_peer ? &pv[i] : &v[i], err,
+					     sizeof(err)) < 0) {
+					row_fail(to_peer ? pfig : fig, "ping %d: %s", i, err);
+					goto out;
+				}
+			}
+		}
+	}
+	double med, p90, pmed, pp90;
+	stats(v, n, &med, &p90);
+	snprintf(note, sizeof(note), "%s; sequential; from writing the request to reading the "
+		 "response%s", aim_text(aim, sizeof(aim), med, PING_AIM_US, " µs"),
+		 have_peer ? "; interleaved with the peer's" : "");
+	row_series(fig, v, n, note);
+	if (have_peer) {
+		stats(pv, n, &pmed, &pp90);
+		row_series(pfig, pv, n, "bench/peer-go: github.com/modelcontextprotocol/go-sdk "
+			   PEER_SDK_VERSION ", its own ping handler, in the process that reads stdin; "
+			   "the same pings, in blocks of 10 alternating with kode-gopher's");
+		char a[32];
+		row_add("ping ratio: kode-gopher / Go SDK peer", fmt_num(a, sizeof(a), med / pmed), "-",
+			n, "%s; medians; p90s %.0f / %.0f µs",
+			aim_text(aim, sizeof(aim), med / pmed, PING_AIM_RATIO, ""), p90, pp90);
+	} else if (!o->peer) {
+		row_add(pfig, "-", "-", 0, "not measured: no peer binary (bench/run.sh builds "
+			"bench/peer-go and passes --peer)");
+	}
+out:
+	if (have_peer)
+		server_stop(&peer);
 	free(v);
+	free(pv);
 }
 
 /* sandbox_app_dir - <sandbox root>/<name>/app */
@@ -1731,6 +1804,135 @@ static void section_tidy(const struct opts *o)
 			    : "module fetched from the proxy");
 out:
 	server_stop(&s);
+}
+
+/* ---------------------------------------------------------------- kode-gopher exec */
+
+struct exec_rec {
+	double exit_ms, result_ms, claim_ms, build_ms;
+};
+
+/* exec_once - `bin exec --json FILE` of a fresh stdlib snippet, as a person runs it: from the
+ * fork to its exit, and to the first byte of its output (the result; the rest is its teardown) */
+static int exec_once(const struct opts *o, int i, struct exec_rec *e, char *err, size_t errlen)
+{
+	char dir[PATH_MAX], file[PATH_MAX + 16], root[PATH_MAX + 16], log[PATH_MAX + 16];
+	snprintf(dir, sizeof(dir), "%s/exec-%d", o->tmp, i);
+	snprintf(file, sizeof(file), "%s/snippet.go", dir);
+	snprintf(root, sizeof(root), "%s/sb-exec", o->tmp);
+	snprintf(log, sizeof(log), "%s/exec.log", o->tmp);
+	char *code = code_stdlib('x', i);
+	if (!code || mkdir(dir, 0755) < 0 || write_file(file, code, strlen(code)) < 0) {
+		snprintf(err, errlen, "cannot write %s: %s", file, code ? strerror(errno) : "no memory");
+		free(code);
+		return -EIO;
+	}
+	free(code);
+	int out[2];
+	if (pipe2(out, O_CLOEXEC) < 0) {
+		snprintf(err, errlen, "pipe: %s", strerror(errno));
+		return -errno;
+	}
+	int logfd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+	double t0 = now_us();
+	pid_t pid = fork();
+	if (pid == 0) {
+		int null = open("/dev/null", O_RDONLY);
+		dup2(null, STDIN_FILENO);
+		dup2(out[1], STDOUT_FILENO);
+		if (logfd >= 0)
+			dup2(logfd, STDERR_FILENO);
+		signal(SIGPIPE, SIG_DFL);
+		execl(o->bin, o->bin, "exec", "--json", "--runtime-dir", o->runtime_dir,
+		      "--sandbox-root", root, file, (char *)NULL);
+		_exit(127);
+	}
+	close(out[1]);
+	if (logfd >= 0)
+		close(logfd);
+	if (pid < 0) {
+		close(out[0]);
+		snprintf(err, errlen, "fork: %s", strerror(errno));
+		return -EAGAIN;
+	}
+	char *buf = NULL;
+	size_t len = 0, cap = 0;
+	e->result_ms = NAN;
+	for (;;) {
+		if (cap - len < 65536) {
+			char *nb = realloc(buf, cap = cap ? cap * 2 : 65536);
+			if (!nb)
+				break;
+			buf = nb;
+		}
+		ssize_t n = read(out[0], buf + len, cap - len - 1);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		if (len == 0)
+			e->result_ms = (now_us() - t0) / 1000;
+		len += (size_t)n;
+	}
+	close(out[0]);
+	int st;
+	waitpid(pid, &st, 0);
+	e->exit_ms = (now_us() - t0) / 1000;
+	json_t *sc = buf ? json_loadb(buf, len, 0, NULL) : NULL;
+	free(buf);
+	const char *kind = json_string_value(json_object_get(json_object_get(sc, "result"), "kind"));
+	int rc = 0;
+	if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0) || !kind || strcmp(kind, "ok") != 0) {
+		snprintf(err, errlen, "exit status %d, result %s (see %s)",
+			 WIFEXITED(st) ? WEXITSTATUS(st) : -1, kind ? kind : "none", log);
+		rc = -EPROTO;
+	}
+	e->claim_ms = num_field(json_object_get(sc, "timings"), "claim_ms");
+	e->build_ms = num_field(sc, "build_ms");
+	json_decref(sc);
+	return rc;
+}
+
+/* section_exec - `kode-gopher exec` of a standard-library snippet, each a new sandbox */
+static void section_exec(const struct opts *o)
+{
+	const char *fig = "exec. `kode-gopher exec` of a stdlib snippet (ms)";
+	int n = o->execs;
+	struct exec_rec *e = calloc((size_t)n, sizeof(*e));
+	double *v = calloc((size_t)n, sizeof(double)), *w = calloc((size_t)n, sizeof(double));
+	char err[400], note[400], aim[96], a[32], b[32], c[32];
+	fprintf(stderr, "  exec. kode-gopher exec x %d\n", n);
+	for (int i = 0; i < n; i++) {
+		fprintf(stderr, "\r  exec. %d/%d", i + 1, n);
+		if (exec_once(o, i, &e[i], err, sizeof(err)) < 0) {
+			fputc('\n', stderr);
+			row_fail(fig, "run %d: %s", i, err);
+			goto out;
+		}
+	}
+	fputc('\n', stderr);
+	double med, p90, rmed, claim, build;
+	for (int i = 0; i < n; i++)
+		v[i] = e[i].exit_ms;
+	stats(v, n, &med, &p90);
+	for (int i = 0; i < n; i++)
+		w[i] = e[i].result_ms;
+	stats(w, n, &rmed, &p90);
+	for (int i = 0; i < n; i++)
+		w[i] = e[i].claim_ms;
+	stats(w, n, &claim, &p90);
+	for (int i = 0; i < n; i++)
+		w[i] = e[i].build_ms;
+	stats(w, n, &build, &p90);
+	snprintf(note, sizeof(note), "%s; from the fork to its exit, a new sandbox and source each "
+		 "time; its result was on stdout after %s ms; claim_ms %s, build_ms %s (medians)",
+		 aim_text(aim, sizeof(aim), med, EXEC_AIM_MS, " ms"), fmt_num(a, sizeof(a), rmed),
+		 fmt_num(b, sizeof(b), claim), fmt_num(c, sizeof(c), build));
+	row_series(fig, v, n, note);
+out:
+	free(e);
+	free(v);
+	free(w);
 }
 
 /* ---------------------------------------------------------------- the local sandbox */
@@ -2334,11 +2536,12 @@ out:
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: mcpbench [--quick] [--only ping|rss|calls|sandbox] [--pings N] [--calls N]\n"
-		"                [--sessions N] [KODE-GOPHER-BINARY]\n"
+		"usage: mcpbench [--quick] [--only ping|rss|calls|exec|sandbox] [--pings N] [--calls N]\n"
+		"                [--sessions N] [--execs N] [--peer PATH] [KODE-GOPHER-BINARY]\n"
 		"  binary: argument, else $KODE_GOPHER_BIN, else " DEFAULT_BIN "\n"
 		"  runtime: $RUNTIME_DIR, else $KODE_GOPHER_RUNTIME_DIR, else " DEFAULT_RUNTIME "\n"
-		"  --quick: 100 pings, 5 calls per series, 3 fresh sessions (a smoke run)\n");
+		"  --peer: the Go SDK server of the ping rows (bench/run.sh builds bench/peer-go)\n"
+		"  --quick: 100 pings, 5 calls per series, 3 fresh sessions, 3 execs (a smoke run)\n");
 }
 
 /* header - what was measured where */
@@ -2362,14 +2565,15 @@ static void header(const struct opts *o, double load_start)
 
 int main(int argc, char **argv)
 {
-	struct opts o = { .pings = 1000, .calls = 20, .sessions = 10, .rss = true, .ping = true,
-			  .calls_on = true, .sandbox = true };
+	struct opts o = { .pings = 1000, .calls = 20, .sessions = 10, .execs = 10, .rss = true,
+			  .ping = true, .calls_on = true, .exec = true, .sandbox = true };
 	bool quick = false;
-	int pings = -1, calls = -1, sessions = -1;
+	int pings = -1, calls = -1, sessions = -1, execs = -1;
 	static const struct option lo[] = {
 		{ "quick", no_argument, 0, 'q' },      { "only", required_argument, 0, 'o' },
 		{ "pings", required_argument, 0, 'p' }, { "calls", required_argument, 0, 'c' },
 		{ "sessions", required_argument, 0, 's' }, { "help", no_argument, 0, 'h' },
+		{ "execs", required_argument, 0, 'e' },    { "peer", required_argument, 0, 'P' },
 		{ 0, 0, 0, 0 }
 	};
 	int ch;
@@ -2381,28 +2585,34 @@ int main(int argc, char **argv)
 			o.ping = strcmp(optarg, "ping") == 0;
 			o.calls_on = strcmp(optarg, "calls") == 0;
 			o.sandbox = strcmp(optarg, "sandbox") == 0;
-			if (!o.rss && !o.ping && !o.calls_on && !o.sandbox) {
-				fprintf(stderr, "mcpbench: --only wants ping, rss, calls or sandbox\n");
+			o.exec = strcmp(optarg, "exec") == 0;
+			if (!o.rss && !o.ping && !o.calls_on && !o.sandbox && !o.exec) {
+				fprintf(stderr, "mcpbench: --only wants ping, rss, calls, exec or sandbox\n");
 				return 2;
 			}
 			break;
 		case 'p': pings = atoi(optarg); break;
 		case 'c': calls = atoi(optarg); break;
 		case 's': sessions = atoi(optarg); break;
+		case 'e': execs = atoi(optarg); break;
+		case 'P': o.peer = optarg; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
 	}
 	if (quick)
-		o.pings = 100, o.calls = 5, o.sessions = 3;
+		o.pings = 100, o.calls = 5, o.sessions = 3, o.execs = 3;
 	if (pings > 0)
 		o.pings = pings;
 	if (calls > 0)
 		o.calls = calls;
 	if (sessions > 0)
 		o.sessions = sessions;
-	if (o.pings > MAX_SERIES * 100 || o.calls > MAX_SERIES || o.sessions > MAX_SERIES) {
-		fprintf(stderr, "mcpbench: at most %d pings, %d calls and %d sessions\n", MAX_SERIES * 100,
+	if (execs > 0)
+		o.execs = execs;
+	if (o.pings > MAX_SERIES * 100 || o.calls > MAX_SERIES || o.sessions > MAX_SERIES ||
+	    o.execs > MAX_SERIES) {
+		fprintf(stderr, "mcpbench: at most %d pings, %d calls and %d sessions or execs\n", MAX_SERIES * 100,
 			MAX_SERIES, MAX_SERIES);
 		return 2;
 	}
@@ -2452,7 +2662,7 @@ int main(int argc, char **argv)
 		rss_rows(&s, "idle after initialize");
 	}
 	if (o.ping)
-		section_ping(&s, o.pings);
+		section_ping(&s, &o);
 	if (o.calls_on) {
 		section_calls(&s, &o);
 		rss_rows(&s, "after the calls");
@@ -2465,6 +2675,8 @@ int main(int argc, char **argv)
 	if (o.calls_on)
 		section_tidy(&o);
 sandbox:
+	if (o.exec)
+		section_exec(&o);
 	if (o.sandbox) {
 		section_sandbox(&o);
 		section_aged(&o);

@@ -2,7 +2,7 @@
 # run.sh - `make bench`: build what the benchmarks need, then print their tables on stdout.
 #
 # Called by the root Makefile's bench target (which has already built build/mcpbench), or by
-# hand: bench/run.sh [--quick] [--only ping|rss|calls|sandbox|http|http-throughput|http-rss|
+# hand: bench/run.sh [--quick] [--only ping|rss|calls|exec|sandbox|http|http-throughput|http-rss|
 # http-open|http-signin|signin|testmode|live|k8s|k8s-latency|k8s-throughput] [--sessions N] [mcpbench options...].  Three tables:
 # mcpbench's (one session over stdio, tool calls, the local sandbox), then httpbench's (the shared
 # server, `serve --http`, against the TypeScript SDK's reference server), then signinbench's (what
@@ -73,7 +73,24 @@ done
 
 status=0
 if [ $run_mc = yes ]; then
-	"$BUILD/mcpbench" "$@" "${KODE_GOPHER_BIN:-$BUILD/kode-gopher}" || status=$?
+	# the ping rows' one-process peer: an MCP server on the official Go SDK (bench/peer-go), built
+	# from the module proxy through the go command's own module cache (so once per machine), again
+	# when its sources are newer; without it the ping rows say so and the rest runs
+	case $BUILD in /*) PEER=$BUILD/kg-peer-go ;; *) PEER=$PWD/$BUILD/kg-peer-go ;; esac
+	if [ ! -x "$PEER" ] || [ -n "$(find bench/peer-go -newer "$PEER" -type f 2>/dev/null)" ]; then
+		if command -v go >/dev/null &&
+			(cd bench/peer-go && GOFLAGS=-mod=readonly CGO_ENABLED=0 GOTOOLCHAIN=local \
+				go build -o "$PEER.tmp" . >&2) && mv -f "$PEER.tmp" "$PEER"; then
+			:
+		else
+			echo "bench: the Go SDK peer (bench/peer-go) does not build: the ping rows go without it" >&2
+			rm -f "$PEER.tmp"
+		fi
+	fi
+	peer_arg=
+	[ -x "$PEER" ] && peer_arg="--peer $PEER"
+	# shellcheck disable=SC2086 # peer_arg is an option and its value, or nothing
+	"$BUILD/mcpbench" $peer_arg "$@" "${KODE_GOPHER_BIN:-$BUILD/kode-gopher}" || status=$?
 fi
 
 if [ $run_http = yes ] || [ $run_k8s = yes ] || [ $run_live = yes ]; then
