@@ -13,11 +13,14 @@
  * master/http.c calls auth_route for the endpoints and auth_bearer for /mcp, from its
  * connection threads; every table here is bounded (auth.h) and guarded by one lock, which is
  * never held across a request to the provider. Codes and tokens are kept only as SHA-256
- * hashes, and none is logged. All of it lives in memory: a restart signs everyone out.
+ * hashes, and none is logged. All of it lives in memory (a restart signs everyone out), unless
+ * --token-store keeps the clients, sign-ins, sign-outs and the token key in an encrypted file
+ * (master/tokenstore.c: auth_store_dump and auth_store_load at the end of this file).
  */
 #include <ctype.h>
 #include <curl/curl.h>
 #include <errno.h>
+#include <limits.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/rand.h>
@@ -31,6 +34,7 @@
 
 #include "lib/base64.h"
 #include "master/auth.h"
+#include "master/tokenstore.h"
 #include "master/usertoken.h"
 
 #define ID_HEX 32 /* 128-bit identifiers: client ids, sign-in states */
@@ -260,6 +264,10 @@ int auth_option(struct serve_config *cfg, const char *name, const char *val)
 		cfg->oauth_ca_file = val;
 	} else if (strcmp(name, "client-metadata-loopback") == 0) {
 		cfg->client_metadata_loopback = true;
+	} else if (strcmp(name, "token-store") == 0) {
+		cfg->token_store = val;
+	} else if (strcmp(name, "token-store-key-file") == 0) {
+		cfg->token_store_key_file = val;
 	} else if (strcmp(name, "oidc-issuer") == 0) {
 		if (!printable(val, AUTH_MAX_URI_BYTES - 64, false) ||
 		    !(strncmp(val, "https://", 8) == 0 || loopback_prefix(val))) {
@@ -280,6 +288,17 @@ int auth_check_config(const struct serve_config *cfg)
 	if (!google && cfg->credentials && strcmp(cfg->credentials, "user") == 0) {
 		fprintf(stderr, "kode-gopher: --credentials user runs programs as the signed-in Google "
 			"user: it needs serve --http --auth google (docs/credentials.md)\n");
+		return -1;
+	}
+	if (!google && (cfg->token_store || cfg->token_store_key_file)) {
+		fprintf(stderr, "kode-gopher: --token-store keeps sign-ins across restarts: it needs serve "
+			"--http --auth google\n");
+		return -1;
+	}
+	if (!cfg->token_store != !cfg->token_store_key_file) {
+		fprintf(stderr, "kode-gopher: --token-store FILE and --token-store-key-file KEY go together: "
+			"the store is encrypted with the key (32 random bytes: openssl rand -hex 32 > KEY; "
+			"docs/shared-server.md)\n");
 		return -1;
 	}
 	if (!google) {
@@ -338,9 +357,16 @@ int auth_init(const struct serve_config *cfg, const char *where)
 	}
 	if (auth_init_local(A.public_url, NULL) != 0)
 		return -1;
-	char err[600];
+	char err[PATH_MAX + 600];
 	if (oidc_init(cfg, err, sizeof(err)) != 0) {
 		log_error("--auth google: %s", err);
+		return -1;
+	}
+	/* the sign-ins of a store belong to this resource, this provider and this OAuth client */
+	char bind[3 * AUTH_MAX_URI_BYTES + 16];
+	snprintf(bind, sizeof(bind), "%s %s", A.resource, oidc_binding());
+	if (tstore_open(cfg, bind, err, sizeof(err)) != 0) {
+		log_error("%s", err);
 		return -1;
 	}
 	A.on = true;
@@ -697,8 +723,10 @@ static enum MHD_Result do_register(struct MHD_Connection *c, const char *body, s
 				"response_types", "code", "token_endpoint_auth_method", "none");
 	log_info("client registered: %.8s… \"%s\"", cl->id, cl->name);
 	A.registrations++;
+	unsigned long gen = tstore_changed();
 	pthread_mutex_unlock(&A.mu);
 	json_decref(m);
+	tstore_sync(gen);
 	return respond_json(c, 201, ans);
 }
 
@@ -912,8 +940,10 @@ static enum MHD_Result do_callback(struct MHD_Connection *c)
 			    "The application you are signing in to was removed while you signed in. Go "
 			    "back to it and connect again.");
 	}
-	if (cl)
+	if (cl && !cl->used) {
 		cl->used = true;
+		tstore_changed();
+	}
 	A.signins_ok++;
 	struct code *k = code_slot(now);
 	memset(k, 0, sizeof(*k));
@@ -1018,6 +1048,7 @@ static void grant_revoke(unsigned long family)
 	for (int i = 0; i < AUTH_MAX_GRANTS; i++)
 		if (A.grants[i].live && A.grants[i].family == family)
 			memset(&A.grants[i], 0, sizeof(A.grants[i]));
+	tstore_changed();
 }
 
 /* tokens_answer - a new access token, and the family's next refresh token (under mu) */
@@ -1105,7 +1136,9 @@ static enum MHD_Result token_code(struct MHD_Connection *c, const struct form *f
 	snprintf(g->user, sizeof(g->user), "%s", k->user);
 	k->grant = g->family;
 	json_t *ans = tokens_answer(g, now);
+	unsigned long gen = tstore_changed();
 	pthread_mutex_unlock(&A.mu);
+	tstore_sync(gen); /* the refresh token is kept before the client has it */
 	return respond_json(c, ans ? 200 : 500, ans);
 }
 
@@ -1143,7 +1176,9 @@ static enum MHD_Result token_refresh(struct MHD_Connection *c, const struct form
 		return oauth_error(c, 400, "invalid_grant", why);
 	}
 	json_t *ans = tokens_answer(g, now);
+	unsigned long gen = tstore_changed();
 	pthread_mutex_unlock(&A.mu);
+	tstore_sync(gen);
 	return respond_json(c, ans ? 200 : 500, ans);
 }
 
@@ -1252,6 +1287,7 @@ void auth_user_revoked(const char *user)
 	rv.e[slot].upto = upto;
 	__atomic_store_n(&rv.n, 1, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&rv.mu);
+	tstore_changed();
 }
 
 int auth_check_access(const char *tok, size_t len, time_t now, char *user, size_t cap)
@@ -1448,4 +1484,170 @@ bool auth_route(struct MHD_Connection *c, const char *url, const char *method, c
 	else
 		*q = oauth_error(c, 405, "invalid_request", (which == TOKEN || which == REG) ? "use POST" : "use GET");
 	return true;
+}
+
+/* ---- kept across restarts (--token-store, master/tokenstore.c) ---- */
+
+static void hex32(const unsigned char h[32], char out[65])
+{
+	static const char d[] = "0123456789abcdef";
+	for (int i = 0; i < 32; i++) {
+		out[2 * i] = d[h[i] >> 4];
+		out[2 * i + 1] = d[h[i] & 15];
+	}
+	out[64] = '\0';
+}
+
+static bool unhex32(const char *s, unsigned char h[32])
+{
+	if (!s || strlen(s) != 64 || strspn(s, "0123456789abcdef") != 64)
+		return false;
+	for (int i = 0; i < 32; i++) {
+		unsigned v;
+		sscanf(s + 2 * i, "%2x", &v);
+		h[i] = (unsigned char)v;
+	}
+	return true;
+}
+
+/* fits - s is a string that fits (with its NUL) in cap bytes */
+static bool fits(const char *s, size_t cap)
+{
+	return s && strlen(s) < cap;
+}
+
+json_t *auth_store_dump(void)
+{
+	json_t *clients = json_array(), *grants = json_array(), *revoked = json_array();
+	char *key = b64_encode(A.key, sizeof(A.key), 0);
+	pthread_mutex_lock(&A.mu);
+	for (int i = 0; i < AUTH_MAX_CLIENTS; i++) {
+		const struct client *cl = &A.clients[i];
+		if (!cl->live)
+			continue;
+		json_t *r = json_array();
+		for (int k = 0; k < cl->nredirect; k++)
+			json_array_append_new(r, json_string(cl->redirect[k]));
+		json_array_append_new(clients, json_pack("{s:s, s:s, s:o, s:I, s:b}", "id", cl->id, "name", cl->name,
+							 "redirect_uris", r, "created", (json_int_t)cl->created,
+							 "used", cl->used));
+	}
+	for (int i = 0; i < AUTH_MAX_GRANTS; i++) {
+		const struct grant *g = &A.grants[i];
+		if (!g->live)
+			continue;
+		char h[65], p[65];
+		hex32(g->hash, h);
+		hex32(g->prev, p);
+		json_array_append_new(grants, json_pack("{s:I, s:s, s:s*, s:s, s:s, s:s, s:I, s:I}", "family",
+							(json_int_t)g->family, "hash", h, "prev", g->has_prev ? p : NULL,
+							"client_id", g->client_id, "scope", g->scope, "user", g->user,
+							"created", (json_int_t)g->created, "last", (json_int_t)g->last));
+	}
+	json_int_t next = (json_int_t)A.next_family;
+	pthread_mutex_unlock(&A.mu);
+	pthread_mutex_lock(&rv.mu);
+	for (int i = 0; i < AUTH_MAX_REVOKED; i++)
+		if (rv.e[i].at)
+			json_array_append_new(revoked, json_pack("{s:s, s:I, s:I}", "user", rv.e[i].user, "at",
+								 (json_int_t)rv.e[i].at, "upto", (json_int_t)rv.e[i].upto));
+	pthread_mutex_unlock(&rv.mu);
+	json_t *v = json_pack("{s:s?, s:I, s:o, s:o, s:o}", "key", key, "next_family", next, "clients", clients,
+			      "grants", grants, "revoked", revoked);
+	if (key)
+		explicit_bzero(key, strlen(key));
+	free(key);
+	return v;
+}
+
+int auth_store_load(const json_t *v, char *err, size_t cap)
+{
+	const char *key = NULL;
+	json_int_t next = 0;
+	json_t *clients = NULL, *grants = NULL, *revoked = NULL, *e;
+	unsigned char k[32];
+	size_t kl = 0, i;
+	if (json_unpack((json_t *)v, "{s:s, s:I, s:o, s:o, s:o}", "key", &key, "next_family", &next, "clients", &clients,
+			"grants", &grants, "revoked", &revoked) != 0 ||
+	    b64_decode(key, strlen(key), B64_LAX, k, sizeof(k), &kl) != 0 || kl != sizeof(k) || next < 0 ||
+	    !json_is_array(clients) || !json_is_array(grants) || !json_is_array(revoked) ||
+	    json_array_size(clients) > AUTH_MAX_CLIENTS || json_array_size(grants) > AUTH_MAX_GRANTS ||
+	    json_array_size(revoked) > AUTH_MAX_REVOKED) {
+		snprintf(err, cap, "its sign-in part is malformed");
+		return -1;
+	}
+	int n = 0;
+	pthread_mutex_lock(&A.mu);
+	memcpy(A.key, k, sizeof(A.key));
+	explicit_bzero(k, sizeof(k));
+	A.next_family = (unsigned long)next;
+	json_array_foreach(clients, i, e) {
+		const char *id = NULL, *name = NULL;
+		json_t *r = NULL, *u;
+		json_int_t created = 0;
+		int used = 0;
+		size_t j;
+		struct client *cl = &A.clients[i];
+		if (json_unpack(e, "{s:s, s:s, s:o, s:I, s:b}", "id", &id, "name", &name, "redirect_uris", &r, "created",
+				&created, "used", &used) != 0 || !fits(id, sizeof(cl->id)) || !fits(name, sizeof(cl->name)) ||
+		    !json_is_array(r) || json_array_size(r) > AUTH_MAX_REDIRECT_URIS)
+			goto bad;
+		memset(cl, 0, sizeof(*cl));
+		json_array_foreach(r, j, u) {
+			if (!fits(json_string_value(u), AUTH_MAX_URI_BYTES))
+				goto bad;
+			snprintf(cl->redirect[cl->nredirect++], AUTH_MAX_URI_BYTES, "%s", json_string_value(u));
+		}
+		cl->live = true;
+		cl->used = used;
+		cl->created = (time_t)created;
+		snprintf(cl->id, sizeof(cl->id), "%s", id);
+		snprintf(cl->name, sizeof(cl->name), "%s", name);
+		n++;
+	}
+	json_array_foreach(grants, i, e) {
+		const char *h = NULL, *p = NULL, *cid = NULL, *scope = NULL, *user = NULL;
+		json_int_t fam = 0, created = 0, last = 0;
+		struct grant *g = &A.grants[i];
+		memset(g, 0, sizeof(*g));
+		if (json_unpack(e, "{s:I, s:s, s?s, s:s, s:s, s:s, s:I, s:I}", "family", &fam, "hash", &h, "prev", &p,
+				"client_id", &cid, "scope", &scope, "user", &user, "created", &created, "last", &last) != 0 ||
+		    fam <= 0 || fam > next || !unhex32(h, g->hash) || (p && !unhex32(p, g->prev)) ||
+		    !fits(cid, sizeof(g->client_id)) || !fits(scope, sizeof(g->scope)) || !fits(user, sizeof(g->user)))
+			goto bad;
+		g->live = true;
+		g->has_prev = p != NULL;
+		g->family = (unsigned long)fam;
+		g->created = (time_t)created;
+		g->last = (time_t)last;
+		snprintf(g->client_id, sizeof(g->client_id), "%s", cid);
+		snprintf(g->scope, sizeof(g->scope), "%s", scope);
+		snprintf(g->user, sizeof(g->user), "%s", user);
+		n++;
+	}
+	pthread_mutex_unlock(&A.mu);
+	pthread_mutex_lock(&rv.mu);
+	json_array_foreach(revoked, i, e) {
+		const char *user = NULL;
+		json_int_t at = 0, upto = 0;
+		if (json_unpack(e, "{s:s, s:I, s:I}", "user", &user, "at", &at, "upto", &upto) != 0 ||
+		    !fits(user, AUTH_USER_MAX) || at <= 0 || upto < 0) {
+			pthread_mutex_unlock(&rv.mu);
+			snprintf(err, cap, "its sign-out list is malformed");
+			return -1;
+		}
+		snprintf(rv.e[i].user, sizeof(rv.e[i].user), "%s", user);
+		rv.e[i].at = (time_t)at;
+		rv.e[i].upto = (unsigned long)upto;
+		__atomic_store_n(&rv.n, 1, __ATOMIC_RELEASE);
+		n++;
+	}
+	pthread_mutex_unlock(&rv.mu);
+	return n;
+bad:
+	memset(A.clients, 0, sizeof(A.clients));
+	memset(A.grants, 0, sizeof(A.grants));
+	pthread_mutex_unlock(&A.mu);
+	snprintf(err, cap, "a client or sign-in in it is malformed");
+	return -1;
 }

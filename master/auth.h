@@ -97,6 +97,8 @@ void oidc_grant_clear(struct oidc_grant *g);
 /* oidc_init - read the OAuth client file, the provider's discovery document and its keys */
 int oidc_init(const struct serve_config *cfg, char *err, size_t cap);
 void oidc_shutdown(void);
+/* oidc_binding - "ISSUER CLIENT_ID": whose sign-ins these are (a token store names it) */
+const char *oidc_binding(void);
 /* oidc_authorize_url - where the browser goes to sign in (malloc'd) */
 char *oidc_authorize_url(const char *redirect_uri, const char *state, const char *nonce,
 			 const char *code_challenge);
@@ -169,7 +171,8 @@ int auth_client_metadata_parse(const char *url, const char *body, size_t len, st
 #define AUTH_CLIENT_BYTES 8192
 
 /* auth_option - serve's --public-url, --oauth-client-file, --allowed-domains, --allowed-users,
- * --oidc-issuer, --oauth-ca-file, --client-metadata-loopback; 1 handled, 0 not ours, -1 bad */
+ * --oidc-issuer, --oauth-ca-file, --client-metadata-loopback, --token-store,
+ * --token-store-key-file; 1 handled, 0 not ours, -1 bad */
 int auth_option(struct serve_config *cfg, const char *name, const char *val);
 /* auth_check_config - what --auth google needs, said at start-up; 0 or -1 */
 int auth_check_config(const struct serve_config *cfg);
@@ -177,6 +180,7 @@ int auth_check_config(const struct serve_config *cfg);
 	{ "public-url", required_argument, 0, 0 }, { "oauth-client-file", required_argument, 0, 0 }, \
 	{ "allowed-domains", required_argument, 0, 0 }, { "allowed-users", required_argument, 0, 0 }, \
 	{ "oidc-issuer", required_argument, 0, 0 }, { "oauth-ca-file", required_argument, 0, 0 },    \
-	{ "client-metadata-loopback", no_argument, 0, 0 }
+	{ "client-metadata-loopback", no_argument, 0, 0 }, { "token-store", required_argument, 0, 0 }, \
+	{ "token-store-key-file", required_argument, 0, 0 }
 
 #endif

@@ -45,6 +45,7 @@ struct serve_config {
 	const char *public_url, *oauth_client_file, *allowed_domains, *allowed_users, *oidc_issuer;
 	const char *oauth_ca_file;  /* CAs for sign-in's outgoing requests, instead of the system's */
 	bool client_metadata_loopback; /* tests: client metadata documents on this machine */
+	const char *token_store, *token_store_key_file; /* sign-ins kept across restarts */
 	const char *tls_cert, *tls_key; /* HTTPS served directly (master/tls.h) */
 	const char *accounting_log;
 	const char *allowed_hosts; /* comma-separated extra Host values */

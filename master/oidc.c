@@ -42,6 +42,13 @@ static struct {
 	time_t jwks_at;
 } oidc = { .mu = PTHREAD_MUTEX_INITIALIZER };
 
+const char *oidc_binding(void)
+{
+	static char b[2 * AUTH_MAX_URI_BYTES + 8];
+	snprintf(b, sizeof(b), "%s %s", oidc.issuer, oidc.client_id ? oidc.client_id : "");
+	return b;
+}
+
 /* oidc_url_ok - https://, or http:// to this machine (the tests' provider) */
 static bool oidc_url_ok(const char *u)
 {

@@ -9,6 +9,7 @@
  */
 #include "master/monitor.h"
 #include "master/pool.h"
+#include "master/tokenstore.h"
 #include "master/usertoken.h"
 #include "policy/limits.h"
 
@@ -758,6 +759,7 @@ void pool_loop(void)
 /* pool_shutdown - end every session and worker; a restart ends open sessions */
 void pool_shutdown(void)
 {
+	tstore_close(); /* what is pending is written before the grants are wiped */
 	if (utok_enabled())
 		utok_shutdown();
 	pthread_mutex_lock(&pool.mu);

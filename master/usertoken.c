@@ -13,8 +13,9 @@
  * signs the user out of kode-gopher (auth_user_revoked: their MCP clients must sign in again)
  * and gives the program a sentence that says so.
  *
- * No refresh token leaves this file, and no token is logged. All of it is in memory: a restart
- * signs everyone out (docs/credentials.md).
+ * No refresh token leaves this file, and no token is logged. All of it is in memory (a restart
+ * signs everyone out, docs/credentials.md), unless --token-store keeps the refresh tokens in
+ * the operator's encrypted file (master/tokenstore.c: utok_store_dump and utok_store_load).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -26,6 +27,7 @@
 #include "ipc/ipc.h"
 #include "lib/secret.h"
 #include "master/auth.h"
+#include "master/tokenstore.h"
 #include "master/usertoken.h"
 
 struct ugrant {
@@ -147,6 +149,7 @@ void utok_signed_in(const char *user, struct oidc_grant *g)
 	e->revoked = false;
 	e->last = now;
 	bool none = !e->refresh;
+	tstore_changed();
 	pthread_mutex_unlock(&U.mu);
 	if (none)
 		log_warn("the provider gave no refresh token for %s: their programs get Google tokens "
@@ -287,12 +290,14 @@ static void *refresh_thread(void *arg)
 				secret_free(e->refresh);
 				e->refresh = g.refresh_token;
 				g.refresh_token = NULL;
+				tstore_changed();
 			}
 			if (g.scope[0])
 				snprintf(e->scope, sizeof(e->scope), "%s", g.scope);
 		} else if (r == -EACCES) {
 			grant_drop(e);
 			e->revoked = revoked = true;
+			tstore_changed();
 		}
 	}
 	if (e)
@@ -435,4 +440,55 @@ void utok_shutdown(void)
 		U.g[i].live = false;
 	}
 	pthread_mutex_unlock(&U.mu);
+}
+
+json_t *utok_store_dump(void)
+{
+	json_t *users = json_array();
+	pthread_mutex_lock(&U.mu);
+	for (int i = 0; i < UTOK_MAX_USERS; i++) {
+		const struct ugrant *e = &U.g[i];
+		if (e->live && e->refresh && !e->revoked)
+			json_array_append_new(users, json_pack("{s:s, s:s, s:s, s:I}", "user", e->user, "refresh",
+							       e->refresh, "scope", e->scope, "last", (json_int_t)e->last));
+	}
+	pthread_mutex_unlock(&U.mu);
+	return users;
+}
+
+int utok_store_load(const json_t *v, char *err, size_t cap)
+{
+	size_t i;
+	json_t *e;
+	if (!json_is_array(v) || json_array_size(v) > UTOK_MAX_USERS) {
+		snprintf(err, cap, "its users' Google grants are malformed");
+		return -1;
+	}
+	int n = 0;
+	pthread_mutex_lock(&U.mu);
+	json_array_foreach(v, i, e) {
+		const char *user = NULL, *refresh = NULL, *scope = NULL;
+		json_int_t last = 0;
+		struct ugrant *g = &U.g[i];
+		if (json_unpack(e, "{s:s, s:s, s:s, s:I}", "user", &user, "refresh", &refresh, "scope", &scope, "last",
+				&last) != 0 ||
+		    strlen(user) >= sizeof(g->user) || strlen(scope) >= sizeof(g->scope) || !*refresh ||
+		    !(g->refresh = strdup(refresh))) {
+			for (int k = 0; k < UTOK_MAX_USERS; k++) {
+				grant_drop(&U.g[k]);
+				U.g[k].live = false;
+			}
+			pthread_mutex_unlock(&U.mu);
+			snprintf(err, cap, "a user's Google grant in it is malformed");
+			return -1;
+		}
+		g->live = true;
+		snprintf(g->user, sizeof(g->user), "%s", user);
+		snprintf(g->scope, sizeof(g->scope), "%s", scope);
+		g->last = (time_t)last;
+		g->gen = ++U.gen;
+		n++;
+	}
+	pthread_mutex_unlock(&U.mu);
+	return n;
 }

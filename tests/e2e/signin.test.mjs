@@ -19,6 +19,7 @@ import { execFile, execFileSync } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import https from 'node:https';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import test, { after, before } from 'node:test';
@@ -634,6 +635,134 @@ test('signin: --credentials user: a program gets its own signed-in user\'s Googl
 		assert.ok(!log.includes(idp.clientSecret));
 		for (const s of [a, b, a2])
 			assert.ok(!log.includes(s.provider.tokens().access_token) && !log.includes(s.code));
+	} finally {
+		await one.close();
+		fs.rmSync(dir, { recursive: true, force: true });
+	}
+});
+
+/* freePort - a loopback port nobody listens on now (a server restarted on it keeps its URL) */
+function freePort() {
+	return new Promise((resolve, reject) => {
+		const l = net.createServer();
+		l.on('error', reject);
+		l.listen(0, '127.0.0.1', () => {
+			const { port } = l.address();
+			l.close(() => resolve(port));
+		});
+	});
+}
+
+/* serveFails - serve with these arguments must not start; resolves its exit code and stderr */
+function serveFails(args) {
+	return new Promise((resolve) => execFile(BIN, ['serve', '--log-level', 'info', ...args], { timeout: 30_000 },
+		(err, stdout, stderr) => resolve({ code: err?.code ?? 0, stderr })));
+}
+
+test('signin: --token-store keeps sign-ins and Google grants across a restart, encrypted; a wrong key, a changed byte, an open or bad key file stop the start with a sentence and leave the file as it is', T, async () => {
+	const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kg-tstore-'));
+	const store = path.join(dir, 'tokens.kgts'), key = path.join(dir, 'key');
+	fs.writeFileSync(key, `${randomBytes(32).toString('hex')}\n`, { mode: 0o600 });
+	const port = await freePort();
+	const args = ({ k = key, st = store, p = port } = {}) => ['--http', `127.0.0.1:${p}`, '--auth', 'google',
+		'--oidc-issuer', idp.issuer, '--oauth-client-file', idp.clientFile, '--allowed-domains', 'example.com',
+		'--credentials', 'user', '--scopes', STORAGE_RO, '--workers-min-idle', '1',
+		'--token-store', st, '--token-store-key-file', k];
+	const conf = await (await fetch(`${idp.issuer}/.well-known/openid-configuration`)).json();
+	const owner = async (tok) => {
+		const r = await fetch(conf.userinfo_endpoint, { headers: { authorization: `Bearer ${tok}` } });
+		return r.status === 200 ? (await r.json()).email : `HTTP ${r.status}`;
+	};
+	let one = await httpServe(args());
+	try {
+		assert.match(one.stderr, /token store \S+tokens\.kgts: new/);
+		const a = await signIn('alice@example.com', new TestClient('http://127.0.0.1:53691/callback'), one);
+		const r1 = sc(await callTool(a.client, 'execute_go_code', { code: TOKEN_SNIPPET() }));
+		assert.equal(r1?.result?.kind, 'ok', JSON.stringify(r1));
+		await a.transport.close();
+		/* the file: its owner's only, and nothing in it readable */
+		assert.equal(fs.statSync(store).mode & 0o777, 0o600);
+		const raw = fs.readFileSync(store);
+		for (const s of ['alice@example.com', 'example.com', a.provider.tokens().refresh_token, a.provider.clientInformation().client_id,
+			r1.result.value.token, idp.issuer])
+			assert.ok(!raw.includes(Buffer.from(s)), `the store shows ${s.slice(0, 12)}…`);
+		assert.doesNotMatch(raw.toString('latin1'), /[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}/, 'something like a refresh token is in the store');
+		assert.deepEqual([...fs.readdirSync(dir)].sort(), ['key', 'tokens.kgts'], 'no temporary file is left');
+		await one.close();
+
+		/* restarted on the same URL: alice's client goes on without signing in again */
+		one = await httpServe(args());
+		assert.match(one.stderr, /token store \S+: \d+ entries read/);
+		const t2 = new StreamableHTTPClientTransport(new URL(one.url), { authProvider: a.provider });
+		const c2 = new Client({ name: 'e2e', version: '1' });
+		await c2.connect(t2); /* her access token of before the restart is still good */
+		const r2 = sc(await callTool(c2, 'execute_go_code', { code: TOKEN_SNIPPET() }));
+		assert.equal(r2?.result?.kind, 'ok', JSON.stringify(r2));
+		assert.equal(r2.result.value.email, 'alice@example.com');
+		assert.equal(await owner(r2.result.value.token), 'alice@example.com', 'minted from her kept Google grant');
+		await t2.close();
+		const rf = await fetch(`${one.base}/token`, {
+			method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' },
+			body: new URLSearchParams({ grant_type: 'refresh_token', refresh_token: a.provider.tokens().refresh_token,
+				client_id: a.provider.clientInformation().client_id }),
+		});
+		const rfj = await rf.json();
+		assert.equal(rf.status, 200, `her refresh token was kept: ${JSON.stringify(rfj)}`);
+		secrets.add(rfj.access_token);
+		secrets.add(rfj.refresh_token);
+		await one.close();
+		assert.ok(!one.stderr.includes(rfj.refresh_token) && !one.stderr.includes(a.provider.tokens().access_token));
+
+		/* what must stop the start, each leaving the file as it was */
+		const kept = fs.readFileSync(store);
+		const key2 = path.join(dir, 'key2');
+		fs.writeFileSync(key2, randomBytes(32).toString('base64'), { mode: 0o600 });
+		let r = await serveFails(args({ k: key2 }));
+		assert.notEqual(r.code, 0);
+		assert.match(r.stderr, /does not decrypt with the key in \S+key2: it was written with another key, or changed since/);
+		assert.ok(fs.readFileSync(store).equals(kept), 'a wrong key leaves the store alone');
+		const changed = Buffer.from(kept);
+		changed[changed.length - 40] ^= 1;
+		fs.writeFileSync(store, changed);
+		r = await serveFails(args());
+		assert.match(r.stderr, /does not decrypt with the key/);
+		assert.ok(fs.readFileSync(store).equals(changed));
+		fs.writeFileSync(store, 'not a store\n');
+		r = await serveFails(args());
+		assert.match(r.stderr, /is not a kode-gopher token store; name another file/);
+		fs.writeFileSync(store, kept);
+		fs.chmodSync(key, 0o644);
+		r = await serveFails(args());
+		assert.match(r.stderr, /can be read by every user of this machine \(mode 0644\): make it readable by this server's user only/);
+		fs.chmodSync(key, 0o600);
+		fs.writeFileSync(key2, 'hunter2\n', { mode: 0o600 });
+		r = await serveFails(args({ k: key2 }));
+		assert.match(r.stderr, /does not hold a key: it wants 32 random bytes/);
+		fs.symlinkSync(store, path.join(dir, 'link.kgts'));
+		r = await serveFails(args({ st: path.join(dir, 'link.kgts') }));
+		assert.match(r.stderr, /cannot be read: it is a symbolic link/);
+		r = await serveFails(['--http', '127.0.0.1:0', '--auth', 'google', '--oidc-issuer', idp.issuer, '--oauth-client-file', idp.clientFile,
+			'--allowed-domains', 'example.com', '--token-store', store]);
+		assert.equal(r.code, 2);
+		assert.match(r.stderr, /--token-store FILE and --token-store-key-file KEY go together/);
+		r = await serveFails(['--http', '127.0.0.1:0', '--token-store', store, '--token-store-key-file', key]);
+		assert.equal(r.code, 2);
+		assert.match(r.stderr, /--token-store keeps sign-ins across restarts: it needs serve --http --auth google/);
+		assert.ok(fs.readFileSync(store).equals(kept));
+
+		/* a store of another server (here: another URL) signs nobody in there */
+		const other = await httpServe(args({ p: await freePort() }));
+		try {
+			assert.match(other.stderr, /was written for another server .* nobody is signed in/);
+			const old = await httpRequest(other.port, {
+				method: 'POST', path: '/mcp',
+				headers: { accept: 'application/json, text/event-stream', authorization: `Bearer ${rfj.access_token}` },
+				body: { jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 'raw', version: '1' } } },
+			});
+			assert.equal(old.status, 401);
+		} finally {
+			await other.close();
+		}
 	} finally {
 		await one.close();
 		fs.rmSync(dir, { recursive: true, force: true });

@@ -3,7 +3,9 @@
  * master/jwt.c (RS256 and ES256 with keys made here by OpenSSL, HS256), kode-gopher's access
  * tokens (auth_check_access: audience, issuer, expiry, type, key) and the ID token's claims
  * (oidc_check_claims: issuer, audience, azp, expiry, nonce, email_verified, hd, allowed users),
- * each at a fixed clock, so expiry is tested without waiting.
+ * each at a fixed clock, so expiry is tested without waiting; and the token store's seal
+ * (master/tokenstore.c: AES-256-GCM, every changed byte refused, another key refused), its key
+ * file formats, and a round trip of what auth.c keeps.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -24,6 +26,7 @@
 
 #include "lib/base64.h"
 #include "master/auth.h"
+#include "master/tokenstore.h"
 
 #define NOW ((time_t)1800000000)
 
@@ -312,6 +315,104 @@ static void test_public_addresses(void **state)
 	}
 }
 
+static void test_store_key_formats(void **state)
+{
+	(void)state;
+	unsigned char k[TSTORE_KEY_BYTES], want[TSTORE_KEY_BYTES];
+	for (int i = 0; i < TSTORE_KEY_BYTES; i++)
+		want[i] = (unsigned char)(i * 7 + 1);
+	assert_int_equal(tstore_parse_key(want, sizeof(want), k), 0); /* raw */
+	assert_memory_equal(k, want, sizeof(k));
+	char hex[80] = "  ";
+	for (int i = 0; i < TSTORE_KEY_BYTES; i++)
+		sprintf(hex + 2 + 2 * i, "%02X", want[i]);
+	strcat(hex, "\n");
+	memset(k, 0, sizeof(k));
+	assert_int_equal(tstore_parse_key((unsigned char *)hex, strlen(hex), k), 0);
+	assert_memory_equal(k, want, sizeof(k));
+	char *b64 = b64_encode(want, sizeof(want), 0);
+	char line[64];
+	snprintf(line, sizeof(line), "%s\n", b64);
+	memset(k, 0, sizeof(k));
+	assert_int_equal(tstore_parse_key((unsigned char *)line, strlen(line), k), 0);
+	assert_memory_equal(k, want, sizeof(k));
+	free(b64);
+	/* what is not a key */
+	const char *bad[] = { "", "hunter2\n", "00112233", "zz" "00112233445566778899aabbccddeeff00112233445566778899aabbccddee",
+			      "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f00" };
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		assert_int_equal(tstore_parse_key((const unsigned char *)bad[i], strlen(bad[i]), k), -EINVAL);
+	hex[5] = 'g'; /* a non-hex digit */
+	assert_int_equal(tstore_parse_key((unsigned char *)hex, strlen(hex), k), -EINVAL);
+}
+
+static void test_store_seal(void **state)
+{
+	(void)state;
+	unsigned char key[TSTORE_KEY_BYTES], other[TSTORE_KEY_BYTES];
+	memset(key, 0x5a, sizeof(key));
+	memset(other, 0x5b, sizeof(other));
+	const char *plain = "{\"version\":1,\"secret\":\"alice@example.com 1//refresh\"}";
+	unsigned char *blob = NULL, *blob2 = NULL, *out = NULL;
+	size_t blen = 0, blen2 = 0, olen = 0;
+	assert_int_equal(tstore_seal(key, (const unsigned char *)plain, strlen(plain), &blob, &blen), 0);
+	assert_int_equal(blen, 8 + 12 + strlen(plain) + 16);
+	assert_null(memmem(blob, blen, "alice", 5));
+	assert_int_equal(tstore_seal(key, (const unsigned char *)plain, strlen(plain), &blob2, &blen2), 0);
+	assert_memory_not_equal(blob + 8, blob2 + 8, 12); /* a fresh nonce each time */
+	assert_int_equal(tstore_unseal(key, blob, blen, &out, &olen), 0);
+	assert_int_equal(olen, strlen(plain));
+	assert_string_equal((char *)out, plain);
+	free(out);
+	assert_int_equal(tstore_unseal(other, blob, blen, &out, &olen), -EBADMSG);
+	/* every byte after the magic is checked: nonce, ciphertext, tag */
+	for (size_t i = 8; i < blen; i++) {
+		blob[i] ^= 0x01;
+		assert_int_equal(tstore_unseal(key, blob, blen, &out, &olen), -EBADMSG);
+		blob[i] ^= 0x01;
+	}
+	blob[0] ^= 0x01; /* the magic */
+	assert_int_equal(tstore_unseal(key, blob, blen, &out, &olen), -EINVAL);
+	blob[0] ^= 0x01;
+	assert_int_equal(tstore_unseal(key, blob, blen - 1, &out, &olen), -EBADMSG); /* cut short */
+	assert_int_equal(tstore_unseal(key, blob, 20, &out, &olen), -EINVAL);
+	assert_int_equal(tstore_unseal(key, (const unsigned char *)"not a store", 11, &out, &olen), -EINVAL);
+	free(blob);
+	free(blob2);
+}
+
+/* what auth.c keeps comes back as it was: the token key (an access token minted before still
+ * checks), and a malformed part is refused whole */
+static void test_store_auth_round_trip(void **state)
+{
+	(void)state;
+	unsigned char key[32];
+	memset(key, 0x42, sizeof(key));
+	assert_int_equal(auth_init_local("https://kg.example.com", key), 0);
+	json_t *v = auth_store_dump();
+	assert_non_null(v);
+	char *a = json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS);
+	unsigned char other[32];
+	memset(other, 0x17, sizeof(other));
+	assert_int_equal(auth_init_local("https://kg.example.com", other), 0);
+	char err[200];
+	assert_true(auth_store_load(v, err, sizeof(err)) >= 0);
+	json_t *w = auth_store_dump();
+	char *b = json_dumps(w, JSON_COMPACT | JSON_SORT_KEYS);
+	assert_string_equal(a, b); /* the key came back */
+	json_object_set_new(v, "key", json_string("c2hvcnQ="));
+	assert_int_equal(auth_store_load(v, err, sizeof(err)), -1);
+	json_object_set_new(w, "grants", json_pack("[{s:I, s:s, s:s, s:s, s:s, s:I, s:I}]", "family", (json_int_t)1,
+						   "hash", "nothex", "client_id", "c", "scope", "mcp", "user", "u",
+						   "created", (json_int_t)1, "last", (json_int_t)1));
+	assert_int_equal(auth_store_load(w, err, sizeof(err)), -1);
+	assert_string_equal(err, "a client or sign-in in it is malformed");
+	free(a);
+	free(b);
+	json_decref(v);
+	json_decref(w);
+}
+
 int main(void)
 {
 	log_init("test", LOG_LVL_OFF);
@@ -322,6 +423,9 @@ int main(void)
 		cmocka_unit_test(test_cimd_cache_seconds),
 		cmocka_unit_test(test_id_token_claims),
 		cmocka_unit_test(test_public_addresses),
+		cmocka_unit_test(test_store_key_formats),
+		cmocka_unit_test(test_store_seal),
+		cmocka_unit_test(test_store_auth_round_trip),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
