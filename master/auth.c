@@ -33,6 +33,7 @@
 #include <strings.h>
 
 #include "lib/base64.h"
+#include "lib/random.h"
 #include "master/auth.h"
 #include "master/tokenstore.h"
 #include "master/usertoken.h"
@@ -108,15 +109,6 @@ static struct {
 } A = { .mu = PTHREAD_MUTEX_INITIALIZER };
 
 /* ---- small helpers ---- */
-
-static void random_hex(char *out, size_t nbytes)
-{
-	unsigned char b[64];
-	if (RAND_bytes(b, (int)nbytes) != 1)
-		abort(); /* no randomness, no tokens */
-	for (size_t i = 0; i < nbytes; i++)
-		sprintf(out + 2 * i, "%02x", b[i]);
-}
 
 static void sha256(const char *s, unsigned char out[32])
 {
@@ -346,6 +338,7 @@ int auth_init(const struct serve_config *cfg, const char *where)
 	if (strcmp(cfg->auth, "google") != 0)
 		return 0;
 	A.cfg = cfg;
+	utok_on_revoked(auth_user_revoked);
 	if (cfg->public_url) {
 		snprintf(A.public_url, sizeof(A.public_url), "%s", cfg->public_url);
 	} else if (loopback_prefix(where) || (strncmp(where, "https://", 8) == 0 && loopback_host(where + 8))) {

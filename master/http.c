@@ -440,7 +440,7 @@ static enum MHD_Result sse_respond(struct MHD_Connection *c, struct pending *p, 
 		return MHD_NO;
 	}
 	if (!p->stream[0])
-		spawn_random_hex(p->stream, SSE_STREAM_ID_HEX / 2);
+		random_hex(p->stream, SSE_STREAM_ID_HEX / 2);
 	x->p = p;
 	x->reader = ++p->reader;
 	x->cursor = cursor;
@@ -737,13 +737,13 @@ static enum MHD_Result post_initialize(struct MHD_Connection *c, struct req *rq,
 	}
 	struct slot *s = &pool.slots[i];
 	spawn_prestart_done(&s->w);
-	spawn_random_hex(s->w.session, SESSION_ID_HEX / 2);
+	random_hex(s->w.session, SESSION_ID_HEX / 2);
 	snprintf(s->user, sizeof(s->user), "%s", user); /* "local" with --auth none */
 	snprintf(s->peer, sizeof(s->peer), "%s", peer);
 	s->opened = mono_s();
 	struct ipc_buf b;
 	if (ipc_pack_note_assign(&b, 0, s->w.session, s->user) == 0)
-		spawn_send(&s->w, &b);
+		channel_send(&s->w, &b);
 	struct pending *p = pool_send(i, rq->body, rq->len);
 	if (!p) {
 		pool_end_session(i, "worker unreachable");

@@ -463,7 +463,7 @@ static char *kc_exec_run(char *err, size_t errlen)
 		else if (too_big)
 			snprintf(how, sizeof(how), "wrote more than %u bytes", KC_EXEC_MAX_OUT_BYTES);
 		else
-			spawn_describe_status(status, how, sizeof(how));
+			proc_status_text(status, how, sizeof(how));
 		snprintf(err, errlen, "the credential plugin %s %s%s%s", cmd, how,
 			 hint ? ". " : " (its messages are in the server's log)", hint ? hint : "");
 		if (buf)

@@ -14,6 +14,8 @@
 #include "ipc/chan.h"
 #include "ipc/log.h"
 #include "lib/mono.h"
+#include "lib/proc.h"
+#include "lib/random.h"
 
 #define SESSION_ID_HEX 32 /* 128 random bits */
 
@@ -136,26 +138,27 @@ int spawn_runtime_dir(char *out, size_t cap);
 void spawn_runtime_dir_remove(const char *dir);
 int spawn_worker(struct worker *w, const struct serve_config *cfg, const char *runtime_dir,
 		 unsigned n, const char *session);
-int spawn_send(struct worker *w, struct ipc_buf *b);
 void spawn_prestart_done(const struct worker *w);
-void spawn_stop(struct worker *w, int grace_ms);
-void spawn_forget(struct worker *w);
-void spawn_close_channel(struct worker *w);
-const char *spawn_describe_status(int status, char *buf, size_t cap);
-void spawn_random_hex(char *out, size_t nbytes);
-void spawn_child_setup(pid_t parent, bool stdout_to_stderr);
+/* spawn_stop - ask a worker to leave, wait up to grace_ms, kill it, reap it, and let go of
+ * what it held (spawn_forget: wait says whether its sandbox's release is waited for) */
+void spawn_stop(struct worker *w, int grace_ms, bool wait);
+/* spawn_forget - a dead worker's sandbox goes back through its backend (master/sandbox.h), a
+ * release it had queued on its way out counting as asked; then its identity */
+void spawn_forget(struct worker *w, bool wait);
 
-/* master/sandbox_local.c: sandboxes the master starts on a worker's request */
-int sandbox_local_spawn(struct worker *w, const struct serve_config *cfg, const char *name,
-			char *err, size_t errlen);
-void sandbox_local_release(struct worker *w);
-/* sandbox_local_release_later - SIGKILL w's sandbox now and take it off w; reaping it and
- * removing its cgroups and directory happen on a background thread at low priority */
-void sandbox_local_release_later(struct worker *w);
-/* sandbox_local_reaped - a child exited: is it some worker's sandbox? then forget it */
-bool sandbox_local_reaped(struct worker *w, pid_t pid, int status);
-/* sandbox_local_answer - REQ_SANDBOX, checked by master/monitor.c: spawn (else release) */
-void sandbox_local_answer(struct worker *w, uint32_t seq, bool spawn, const struct serve_config *cfg);
+/* master/channel.c: the master's end of one worker's channel (an nng pair1 socket, ipc/chan.h) */
+/* channel_listen - listen on ipc://w->ipc_path, admitting only the pid in w->pid; 0 or -errno */
+int channel_listen(struct worker *w);
+/* channel_send - send to a worker; a failure means the worker is gone. A queue full of
+ * messages for a live worker is waited out (up to the send timeout); a worker whose channel
+ * is gone is not, so a master that holds a lock never hangs on a dead worker. */
+int channel_send(struct worker *w, struct ipc_buf *b);
+/* channel_close - close the socket (nng waits for its threads: up to 50 ms on a loaded host)
+ * and remove its path; w must not be reused before this returns (nng's callbacks point at it) */
+void channel_close(struct worker *w);
+
+/* master/sandbox_local.c: the local backend's housekeeping (its per-worker part is
+ * sandbox_local_backend, master/sandbox.h) */
 /* sandbox_local_in_use - is root/name held by a live session? *holder gets its pid (or 0) */
 bool sandbox_local_in_use(const char *root, const char *name, long *holder);
 struct cgroup_plan;

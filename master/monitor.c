@@ -18,7 +18,7 @@
 #include "lib/secret.h"
 #include "master/master.h"
 #include "master/monitor.h"
-#include "master/sandbox_kube.h"
+#include "master/sandbox.h"
 #include "master/usertoken.h"
 #include "policy/limits.h"
 #include "worker/creds.h" /* creds_adc_read: where the file is and how it is read */
@@ -130,13 +130,11 @@ static int mon_answer_sandbox(struct mon_peer *p, const struct ipc_msg *m)
 	if (refuse) {
 		struct ipc_buf b;
 		if (ipc_pack_ans_sandbox(&b, m->seq, false, err, "", "", "") == 0)
-			spawn_send(w, &b);
+			channel_send(w, &b);
 		return 0;
 	}
-	if (w->cfg->kubernetes)
-		sandbox_kube_answer(w, m->seq, spawn, p->ops->user ? p->ops->user(p->ctx) : "local");
-	else
-		sandbox_local_answer(w, m->seq, spawn, w->cfg);
+	const char *user = p->ops->user ? p->ops->user(p->ctx) : NULL;
+	sandbox_backend(w->cfg)->answer(w, m->seq, spawn, user ? user : "local");
 	return 0;
 }
 
@@ -147,7 +145,7 @@ static int mon_answer_quota(struct mon_peer *p, const struct ipc_msg *m)
 	bool ok = p->phase == IPC_PH_SESSION && p->ops->quota(p->ctx, err, sizeof(err));
 	struct ipc_buf b;
 	if (ipc_pack_ans_quota(&b, m->seq, ok, ok ? "" : err) == 0)
-		spawn_send(p->w, &b);
+		channel_send(p->w, &b);
 	return 0;
 }
 
@@ -164,7 +162,7 @@ void mon_send_token(struct worker *w, uint32_t seq, const struct utok_answer *a)
 	struct ipc_buf b;
 	if (ipc_pack_ans_token(&b, seq, a->ok, a->ok ? "" : a->error, a->status, a->ok ? a->token : "",
 			       a->ok && a->expires_in > 0 ? (uint64_t)a->expires_in : 0) == 0)
-		spawn_send(w, &b);
+		channel_send(w, &b);
 }
 
 /* mon_token_rate - a token bucket per worker: WORKER_TOKEN_BURST at once, then
@@ -234,7 +232,7 @@ static int mon_answer_adc(struct mon_peer *p, const struct ipc_msg *m)
 	struct ipc_buf b;
 	if (ipc_pack_ans_adc(&b, m->seq, text != NULL, absent, text ? "" : err, text ? text : "",
 			     text ? len : 0) == 0)
-		spawn_send(p->w, &b);
+		channel_send(p->w, &b);
 	secret_free(text);
 	return 0;
 }

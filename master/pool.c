@@ -9,6 +9,7 @@
  */
 #include "master/monitor.h"
 #include "master/pool.h"
+#include "master/sandbox.h"
 #include "master/tokenstore.h"
 #include "master/usertoken.h"
 #include "policy/limits.h"
@@ -233,7 +234,7 @@ void pool_end_session(int i, const char *reason)
 				     (double)(long)((mono_s() - s->opened) * 10) / 10, "reason", reason));
 	struct ipc_buf b;
 	if (s->w.hello && ipc_pack_req_shutdown(&b, 0, reason) == 0)
-		spawn_send(&s->w, &b);
+		channel_send(&s->w, &b);
 	snprintf(s->end_reason, sizeof(s->end_reason), "%s", reason);
 	/* the session has ended: its sandbox no longer counts against its user */
 	s->quota_held = false;
@@ -256,7 +257,7 @@ struct pending *pool_send(int i, const char *msg, size_t len)
 	p->ev_next = 1; /* 0 is the priming event of its SSE stream */
 	pthread_cond_init(&p->cv, NULL);
 	struct ipc_buf b;
-	if (ipc_pack_req_mcp(&b, p->seq, msg, len, false) != 0 || spawn_send(&s->w, &b) != 0) {
+	if (ipc_pack_req_mcp(&b, p->seq, msg, len, false) != 0 || channel_send(&s->w, &b) != 0) {
 		pthread_cond_destroy(&p->cv);
 		free(p);
 		return NULL;
@@ -585,7 +586,7 @@ static int from_worker(int i, struct ipc_msg *m)
 static void slot_close_job(void *arg)
 {
 	struct slot *s = arg;
-	spawn_close_channel(&s->w);
+	channel_close(&s->w);
 	pthread_mutex_lock(&pool.mu);
 	s->state = SLOT_FREE;
 	pthread_mutex_unlock(&pool.mu);
@@ -597,7 +598,7 @@ static void slot_died(int i, int status, const struct rusage *ru)
 {
 	struct slot *s = &pool.slots[i];
 	char how[96];
-	spawn_describe_status(status, how, sizeof(how));
+	proc_status_text(status, how, sizeof(how));
 	bool crash = !(WIFEXITED(status) && WEXITSTATUS(status) == 0) && s->state != SLOT_ENDING;
 	/* before serving its session's first request (STARTING, IDLE, OPENING alike) it is a
 	 * start-up failure, reported by spawn_ended once per throttle interval */
@@ -635,15 +636,14 @@ static void slot_died(int i, int status, const struct rusage *ru)
 		}
 	pool_pending_sweep(); /* before the slot serves another session */
 	s->w.pid = 0;
-	sandbox_local_release_later(&s->w);
-	spawn_forget(&s->w);
+	spawn_forget(&s->w, false);
 	s->quota_held = false;
 	/* closing its channel waits for nng's threads: in the background, and the slot stays
 	 * taken until then (nng's callbacks point at s->w) */
 	s->state = SLOT_CLOSING;
 	s->w.recv_fd = -1; /* not polled any more */
 	if (!later_run(slot_close_job, s)) {
-		spawn_close_channel(&s->w); /* could not queue it: here, then */
+		channel_close(&s->w); /* could not queue it: here, then */
 		s->state = SLOT_FREE;
 	}
 }
@@ -654,6 +654,7 @@ static void pool_reap(void)
 	int status;
 	struct rusage ru;
 	pid_t pid;
+	const struct sandbox_backend *sb = sandbox_backend(pool.cfg);
 	while ((pid = wait4(-1, &status, WNOHANG, &ru)) > 0) {
 		bool found = false;
 		for (int i = 0; i < pool.nslots && !found; i++) {
@@ -663,7 +664,7 @@ static void pool_reap(void)
 			if (s->w.pid == pid) {
 				slot_died(i, status, &ru);
 				found = true;
-			} else if (sandbox_local_reaped(&s->w, pid, status)) {
+			} else if (sb->reaped && sb->reaped(&s->w, pid, status)) {
 				found = true;
 			}
 		}
@@ -798,8 +799,7 @@ void pool_shutdown(void)
 		struct slot *s = &pool.slots[i];
 		if (s->state == SLOT_FREE || s->state == SLOT_CLOSING)
 			continue; /* a closing one is later_drain's */
-		sandbox_local_release_later(&s->w);
-		spawn_stop(&s->w, 300);
+		spawn_stop(&s->w, 300, false); /* its sandbox's removal runs in the background */
 		s->state = SLOT_FREE;
 	}
 	pthread_mutex_unlock(&pool.mu);

@@ -1,7 +1,8 @@
 /*
  * sandbox_kube.c - the Kubernetes backend, run by the master for its workers: a session's
  * sandbox is a pod from an agent-sandbox warm pool, held through a SandboxClaim
- * (extensions.agents.x-k8s.io/v1beta1). See sandbox_kube.h; master/monitor.c calls it.
+ * (extensions.agents.x-k8s.io/v1beta1). See sandbox_kube.h; reached through
+ * sandbox_kube_backend (master/sandbox.h).
  *
  * On a worker's REQ_SANDBOX "spawn" a thread of its own creates the claim (generateName
  * "kg-<first 8 hex digits of the session id>-", the name the API server gives back checked to
@@ -48,6 +49,7 @@
 #include "master/kubecfg.h"
 #include "master/master.h"
 #include "master/monitor.h"
+#include "master/sandbox.h"
 #include "master/sandbox_kube.h"
 
 #define CLAIMS_API "/apis/extensions.agents.x-k8s.io/v1beta1"
@@ -1210,6 +1212,20 @@ void sandbox_kube_worker_gone(struct worker *w)
 		kb_delete_later(name, "left behind by a worker that died");
 	kb_put(p);
 }
+
+/* sandbox_kube_gone - the worker is gone (master/sandbox.h): deletions run on threads anyway */
+static void sandbox_kube_gone(struct worker *w, bool wait)
+{
+	(void)wait;
+	sandbox_kube_worker_gone(w);
+}
+
+const struct sandbox_backend sandbox_kube_backend = {
+	.name = "kubernetes",
+	.answer = sandbox_kube_answer,
+	.released = sandbox_kube_released,
+	.release = sandbox_kube_gone,
+};
 
 /* sandbox_kube_relay_test - see sandbox_kube.h */
 int sandbox_kube_relay_test(struct worker *w, const char *base_url, char *sock, size_t cap)

@@ -5,7 +5,8 @@
  * REQ_SANDBOX and the master (OpenSSH's monitor, in spirit) starts `kode-gopher agent` in a
  * directory of its own: <sandbox-root>/<name>/{app,state,agent.sock}. The agent belongs to that
  * worker: it is killed and its directory removed when the worker ends or asks for a new one,
- * unless the sandbox is kept (exec --keep, serve --persistent).
+ * unless the sandbox is kept (exec --keep, serve --persistent). Reached through
+ * sandbox_local_backend (master/sandbox.h) by the monitor, supervision and the transports.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -23,6 +24,7 @@
 
 #include "ipc/fsutil.h"
 #include "master/master.h"
+#include "master/sandbox.h"
 #include "policy/cgroup.h"
 #include "policy/jail.h"
 #include "policy/limits.h"
@@ -323,7 +325,7 @@ static void sandbox_finish(struct sandbox_gone *g)
 
 /* sandbox_local_release - kill the worker's sandbox and remove it unless it is kept; returns
  * when all is done (stdio sessions, exec, a kept sandbox about to be attached again) */
-void sandbox_local_release(struct worker *w)
+static void sandbox_local_release(struct worker *w)
 {
 	struct sandbox_gone g;
 	sandbox_signal(w, &g);
@@ -337,12 +339,12 @@ static void sandbox_finish_job(void *arg)
 	free(arg);
 }
 
-/* sandbox_local_release_later - see master.h. Killing a jail is a signal, but reaping it,
- * removing its cgroups and deleting its directory (a fresh sandbox's cache layers already hold
- * a thousand files) took 0.3-0.9 s on the thread that routes every session's messages; that
- * part goes to master/later.c. A sandbox's name is never reused meanwhile (fresh names are
+/* sandbox_local_release_later - SIGKILL w's sandbox now and take it off w. Killing a jail is a
+ * signal, but reaping it, removing its cgroups and deleting its directory (a fresh sandbox's
+ * cache layers already hold a thousand files) took 0.3-0.9 s on the thread that routes every
+ * session's messages; that part goes to master/later.c. A sandbox's name is never reused meanwhile (fresh names are
  * random; a kept one is released synchronously before it is attached again). */
-void sandbox_local_release_later(struct worker *w)
+static void sandbox_local_release_later(struct worker *w)
 {
 	if (!w->sandbox_dir[0] && w->sandbox_pid <= 0 && !w->sandbox_lock)
 		return;
@@ -356,25 +358,25 @@ void sandbox_local_release_later(struct worker *w)
 		sandbox_finish_job(g);
 }
 
-/* sandbox_local_reaped - the agent died by itself: the worker finds out on its next request */
-bool sandbox_local_reaped(struct worker *w, pid_t pid, int status)
+/* sandbox_local_reaped - the agent died by itself: the worker is told at once (NOTE_SANDBOX) */
+static bool sandbox_local_reaped(struct worker *w, pid_t pid, int status)
 {
 	if (w->sandbox_pid != pid || pid <= 0)
 		return false;
 	char how[96];
 	log_warn("sandbox %s (agent pid %d) %s", w->sandbox_name, (int)pid,
-		 spawn_describe_status(status, how, sizeof(how)));
+		 proc_status_text(status, how, sizeof(how)));
 	kill(-pid, SIGKILL); /* whatever it left running */
 	w->sandbox_pid = 0;
 	/* tell the worker now, so it need not wait for an agent that will never answer */
 	struct ipc_buf b;
 	if (w->pid > 0 && w->hello && ipc_pack_note_sandbox(&b, 0, w->sandbox_name, how) == 0)
-		spawn_send(w, &b);
+		channel_send(w, &b);
 	return true;
 }
 
 /* sandbox_local_spawn - start an agent for worker w in <root>/<name> */
-int sandbox_local_spawn(struct worker *w, const struct serve_config *cfg, const char *name,
+static int sandbox_local_spawn(struct worker *w, const struct serve_config *cfg, const char *name,
 			char *err, size_t errlen)
 {
 	char dir[512], sock[600];
@@ -382,7 +384,7 @@ int sandbox_local_spawn(struct worker *w, const struct serve_config *cfg, const 
 	char fresh[40];
 	if (!reuse) {
 		char rnd[17];
-		spawn_random_hex(rnd, 6);
+		random_hex(rnd, 6);
 		snprintf(fresh, sizeof(fresh), "kg-%s", rnd);
 		name = fresh;
 	}
@@ -465,7 +467,7 @@ int sandbox_local_spawn(struct worker *w, const struct serve_config *cfg, const 
 	}
 	if (pid == 0) {
 		setsid(); /* its own process group: killing the sandbox kills all it started */
-		spawn_child_setup(parent, true);
+		proc_child_setup(parent, true);
 		execv(path, full);
 		_exit(127);
 	}
@@ -477,10 +479,12 @@ int sandbox_local_spawn(struct worker *w, const struct serve_config *cfg, const 
 	return 0;
 }
 
-/* sandbox_local_answer - serve one REQ_SANDBOX from worker w */
-void sandbox_local_answer(struct worker *w, uint32_t seq, bool spawn, const struct serve_config *cfg)
+/* sandbox_local_answer - serve one REQ_SANDBOX from worker w (master/sandbox.h) */
+static void sandbox_local_answer(struct worker *w, uint32_t seq, bool spawn, const char *user)
 {
-	char err[256] = "", sock[600] = "";
+	const struct serve_config *cfg = w->cfg;
+	(void)user;
+	char err[1024] = "", sock[600] = "";
 	bool ok = false;
 	if (spawn) {
 		/* --claim NAME: the first sandbox is that one, and if it dies it is tried once
@@ -505,5 +509,21 @@ void sandbox_local_answer(struct worker *w, uint32_t seq, bool spawn, const stru
 	}
 	struct ipc_buf b;
 	if (ipc_pack_ans_sandbox(&b, seq, ok, err, sock, w->sandbox_name, w->sandbox_dir) == 0)
-		spawn_send(w, &b);
+		channel_send(w, &b);
 }
+
+/* sandbox_local_gone - the worker is gone: kill its sandbox; remove it now or in the background */
+static void sandbox_local_gone(struct worker *w, bool wait)
+{
+	if (wait)
+		sandbox_local_release(w);
+	else
+		sandbox_local_release_later(w);
+}
+
+const struct sandbox_backend sandbox_local_backend = {
+	.name = "local",
+	.answer = sandbox_local_answer,
+	.reaped = sandbox_local_reaped,
+	.release = sandbox_local_gone,
+};

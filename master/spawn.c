@@ -10,7 +10,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <openssl/rand.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,8 +21,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "master/sandbox_kube.h"
 #include "master/master.h"
+#include "master/sandbox.h"
 #include "master/monitor.h"
 #include "policy/limits.h"
 
@@ -35,7 +34,7 @@ bool spawn_ended(struct spawn_throttle *t, const struct worker *w, int status, b
 	if (on_purpose)
 		return false;
 	char how[96];
-	spawn_describe_status(status, how, sizeof(how));
+	proc_status_text(status, how, sizeof(how));
 	if (WIFEXITED(status) && WEXITSTATUS(status) == IPC_EXIT_CONFIG) {
 		if (!t->stopped[0]) {
 			snprintf(t->stopped, sizeof(t->stopped),
@@ -90,19 +89,6 @@ bool spawn_hello_overdue(const struct worker *w, double now)
 	       now - w->started > WORKER_HELLO_TIMEOUT_MS / 1000.0;
 }
 
-/* spawn_random_hex - nbytes random bytes from libcrypto, as 2*nbytes hex digits */
-void spawn_random_hex(char *out, size_t nbytes)
-{
-	unsigned char b[64];
-	if (nbytes > sizeof(b))
-		nbytes = sizeof(b);
-	if (RAND_bytes(b, (int)nbytes) != 1)
-		abort(); /* no randomness: session ids would be guessable */
-	for (size_t i = 0; i < nbytes; i++)
-		sprintf(out + 2 * i, "%02x", b[i]);
-	out[2 * nbytes] = '\0';
-}
-
 /* spawn_runtime_dir - create the master's private directory for sockets: 0700, or 0711 when
  * workers run as identities of their own (they must pass through to their own socket, which
  * is theirs alone; the directory cannot be listed) */
@@ -131,7 +117,7 @@ int spawn_runtime_dir(char *out, size_t cap)
 		}
 	}
 	char rnd[17];
-	spawn_random_hex(rnd, 8);
+	random_hex(rnd, 8);
 	if ((size_t)snprintf(out, cap, "%s/kode-gopher.%d.%s", base, (int)getpid(), rnd) >= cap)
 		return -ENAMETOOLONG;
 	if (mkdir(out, 0700) != 0 || chmod(out, mode) != 0)
@@ -153,49 +139,6 @@ void spawn_runtime_dir_remove(const char *dir)
 	rmdir(dir);
 }
 
-/* spawn_pipe_check - nng calls this before admitting a connection: only our child may talk */
-static void spawn_pipe_check(nng_pipe p, nng_pipe_ev ev, void *arg)
-{
-	struct worker *w = arg;
-	uint64_t pid = 0;
-	(void)ev;
-	if (nng_pipe_get_uint64(p, NNG_OPT_IPC_PEER_PID, &pid) != 0 ||
-	    pid != (uint64_t)__atomic_load_n(&w->pid, __ATOMIC_SEQ_CST)) {
-		log_warn("refusing an ipc connection from pid %d (expected worker %d)", (int)pid, (int)w->pid);
-		nng_pipe_close(p);
-	}
-}
-
-/* spawn_child_setup - in a forked child before exec (async-signal-safe calls only): die with
- * the master, stdin from /dev/null, stdout to /dev/null (the MCP stream is never a child's) or to
- * stderr, default signal state, no inherited descriptors. Returns only if all went well. */
-void spawn_child_setup(pid_t parent, bool stdout_to_stderr)
-{
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	if (getppid() != parent)
-		_exit(1);
-	int devnull = open("/dev/null", O_RDWR);
-	if (devnull >= 0) {
-		dup2(devnull, STDIN_FILENO);
-		dup2(stdout_to_stderr ? STDERR_FILENO : devnull, STDOUT_FILENO);
-		if (devnull > 2)
-			close(devnull);
-	}
-	sigset_t none;
-	sigemptyset(&none);
-	sigprocmask(SIG_SETMASK, &none, NULL);
-	signal(SIGPIPE, SIG_DFL);
-	closefrom(3);
-}
-
-/* spawn_pipe_up - the worker's pipe is connected, or gone: sends may wait only while it lives */
-static void spawn_pipe_up(nng_pipe p, nng_pipe_ev ev, void *arg)
-{
-	(void)p;
-	struct worker *w = arg;
-	__atomic_store_n(&w->connected, ev == NNG_PIPE_EV_ADD_POST, __ATOMIC_SEQ_CST);
-}
-
 /* spawn_worker - listen on a fresh ipc path, then fork+exec `kode-gopher worker` */
 int spawn_worker(struct worker *w, const struct serve_config *cfg, const char *runtime_dir,
 		 unsigned n, const char *session)
@@ -210,17 +153,10 @@ int spawn_worker(struct worker *w, const struct serve_config *cfg, const char *r
 		return -ENAMETOOLONG;
 	snprintf(url, sizeof(url), "ipc://%s", w->ipc_path);
 	int r = identity_take(w);
-	if (r == 0 && (r = chan_listen(&w->sock, url)) != 0)
+	if (r == 0 && (r = channel_listen(w)) != 0)
 		identity_release(w);
 	if (r)
 		return r;
-	nng_pipe_notify(w->sock, NNG_PIPE_EV_ADD_PRE, spawn_pipe_check, w);
-	nng_pipe_notify(w->sock, NNG_PIPE_EV_ADD_POST, spawn_pipe_up, w);
-	nng_pipe_notify(w->sock, NNG_PIPE_EV_REM_POST, spawn_pipe_up, w);
-	w->recv_fd = chan_recv_fd(w->sock);
-	/* the socket file must not be reachable by anyone else even if the dir were: it is the
-	 * worker's own identity's, or root's */
-	chmod(w->ipc_path, 0600);
 	char uid[16] = "";
 	if (w->uid && chown(w->ipc_path, w->uid, w->uid) != 0) {
 		r = -errno;
@@ -249,7 +185,7 @@ int spawn_worker(struct worker *w, const struct serve_config *cfg, const char *r
 	}
 	if (pid == 0) {
 		/* child: only async-signal-safe calls until exec */
-		spawn_child_setup(parent, false);
+		proc_child_setup(parent, false);
 		/* a worker started ahead of need yields to serving while it starts; root can give
 		 * the priority back when a session takes it (spawn_prestart_done), others could not */
 		if (strcmp(session, "-") == 0 && geteuid() == 0)
@@ -318,42 +254,8 @@ void spawn_prestart_done(const struct worker *w)
 	}
 }
 
-/* spawn_send - send to a worker; a failure means the worker is gone. A queue full of messages
- * for a live worker is waited out (up to the send timeout); a worker whose channel is gone is
- * not, so a master that holds a lock never hangs on a dead worker. */
-int spawn_send(struct worker *w, struct ipc_buf *b)
-{
-	if (w->pid <= 0 || !w->hello) {
-		ipc_buf_free(b);
-		return -ESRCH;
-	}
-	struct ipc_buf copy;
-	msgpack_sbuffer_init(&copy.sb);
-	msgpack_sbuffer_write(&copy.sb, b->sb.data, b->sb.size);
-	int r = chan_send_flags(w->sock, b, NNG_FLAG_NONBLOCK);
-	if (r == -EAGAIN && __atomic_load_n(&w->connected, __ATOMIC_SEQ_CST))
-		r = chan_send(w->sock, &copy);
-	else
-		ipc_buf_free(&copy);
-	return r;
-}
-
-/* spawn_describe_status - "exited with status 1" / "killed by signal 9 (SIGKILL)" */
-const char *spawn_describe_status(int status, char *buf, size_t cap)
-{
-	if (WIFEXITED(status))
-		snprintf(buf, cap, "exited with status %d", WEXITSTATUS(status));
-	else if (WIFSIGNALED(status))
-		snprintf(buf, cap, "killed by signal %d (SIG%s)%s", WTERMSIG(status),
-			 sigabbrev_np(WTERMSIG(status)) ? sigabbrev_np(WTERMSIG(status)) : "?",
-			 WCOREDUMP(status) ? ", core dumped" : "");
-	else
-		snprintf(buf, cap, "status 0x%x", status);
-	return buf;
-}
-
-/* spawn_stop - ask a worker to leave, wait up to grace_ms, then kill it; reaps it */
-void spawn_stop(struct worker *w, int grace_ms)
+/* spawn_stop - see master.h */
+void spawn_stop(struct worker *w, int grace_ms, bool wait)
 {
 	if (w->pid > 0) {
 		struct ipc_buf b;
@@ -374,33 +276,24 @@ void spawn_stop(struct worker *w, int grace_ms)
 		}
 		w->pid = 0;
 	}
-	sandbox_local_release(w);
-	spawn_forget(w);
-	spawn_close_channel(w);
+	spawn_forget(w, wait);
+	channel_close(w);
 }
 
-/* spawn_forget - a dead worker's last words: a release still queued (sent as the worker left)
- * gives its claim back on purpose; what it still held is let go (its identity: a release of its
- * sandbox under way keeps its own reference; its claim and relay: master/sandbox_kube.c) */
-void spawn_forget(struct worker *w)
+/* spawn_forget - see master.h. A dead worker's last words: a release still queued (sent as
+ * the worker left) gives its sandbox back on purpose; then the backend lets go of the rest,
+ * and only after that its identity (a release of its sandbox under way takes a reference of
+ * its own, master/identity.c) */
+void spawn_forget(struct worker *w, bool wait)
 {
-	identity_release(w);
+	const struct sandbox_backend *b = sandbox_backend(w->cfg);
 	struct ipc_msg m;
-	while (w->kube && w->recv_fd >= 0 && chan_recv(w->sock, &m, NNG_FLAG_NONBLOCK, NULL) == 0) {
+	while (b->released && w->recv_fd >= 0 && chan_recv(w->sock, &m, NNG_FLAG_NONBLOCK, NULL) == 0) {
 		if (m.type == IPC_REQ_SANDBOX && !w->ended && m.u.sandbox_req.op.len == 7 &&
 		    memcmp(m.u.sandbox_req.op.ptr, "release", 7) == 0)
-			sandbox_kube_released(w);
+			b->released(w);
 		ipc_msg_free(&m);
 	}
-	sandbox_kube_worker_gone(w);
-}
-
-/* spawn_close_channel - close the worker's socket (nng waits for its threads: up to 50 ms on a
- * loaded host) and remove its path; w must not be reused before this returns, since nng's pipe
- * callbacks point at it */
-void spawn_close_channel(struct worker *w)
-{
-	nng_close(w->sock);
-	w->recv_fd = -1;
-	unlink(w->ipc_path);
+	b->release(w, wait);
+	identity_release(w);
 }

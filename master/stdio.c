@@ -22,6 +22,7 @@
 
 #include "ipc/frame.h"
 #include "master/monitor.h"
+#include "master/sandbox.h"
 #include "master/stdio.h"
 #include "policy/limits.h"
 
@@ -118,7 +119,7 @@ static void relay_send_line(void *ctx, const char *line, size_t len)
 		memcpy(f->msg, line, len);
 		f->len = len;
 	}
-	if (spawn_send(&r->w, &b) != 0)
+	if (channel_send(&r->w, &b) != 0)
 		log_warn("could not pass a message to the worker; it will be answered when it restarts");
 }
 
@@ -133,7 +134,7 @@ static void relay_send_toobig(void *ctx, const char *head, size_t hlen, const ch
 	uint32_t seq = ++r->seq;
 	if (ipc_pack_req_mcp_toobig(&b, seq, head, hlen, tail, tlen, size) == 0) {
 		fl_add(r, seq, false);
-		spawn_send(&r->w, &b);
+		channel_send(&r->w, &b);
 	}
 }
 
@@ -169,7 +170,7 @@ static void relay_start_worker(struct relay *r)
 static void relay_worker_died(struct relay *r, int status)
 {
 	char how[96];
-	spawn_describe_status(status, how, sizeof(how));
+	proc_status_text(status, how, sizeof(how));
 	bool crash = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 	/* a worker that dies before serving anything is a start-up failure: throttle (Postfix);
 	 * spawn_ended reports it once per interval, or stops on a configuration error */
@@ -202,7 +203,7 @@ static void relay_worker_died(struct relay *r, int status)
 		fl_remove(r, f);
 	}
 	r->w.pid = 0;
-	spawn_stop(&r->w, 0);
+	spawn_stop(&r->w, 0, true);
 }
 
 /* ---- what the monitor (master/monitor.c) asks of this transport; ctx is the relay ---- */
@@ -216,7 +217,7 @@ static void relay_on_hello(void *ctx)
 		uint32_t seq = ++r->seq;
 		if (ipc_pack_req_mcp(&b, seq, r->init, r->init_len, true) == 0) {
 			fl_add(r, seq, true);
-			spawn_send(&r->w, &b);
+			channel_send(&r->w, &b);
 			log_info("replayed the session's initialize to the new worker");
 		}
 	}
@@ -224,7 +225,7 @@ static void relay_on_hello(void *ctx)
 		struct inflight *p = &r->fl[i];
 		struct ipc_buf b;
 		if (p->resent && p->msg && ipc_pack_req_mcp(&b, p->seq, p->msg, p->len, false) == 0)
-			spawn_send(&r->w, &b);
+			channel_send(&r->w, &b);
 	}
 }
 
@@ -332,12 +333,13 @@ static void relay_reap(struct relay *r)
 {
 	int status;
 	pid_t pid;
+	const struct sandbox_backend *sb = sandbox_backend(r->cfg);
 	while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
 		if (pid == r->w.pid) {
 			relay_drain_worker(r); /* what it said before it died still counts */
 			relay_worker_died(r, status);
 		}
-		else if (!sandbox_local_reaped(&r->w, pid, status))
+		else if (!sb->reaped || !sb->reaped(&r->w, pid, status))
 			log_debug("reaped pid %d", (int)pid);
 	}
 }
@@ -358,7 +360,7 @@ int stdio_serve(const struct serve_config *cfg)
 		free(r);
 		return 1;
 	}
-	spawn_random_hex(r->session, SESSION_ID_HEX / 2);
+	random_hex(r->session, SESSION_ID_HEX / 2);
 	log_info("kode-gopher %s serving MCP on stdio (session %.8s…)", KG_VERSION, r->session);
 	relay_start_worker(r);
 
@@ -409,7 +411,7 @@ int stdio_serve(const struct serve_config *cfg)
 			relay_start_worker(r);
 	}
 	/* a Kubernetes worker deletes its SandboxClaim on the way out: give it time for that */
-	spawn_stop(&r->w, r->cfg->kubernetes ? WORKER_LEAVE_KUBE_MS : WORKER_LEAVE_LOCAL_MS);
+	spawn_stop(&r->w, r->cfg->kubernetes ? WORKER_LEAVE_KUBE_MS : WORKER_LEAVE_LOCAL_MS, true);
 	spawn_runtime_dir_remove(r->rundir);
 	while (r->nfl)
 		fl_remove(r, &r->fl[0]);

@@ -54,6 +54,7 @@ struct waiter {
 static struct {
 	bool on;
 	utok_deliver_fn deliver;
+	void (*revoked)(const char *user);
 	pthread_mutex_t mu;
 	pthread_cond_t idle;      /* refreshing reached 0 */
 	struct ugrant g[UTOK_MAX_USERS];
@@ -78,6 +79,13 @@ void utok_init(utok_deliver_fn deliver)
 {
 	U.on = true;
 	U.deliver = deliver;
+}
+
+void utok_on_revoked(void (*fn)(const char *user))
+{
+	pthread_mutex_lock(&U.mu);
+	U.revoked = fn;
+	pthread_mutex_unlock(&U.mu);
 }
 
 bool utok_enabled(void)
@@ -333,6 +341,7 @@ static void *refresh_thread(void *arg)
 		}
 	}
 	utok_deliver_fn deliver = U.deliver;
+	void (*on_revoked)(const char *user) = U.revoked;
 	U.refreshing--;
 	if (U.refreshing == 0)
 		pthread_cond_broadcast(&U.idle);
@@ -340,7 +349,8 @@ static void *refresh_thread(void *arg)
 	oidc_grant_clear(&g);
 	if (revoked) {
 		log_warn("the Google grant of %s was revoked or has expired; they are signed out", j->user);
-		auth_user_revoked(j->user);
+		if (on_revoked)
+			on_revoked(j->user);
 	} else if (r == 0) {
 		log_info("refreshed the Google token of %s", j->user);
 	}

@@ -38,6 +38,9 @@ void utok_answer_clear(struct utok_answer *a);
 typedef void (*utok_deliver_fn)(pid_t pid, const char *session, uint32_t seq, const struct utok_answer *a);
 
 void utok_init(utok_deliver_fn deliver);
+/* utok_on_revoked - who is told that a user's Google grant is gone (master/auth.c ends their
+ * refresh tokens): a hook, so that this file, below auth.c, never calls up into it */
+void utok_on_revoked(void (*fn)(const char *user));
 bool utok_enabled(void);
 /* utok_signed_in - keep user's grant (the tokens are moved out of g) */
 struct oidc_grant;

@@ -44,6 +44,13 @@ for t in "$BUILD"/tests/test_*; do
 	count_tap "$log/$name.tap"
 done
 
+# the layers: no two files of a folder call each other, lib/ calls nothing above it (read from
+# the build's object files; tests/layers/check.sh)
+echo "== layers: tests/layers/check.sh"
+tests/layers/check.sh "$BUILD" >"$log/layers.tap"
+cat "$log/layers.tap"
+count_tap "$log/layers.tap"
+
 # the fuzz gate: every libFuzzer target for 20 s from the checked-in corpus (tests/fuzz/gate.sh
 # builds them with clang; a finding is a "not ok" naming the target and its artifact; a machine
 # without clang prints "1..0 # SKIP reason", counted as neither)

@@ -16,17 +16,6 @@
 
 static const char *const mcp_versions[] = { "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05" };
 
-/* RFC 5424 severities, as MCP's logging/setLevel names them, most severe first */
-static const char *const mcp_log_levels[] = { "emergency", "alert", "critical", "error",
-					      "warning", "notice", "info", "debug" };
-
-#define RPC_PARSE_ERROR -32700
-#define RPC_INVALID_REQUEST -32600
-#define RPC_METHOD_NOT_FOUND -32601
-#define RPC_INVALID_PARAMS -32602
-#define RPC_INTERNAL_ERROR -32603
-#define RPC_SERVER_ERROR -32000
-
 static const char mcp_instructions[] =
 	"kode-gopher runs Go code in a sandbox with the Google Cloud Go libraries precompiled. "
 	"Use execute_go_code to run a snippet (any package but main declaring "
@@ -37,104 +26,10 @@ static const char mcp_instructions[] =
 	"_test.go files runs go test. Use lookup_package_docs to read `go doc` output for a package or symbol before "
 	"guessing an API.";
 
-/* mcp_reply - answer REQ_MCP seq (every REQ_MCP gets exactly one ANS_MCP, maybe empty) */
-void mcp_reply(struct session *s, uint32_t seq, json_t *response)
-{
-	char *text = NULL;
-	size_t len = 0;
-	json_t *id = NULL;
-	if (response) {
-		text = json_dumps(response, JSON_COMPACT);
-		len = text ? strlen(text) : 0;
-		id = json_incref(json_object_get(response, "id"));
-		json_decref(response);
-	}
-	struct ipc_buf b;
-	int r = ipc_pack_ans_mcp(&b, seq, text ? text : "", len);
-	if (r == -EMSGSIZE) {
-		/* never silence: the client would wait for this answer for ever */
-		log_error("a response of %zu bytes is over the %u MiB message limit; answering with an "
-			  "error instead", len, MCP_MAX_MESSAGE >> 20);
-		free(text);
-		char msg[300];
-		snprintf(msg, sizeof(msg), "The answer to this request is %zu bytes, over the %u MiB "
-			 "message limit, so it cannot be sent. Ask for less (fewer tests or less output "
-			 "per call; large results belong in files under /app/out).", len,
-			 MCP_MAX_MESSAGE >> 20);
-		json_t *e = mcp_error(id, RPC_INTERNAL_ERROR, msg);
-		text = json_dumps(e, JSON_COMPACT);
-		json_decref(e);
-		len = text ? strlen(text) : 0;
-		r = ipc_pack_ans_mcp(&b, seq, text ? text : "", len);
-	}
-	json_decref(id);
-	if (r == 0)
-		session_send(s, &b);
-	free(text);
-}
-
-/* mcp_error - a JSON-RPC error response */
-json_t *mcp_error(json_t *id, int code, const char *message)
-{
-	return json_pack("{s:s, s:O, s:{s:i, s:s}}", "jsonrpc", "2.0", "id", id ? id : json_null(),
-			 "error", "code", code, "message", message);
-}
-
 /* mcp_result - a JSON-RPC success response (steals result) */
 static json_t *mcp_result(json_t *id, json_t *result)
 {
 	return json_pack("{s:s, s:O, s:o}", "jsonrpc", "2.0", "id", id, "result", result);
-}
-
-/* mcp_notify - a server notification, tied to request seq rel (0: none) for the transport */
-void mcp_notify(struct session *s, uint32_t rel, const char *method, json_t *params)
-{
-	json_t *n = json_pack("{s:s, s:s, s:o}", "jsonrpc", "2.0", "method", method, "params", params);
-	char *text = n ? json_dumps(n, JSON_COMPACT) : NULL;
-	json_decref(n);
-	struct ipc_buf b;
-	if (text && ipc_pack_note_mcp(&b, session_next_seq(s), rel, text, strlen(text)) == 0)
-		session_send(s, &b);
-	free(text);
-}
-
-/* mcp_log_enabled - does the client's logging/setLevel (warning until it sends one) let a
- * message of this level through? */
-bool mcp_log_enabled(struct session *s, const char *level)
-{
-	int lv = 0;
-	for (int i = 0; i < 8; i++)
-		if (strcmp(mcp_log_levels[i], level) == 0)
-			lv = i;
-	pthread_mutex_lock(&s->mu);
-	bool pass = lv <= s->mcp_log_level && s->state != WS_BEFORE_INIT;
-	pthread_mutex_unlock(&s->mu);
-	return pass;
-}
-
-/* mcp_log_data - notifications/message with structured data (stolen), on request rel's
- * stream, if the level passes */
-void mcp_log_data(struct session *s, uint32_t rel, const char *level, json_t *data)
-{
-	if (!data || !mcp_log_enabled(s, level)) {
-		json_decref(data);
-		return;
-	}
-	mcp_notify(s, rel, "notifications/message",
-		   json_pack("{s:s, s:s, s:o}", "level", level, "logger", "kode-gopher", "data", data));
-}
-
-/* mcp_log - a sentence of the server's about request rel, if the client's level lets it through */
-void mcp_log(struct session *s, uint32_t rel, const char *level, const char *fmt, ...)
-{
-	if (!mcp_log_enabled(s, level))
-		return;
-	char msg[512];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	mcp_log_data(s, rel, level, json_pack("{s:s, s:s}", "stream", "server", "text", msg));
 }
 
 /* valid_id - JSON-RPC ids are strings or integers here (null is not an id for a request) */
@@ -188,7 +83,7 @@ static json_t *on_set_level(struct session *s, json_t *id, json_t *params)
 {
 	const char *level = NULL;
 	json_unpack(params, "{s:s}", "level", &level);
-	for (int i = 0; level && i < 8; i++)
+	for (int i = 0; level && i < MCP_LOG_LEVELS; i++)
 		if (strcmp(level, mcp_log_levels[i]) == 0) {
 			pthread_mutex_lock(&s->mu);
 			s->mcp_log_level = i;
@@ -198,45 +93,6 @@ static json_t *on_set_level(struct session *s, json_t *id, json_t *params)
 	return mcp_error(id, RPC_INVALID_PARAMS,
 			 "logging/setLevel needs params.level: one of debug, info, notice, warning, "
 			 "error, critical, alert, emergency");
-}
-
-/* One JSON-RPC batch (protocol 2025-03-26): its answers, gathered under s->mu until every
- * element has been handled and the last of its tool calls has finished. */
-struct mcp_batch {
-	uint32_t seq;
-	json_t *responses;   /* array */
-	int waiting;         /* its tool calls not answered yet */
-	bool dispatched;     /* every element has been handled */
-};
-
-/* batch_send - the batch's one answer: the array, or nothing if it held only notifications */
-static void batch_send(struct session *s, struct mcp_batch *b)
-{
-	if (json_array_size(b->responses))
-		mcp_reply(s, b->seq, b->responses);
-	else {
-		json_decref(b->responses);
-		mcp_reply(s, b->seq, NULL);
-	}
-	free(b);
-}
-
-/* mcp_answer_job - see worker.h */
-void mcp_answer_job(struct session *s, struct job *j, json_t *response)
-{
-	struct mcp_batch *b = j->batch;
-	if (!b) {
-		mcp_reply(s, j->seq, response);
-		return;
-	}
-	j->batch = NULL;
-	pthread_mutex_lock(&s->mu);
-	if (response)
-		json_array_append_new(b->responses, response);
-	bool last = --b->waiting == 0 && b->dispatched;
-	pthread_mutex_unlock(&s->mu);
-	if (last)
-		batch_send(s, b);
 }
 
 /* queue_full - would one more call of len bytes pass the session's queue limits? (a sentence) */
@@ -471,7 +327,7 @@ static void handle_batch(struct session *s, uint32_t seq, json_t *root)
 	bool last = b->waiting == 0;
 	pthread_mutex_unlock(&s->mu);
 	if (last)
-		batch_send(s, b);
+		mcp_batch_send(s, b);
 }
 
 /* mcp_handle - one client message, start to finish */

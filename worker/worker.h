@@ -145,7 +145,7 @@ struct session {
 	char files_digest[65];
 };
 
-/* worker/main.c */
+/* worker/session.c: the session's state and its way to the master (calls no other file) */
 int session_send(struct session *s, struct ipc_buf *b);
 uint32_t session_next_seq(struct session *s);
 void session_set_state(struct session *s, enum worker_state st);
@@ -153,6 +153,29 @@ void session_set_state(struct session *s, enum worker_state st);
 /* worker/mcp.c: the JSON-RPC / MCP layer */
 void mcp_handle(struct session *s, uint32_t seq, const char *msg, size_t len, bool replay);
 void mcp_handle_toobig(struct session *s, uint32_t seq, const struct ipc_toobig *t);
+/* mcp_scan_id - best-effort recovery of a top-level "id" from the two ends of a dropped line */
+json_t *mcp_scan_id(const char *head, size_t hlen, const char *tail, size_t tlen);
+
+/* worker/mcp_send.c: what goes to the client (below mcp.c and the call thread) */
+#define RPC_PARSE_ERROR -32700
+#define RPC_INVALID_REQUEST -32600
+#define RPC_METHOD_NOT_FOUND -32601
+#define RPC_INVALID_PARAMS -32602
+#define RPC_INTERNAL_ERROR -32603
+#define RPC_SERVER_ERROR -32000
+/* RFC 5424 severities, as MCP's logging/setLevel names them, most severe first */
+#define MCP_LOG_LEVELS 8
+extern const char *const mcp_log_levels[MCP_LOG_LEVELS];
+/* One JSON-RPC batch (protocol 2025-03-26): its answers, gathered under s->mu until every
+ * element has been handled and the last of its tool calls has finished. */
+struct mcp_batch {
+	uint32_t seq;
+	json_t *responses;   /* array */
+	int waiting;         /* its tool calls not answered yet */
+	bool dispatched;     /* every element has been handled */
+};
+/* mcp_batch_send - the batch's one answer (frees b) */
+void mcp_batch_send(struct session *s, struct mcp_batch *b);
 /* mcp_reply - answer REQ_MCP seq with a response (steals the reference; NULL = no response) */
 void mcp_reply(struct session *s, uint32_t seq, json_t *response);
 json_t *mcp_error(json_t *id, int code, const char *message);
@@ -168,8 +191,6 @@ void mcp_log(struct session *s, uint32_t rel, const char *level, const char *fmt
 /* mcp_log_data - the same with structured data (stolen) */
 void mcp_log_data(struct session *s, uint32_t rel, const char *level, json_t *data);
 bool mcp_log_enabled(struct session *s, const char *level);
-/* mcp_scan_id - best-effort recovery of a top-level "id" from the two ends of a dropped line */
-json_t *mcp_scan_id(const char *head, size_t hlen, const char *tail, size_t tlen);
 
 /* worker/tools.c: the tools' descriptions and argument checks */
 #define TOOLS_TEST_PATTERN_MAX 256 /* test.run, skip, bench (agent/pipeline.c checks again) */
@@ -217,7 +238,7 @@ bool sandbox_lost(struct session *s, int rc);
 /* sandbox_end - session end: give the sandbox back (Kubernetes: delete or keep the claim) */
 void sandbox_end(struct session *s);
 
-/* worker/main.c: the process title for the current state */
+/* worker/session.c: the process title for the current state */
 void session_title(struct session *s);
 
 /* worker/monitor_wrap.c: requests to the master */

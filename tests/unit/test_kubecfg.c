@@ -307,7 +307,7 @@ static void run_load_n(const struct serve_config *cfg, int loads, const char *co
 	char how[128];
 	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
 		fail_msg("the child that ran kubecfg_load %s",
-			 spawn_describe_status(status, how, sizeof(how)));
+			 proc_status_text(status, how, sizeof(how)));
 	struct child_report rep;
 	assert_true(len >= sizeof(rep));
 	memcpy(&rep, buf, sizeof(rep));
