@@ -358,7 +358,9 @@ int auth_init(const struct serve_config *cfg, const char *where)
 	/* the sign-ins of a store belong to this resource, this provider and this OAuth client */
 	char bind[3 * AUTH_MAX_URI_BYTES + 16];
 	snprintf(bind, sizeof(bind), "%s %s", A.resource, oidc_binding());
-	if (tstore_open(cfg, bind, err, sizeof(err)) != 0) {
+	static const struct tstore_owner signins = { auth_store_dump, auth_store_load },
+					 grants = { utok_store_dump, utok_store_load };
+	if (tstore_open(cfg, bind, &signins, &grants, err, sizeof(err)) != 0) {
 		log_error("%s", err);
 		return -1;
 	}

@@ -56,6 +56,7 @@ static struct {
 	pthread_cond_t work, done;
 	unsigned long want, written; /* generations asked for, and on disk (or given up) */
 	bool stop, failing;
+	struct tstore_owner auth, users; /* what is kept, and by whom (tstore_open) */
 } S = { .mu = PTHREAD_MUTEX_INITIALIZER, .work = PTHREAD_COND_INITIALIZER, .done = PTHREAD_COND_INITIALIZER };
 
 /* ---- the key and the seal ---- */
@@ -231,8 +232,8 @@ static int write_store(const unsigned char *blob, size_t len, char *err, size_t 
 /* save - a snapshot of both owners, sealed and written; 0 or -1 (err says why) */
 static int save(char *err, size_t cap)
 {
-	json_t *doc = json_pack("{s:i, s:s, s:o, s:o}", "version", 1, "bind", S.bind, "auth", auth_store_dump(),
-				"users", utok_store_dump());
+	json_t *doc = json_pack("{s:i, s:s, s:o, s:o}", "version", 1, "bind", S.bind, "auth", S.auth.dump(),
+				"users", S.users.dump());
 	char *plain = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
 	json_decref(doc);
 	if (!plain) {
@@ -310,18 +311,21 @@ static int load(const struct serve_config *cfg, const char *text, size_t len, ch
 		json_decref(doc);
 		return 0;
 	}
-	int na = auth_store_load(a, err, cap);
+	int na = S.auth.load(a, err, cap);
 	/* without --credentials user no Google grant is needed: the next write leaves them out */
 	bool user = cfg->credentials && strcmp(cfg->credentials, "user") == 0;
-	int nu = na < 0 ? -1 : user ? utok_store_load(u, err, cap) : 0;
+	int nu = na < 0 ? -1 : user ? S.users.load(u, err, cap) : 0;
 	json_decref(doc);
 	return na < 0 || nu < 0 ? -1 : na + nu;
 }
 
-int tstore_open(const struct serve_config *cfg, const char *bind, char *err, size_t cap)
+int tstore_open(const struct serve_config *cfg, const char *bind, const struct tstore_owner *auth,
+		const struct tstore_owner *users, char *err, size_t cap)
 {
 	if (!cfg->token_store)
 		return 0;
+	S.auth = *auth;
+	S.users = *users;
 	snprintf(S.path, sizeof(S.path), "%s", cfg->token_store);
 	S.bind = strdup(bind);
 	unsigned char *kb = NULL, *blob = NULL;

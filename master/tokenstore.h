@@ -32,11 +32,21 @@ int tstore_seal(const unsigned char key[TSTORE_KEY_BYTES], const unsigned char *
 int tstore_unseal(const unsigned char key[TSTORE_KEY_BYTES], const unsigned char *blob, size_t len,
 		  unsigned char **plain, size_t *plainlen);
 
+/* What an owner keeps: a JSON snapshot taken under its own lock, and its load at start-up
+ * (before any request). The owners hand these in (tstore_open), so this file, below them,
+ * never calls up into them (tests/layers/check.sh). */
+struct tstore_owner {
+	json_t *(*dump)(void);
+	int (*load)(const json_t *v, char *err, size_t cap);
+};
+
 /* tstore_open - at start-up, after the provider is known: read the key, load the store (if the
- * file exists) into auth.c and usertoken.c, write it once (so a directory that cannot be
- * written is said now) and start the writer; bind names the server the sign-ins belong to (its
- * resource, the provider, the OAuth client). 0, or -1 with a sentence in err */
-int tstore_open(const struct serve_config *cfg, const char *bind, char *err, size_t cap);
+ * file exists) into its owners (auth: master/auth.c's sign-ins; users: master/usertoken.c's
+ * Google grants), write it once (so a directory that cannot be written is said now) and start
+ * the writer; bind names the server the sign-ins belong to (its resource, the provider, the
+ * OAuth client). 0, or -1 with a sentence in err */
+int tstore_open(const struct serve_config *cfg, const char *bind, const struct tstore_owner *auth,
+		const struct tstore_owner *users, char *err, size_t cap);
 bool tstore_enabled(void);
 /* tstore_changed - something to keep has changed (callable under auth.c's or usertoken.c's
  * lock); returns its generation, for tstore_sync */
@@ -47,8 +57,7 @@ void tstore_sync(unsigned long gen);
 /* tstore_close - write what is pending, stop the writer, wipe the key */
 void tstore_close(void);
 
-/* what each owner keeps: a JSON snapshot taken under its own lock, and its load at start-up
- * (before any request); master/auth.c and master/usertoken.c */
+/* the owners' halves of struct tstore_owner: master/auth.c and master/usertoken.c */
 json_t *auth_store_dump(void);
 int auth_store_load(const json_t *v, char *err, size_t cap);
 json_t *utok_store_dump(void);
