@@ -36,7 +36,20 @@
 /* Everything but the inputs that decides what `go build` produces; part of the cache key so a
  * change of flags here invalidates old binaries. */
 static const char gobuild_flags_tag[] =
-	"kode-gopher bin v2\0go build -trimpath -buildvcs=false -ldflags=-s -w\0CGO_ENABLED=0 GOFLAGS=-mod=mod";
+	"kode-gopher bin v3\0go build -trimpath -buildvcs=false -ldflags=" GOBUILD_LDFLAGS
+	" -gcflags=" GOBUILD_MAIN_GCFLAGS "\0CGO_ENABLED=0 GOFLAGS=-mod=mod";
+
+/* gobuild_build_flags - see gobuild.h */
+const char *const gobuild_build_flags[] = {
+	"-trimpath", "-buildvcs=false",
+	/* no symbol table or DWARF: stacks still come from pclntab, and the link is a third
+	 * faster */
+	"-ldflags=" GOBUILD_LDFLAGS,
+	/* the main package only (a -gcflags without a pattern applies to the packages named):
+	 * docs/snippets-and-results.md, "How a call is built" */
+	"-gcflags=" GOBUILD_MAIN_GCFLAGS,
+	NULL,
+};
 
 /* pathf - snprintf into a path buffer; -ENAMETOOLONG instead of a silently cut path */
 static int pathf(char *buf, size_t len, const char *fmt, ...)
@@ -84,6 +97,14 @@ static void envb_add(struct envb *b, const char *name, const char *value)
 }
 
 /* go_env - the toolchain's whole environment; online adds the agent's proxy settings */
+static char **go_env(const struct gobuild_env *e, bool online);
+
+/* gobuild_environ - see gobuild.h */
+char **gobuild_environ(const struct gobuild_env *e)
+{
+	return go_env(e, false);
+}
+
 static char **go_env(const struct gobuild_env *e, bool online)
 {
 	struct envb b = { 0 };
@@ -189,34 +210,60 @@ static int run_go(const struct gobuild_env *e, bool online, const char *dir,
 }
 
 static pthread_mutex_t version_lock = PTHREAD_MUTEX_INITIALIZER;
-static char version_cache[64];
+static struct gobuild_tools tools_cache;
 static char version_bin[PATH_MAX];
 
-/* gobuild_go_version - see gobuild.h */
-int gobuild_go_version(const struct gobuild_env *e, char *out, size_t outlen)
+/* gobuild_toolchain - see gobuild.h */
+int gobuild_toolchain(const struct gobuild_env *e, struct gobuild_tools *t)
 {
 	int rc = 0;
 	pthread_mutex_lock(&version_lock);
-	if (!version_cache[0] || strcmp(version_bin, e->go_bin) != 0) {
-		const char *argv[] = { e->go_bin, "env", "GOVERSION", NULL };
+	if (!tools_cache.version[0] || strcmp(version_bin, e->go_bin) != 0) {
+		const char *argv[] = { e->go_bin, "env", "GOVERSION", "GOROOT", "GOTOOLDIR", NULL };
 		struct runproc_result r;
-		rc = run_go(e, false, NULL, argv, 60000, 4096, false, &r);
+		memset(&tools_cache, 0, sizeof(tools_cache));
+		rc = run_go(e, false, NULL, argv, 60000, 3 * PATH_MAX, false, &r);
 		if (rc == 0) {
-			size_t n = strcspn(r.out.data, "\r\n");
-			if (r.exit_code != 0 || n == 0 || n >= sizeof(version_cache)) {
-				log_error("go env GOVERSION failed: %.200s", r.err.data);
-				rc = -EIO;
-			} else {
-				memcpy(version_cache, r.out.data, n);
-				version_cache[n] = '\0';
-				snprintf(version_bin, sizeof(version_bin), "%s", e->go_bin);
+			char *fields[3] = { tools_cache.version, tools_cache.goroot,
+					    tools_cache.tooldir };
+			size_t caps[3] = { sizeof(tools_cache.version), sizeof(tools_cache.goroot),
+					   sizeof(tools_cache.tooldir) };
+			const char *p = r.out.data;
+			for (int i = 0; i < 3 && rc == 0; i++) {
+				size_t n = strcspn(p, "\r\n");
+				/* GOROOT and GOTOOLDIR are absolute; a version like go1.26.8 */
+				if (r.exit_code != 0 || n == 0 || n >= caps[i] ||
+				    (i > 0 && p[0] != '/')) {
+					log_error("go env GOVERSION GOROOT GOTOOLDIR failed: %.200s",
+						  r.err.data);
+					rc = -EIO;
+					break;
+				}
+				memcpy(fields[i], p, n);
+				fields[i][n] = '\0';
+				p += n;
+				p += strspn(p, "\r\n");
 			}
+			if (rc == 0)
+				snprintf(version_bin, sizeof(version_bin), "%s", e->go_bin);
+			else
+				memset(&tools_cache, 0, sizeof(tools_cache));
 			runproc_result_free(&r);
 		}
 	}
 	if (rc == 0)
-		snprintf(out, outlen, "%s", version_cache);
+		*t = tools_cache;
 	pthread_mutex_unlock(&version_lock);
+	return rc;
+}
+
+/* gobuild_go_version - see gobuild.h */
+int gobuild_go_version(const struct gobuild_env *e, char *out, size_t outlen)
+{
+	struct gobuild_tools t;
+	int rc = gobuild_toolchain(e, &t);
+	if (rc == 0)
+		snprintf(out, outlen, "%s", t.version);
 	return rc;
 }
 
@@ -458,39 +505,107 @@ static void cache_prune(const char *bindir)
 	closedir(d);
 }
 
-/* gobuild_build - see gobuild.h */
-int gobuild_build(const struct gobuild_env *e, const char *app_dir, const char *state_dir,
-		  const char *hex, struct runproc_result *r, bool *built)
+/* gobuild_cache_put - see gobuild.h */
+int gobuild_cache_put(const char *state_dir, const char *tmp, const char *hex)
 {
-	char bindir[PATH_MAX], tmp[PATH_MAX], final[PATH_MAX];
-	*built = false;
+	char bindir[PATH_MAX], final[PATH_MAX];
 	if (pathf(bindir, sizeof(bindir), "%s/bin", state_dir) < 0 ||
-	    pathf(tmp, sizeof(tmp), "%s/build-%s-%d", e->tmpdir, hex, (int)getpid()) < 0 ||
 	    pathf(final, sizeof(final), "%s/%s", bindir, hex) < 0)
 		return -ENAMETOOLONG;
 	if (mkdir(bindir, 0700) < 0 && errno != EEXIST)
 		return -errno;
+	if (rename(tmp, final) < 0)
+		return -errno;
+	cache_prune(bindir);
+	return 0;
+}
+
+/* work_dir - the first line go build -work prints, "WORK=<dir>", taken out of r's output; dir
+ * is kept only when it is a go-build directory below our own TMPDIR */
+static void work_dir(const struct gobuild_env *e, struct runproc_result *r, char *dir, size_t len)
+{
+	dir[0] = '\0';
+	if (!r->out.data || strncmp(r->out.data, "WORK=", 5) != 0)
+		return;
+	size_t n = strcspn(r->out.data, "\n");
+	size_t tl = strlen(e->tmpdir);
+	const char *p = r->out.data + 5;
+	size_t pl = n - 5;
+	if (pl < len && pl > tl + 10 && strncmp(p, e->tmpdir, tl) == 0 &&
+	    strncmp(p + tl, "/go-build", 9) == 0 && !memchr(p + tl + 1, '/', pl - tl - 1)) {
+		memcpy(dir, p, pl);
+		dir[pl] = '\0';
+	}
+	size_t cut = r->out.data[n] == '\n' ? n + 1 : n;
+	memmove(r->out.data, r->out.data + cut, r->out.len - cut + 1);
+	r->out.len -= cut;
+}
+
+/* gobuild_work_remove - see gobuild.h */
+void gobuild_work_remove(const char *dir)
+{
+	if (!dir || !dir[0])
+		return;
+	const char *slash = strrchr(dir, '/');
+	char parent[PATH_MAX];
+	if (!slash || pathf(parent, sizeof(parent), "%.*s", (int)(slash - dir), dir) < 0)
+		return;
+	int pfd = open(parent[0] ? parent : "/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (pfd < 0)
+		return;
+	int rc = fs_rm_tree_at(pfd, slash + 1);
+	if (rc < 0 && rc != -ENOENT)
+		log_warn("go's work directory %s could not be removed: %s", dir, strerror(-rc));
+	close(pfd);
+}
+
+/* gobuild_build - see gobuild.h */
+int gobuild_build(const struct gobuild_env *e, const char *app_dir, const char *state_dir,
+		  const char *hex, struct runproc_result *r, bool *built, char *work,
+		  size_t worklen)
+{
+	char bindir[PATH_MAX], tmp[PATH_MAX], wd[PATH_MAX];
+	*built = false;
+	if (work && worklen)
+		work[0] = '\0';
+	if (pathf(bindir, sizeof(bindir), "%s/bin", state_dir) < 0 ||
+	    pathf(tmp, sizeof(tmp), "%s/build-%s-%d", e->tmpdir, hex, (int)getpid()) < 0)
+		return -ENAMETOOLONG;
+	if (mkdir(bindir, 0700) < 0 && errno != EEXIST)
+		return -errno;
 	unlink(tmp);
-	const char *argv[] = { e->go_bin, "build", "-trimpath", "-buildvcs=false",
-			       /* no symbol table or DWARF: stacks still come from pclntab, and the
-				* link is a third faster */
-			       "-ldflags=-s -w", "-o", tmp, ".",
-			       NULL };
+	const char *argv[16];
+	size_t na = 0;
+	argv[na++] = e->go_bin;
+	argv[na++] = "build";
+	for (const char *const *f = gobuild_build_flags; *f; f++)
+		argv[na++] = *f;
+	/* keep go's work directory: its importcfg files are what the direct path
+	 * (agent/fastbuild.c) builds later calls with */
+	argv[na++] = "-work";
+	argv[na++] = "-o";
+	argv[na++] = tmp;
+	argv[na++] = ".";
+	argv[na] = NULL;
 	int rc = run_go(e, false, app_dir, argv, GOBUILD_TIMEOUT_MS, GOBUILD_OUTPUT_CAP, true, r);
 	if (rc < 0)
 		return rc;
+	work_dir(e, r, wd, sizeof(wd));
 	if (r->exit_code == 0 && !r->timed_out) {
-		if (rename(tmp, final) < 0) {
-			rc = -errno;
+		if ((rc = gobuild_cache_put(state_dir, tmp, hex)) < 0) {
 			runproc_result_free(r);
 			unlink(tmp);
+			gobuild_work_remove(wd);
 			return rc;
 		}
 		*built = true;
-		cache_prune(bindir);
 	} else {
 		unlink(tmp);
 	}
+	if (*built && work && worklen > strlen(wd))
+		snprintf(work, worklen, "%s", wd);
+	else
+		gobuild_work_remove(wd);
 	return 0;
 }
 

@@ -10,6 +10,7 @@
 #ifndef KG_GOBUILD_H
 #define KG_GOBUILD_H
 
+#include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -21,6 +22,12 @@
 #define GOBUILD_CACHE_MAX    16                /* binaries kept in state_dir/bin (LRU) */
 #define GOBUILD_MAX_MISSING  64                /* import paths resolved in one go get */
 #define GOBUILD_DEFAULT_PROXY "https://proxy.golang.org,direct"
+/* the linker flags of every build: no symbol table, no DWARF */
+#define GOBUILD_LDFLAGS      "-s -w"
+/* the compiler flags of the main package (never its dependencies): no inlining, which cuts
+ * the compile of a main package that instantiates many generics (the Cloud clients) by about
+ * a third; the trade is in docs/snippets-and-results.md */
+#define GOBUILD_MAIN_GCFLAGS "-l"
 
 struct gobuild_env {
 	const char *go_bin;       /* "go" or an absolute path */
@@ -37,8 +44,23 @@ struct gobuild_modfiles {
 	const char *source;       /* "session" (saved after a tidy), "lockfile" or "default" */
 };
 
-/* gobuild_go_version - "go1.26.8" from `go env GOVERSION`, asked once per process */
+/* The toolchain, from `go env GOVERSION GOROOT GOTOOLDIR`, asked once per process. */
+struct gobuild_tools {
+	char version[64];         /* "go1.26.8" */
+	char goroot[PATH_MAX];
+	char tooldir[PATH_MAX];   /* where compile and link are */
+};
+int gobuild_toolchain(const struct gobuild_env *e, struct gobuild_tools *t);
+
+/* gobuild_go_version - "go1.26.8" (gobuild_toolchain's) */
 int gobuild_go_version(const struct gobuild_env *e, char *out, size_t outlen);
+
+/* gobuild_environ - the whole environment every offline go command gets (NULL-terminated,
+ * free with gobuild_strv_free); NULL when out of memory */
+char **gobuild_environ(const struct gobuild_env *e);
+
+/* gobuild_build_flags - the flags of `go build` between "build" and "-o", NULL-terminated */
+extern const char *const gobuild_build_flags[];
 
 /* gobuild_load_modfiles - state_dir/go.mod+go.sum if a resolve saved them, else
  * runtime_dir/lock/go.mod+go.sum, else a bare `module app` for goversion (no precompiled modules) */
@@ -63,12 +85,23 @@ int gobuild_cache_key(const struct src_file *files, size_t n, const struct gobui
 int gobuild_cache_lookup(const char *state_dir, const char *hex, char *path, size_t pathlen);
 
 /*
- * gobuild_build - `go build -trimpath -o <tmp> .` in app_dir (offline); on success the binary
- * lands in state_dir/bin/<hex> and *built is true. r gets the compiler output (merged
- * stdout+stderr in r->out) and status. Returns 0 when go ran, negative errno when it could not.
+ * gobuild_build - `go build <gobuild_build_flags> -work -o <tmp> .` in app_dir (offline); on
+ * success the binary lands in state_dir/bin/<hex> and *built is true. r gets the compiler
+ * output (merged stdout+stderr in r->out, without go's WORK= line) and status. When built and
+ * work is not NULL, work gets go's kept work directory (its b001/ holds the main package's
+ * importcfg files); the caller removes it with gobuild_work_remove. Otherwise it is removed
+ * here. Returns 0 when go ran, negative errno when it could not.
  */
 int gobuild_build(const struct gobuild_env *e, const char *app_dir, const char *state_dir,
-		  const char *hex, struct runproc_result *r, bool *built);
+		  const char *hex, struct runproc_result *r, bool *built, char *work,
+		  size_t worklen);
+
+/* gobuild_work_remove - remove a work directory gobuild_build handed out ("" is nothing) */
+void gobuild_work_remove(const char *dir);
+
+/* gobuild_cache_put - move the binary at tmp to state_dir/bin/<hex> (same file system) and
+ * keep the binary cache within GOBUILD_CACHE_MAX */
+int gobuild_cache_put(const char *state_dir, const char *tmp, const char *hex);
 
 /*
  * gobuild_test_build - `go test -c -o <out> [-cover] ./<dir>` in app_dir (offline, vet as go test

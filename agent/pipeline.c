@@ -30,6 +30,7 @@
 
 #include "agent/artifacts.h"
 #include "agent/diag.h"
+#include "agent/fastbuild.h"
 #include "agent/gobuild.h"
 #include "agent/gotest.h"
 #include "agent/metadata.h"
@@ -306,6 +307,7 @@ static json_t *result_new(void)
 	json_object_set_new(o, "duration_ms", json_integer(0));
 	json_object_set_new(o, "tidied", json_false());
 	json_object_set_new(o, "cached_build", json_false());
+	json_object_set_new(o, "build_path", json_null());
 	json_object_set_new(o, "result", json_null());
 	json_object_set_new(o, "stdout", json_string(""));
 	json_object_set_new(o, "stderr", json_string(""));
@@ -1543,6 +1545,7 @@ json_t *pipeline_execute(const struct pipeline_config *cfg, json_t *req,
 	/* 3. write */
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	struct gobuild_modfiles mf = { 0 };
+	struct fastbuild_call fbc = { 0 };
 	char goversion[64], hex[65], bin[PATH_MAX];
 	char **pkgs = NULL;
 	char **envp = NULL;
@@ -1607,14 +1610,35 @@ json_t *pipeline_execute(const struct pipeline_config *cfg, json_t *req,
 	if (cached)
 		progress_say(progress, ctx, "build", "using the binary built for identical files");
 
-	/* 5. build, resolving imports once if go.mod does not cover them */
+	/* 5. build: directly with compile and link when an earlier go build left a plan for
+	 * these imports (agent/fastbuild.c), else go build, resolving imports once if go.mod does
+	 * not cover them */
 	struct runproc_result br = { 0 };
-	bool built = cached;
+	bool built = cached, direct = false;
+	if (!cached) {
+		if ((rc = fastbuild_prepare(&c.env, c.app_dir, nr.files, nr.nfiles, &mf, &fbc)) < 0) {
+			json_decref(o);
+			o = internal_result("out of memory");
+			goto out;
+		}
+		if (fbc.eligible) {
+			progress_say(progress, ctx, "build", "compiling and linking directly");
+			clock_gettime(CLOCK_MONOTONIC, &ts);
+			built = direct = fastbuild_build(&c.env, &fbc, c.app_dir, c.state_dir, hex) == 1;
+			tm.build_ms += mono_since_ms(&ts);
+		}
+	}
 	for (int attempt = 0; !built && attempt < 2; attempt++) {
 		progress_say(progress, ctx, "build", attempt ? "building again with the added modules"
 							     : "go build");
+		char work[PATH_MAX];
 		clock_gettime(CLOCK_MONOTONIC, &ts);
-		rc = gobuild_build(&c.env, c.app_dir, c.state_dir, hex, &br, &built);
+		rc = gobuild_build(&c.env, c.app_dir, c.state_dir, hex, &br, &built, work,
+				   sizeof(work));
+		if (rc == 0 && built) {
+			fastbuild_capture(&c.env, &fbc, work);
+			gobuild_work_remove(work);
+		}
 		tm.build_ms += mono_since_ms(&ts);
 		if (rc < 0) {
 			json_decref(o);
@@ -1671,10 +1695,19 @@ json_t *pipeline_execute(const struct pipeline_config *cfg, json_t *req,
 		    gobuild_cache_key(nr.files, nr.nfiles, &mf, goversion, hex) == 0 &&
 		    gobuild_cache_lookup(c.state_dir, hex, bin, sizeof(bin)) == 1)
 			built = cached = true;
+		/* the plan this build leaves is for the new go.mod */
+		fastbuild_call_free(&fbc);
+		if (fastbuild_prepare(&c.env, c.app_dir, nr.files, nr.nfiles, &mf, &fbc) < 0)
+			fbc.eligible = false;
+		snprintf(fbc.why, sizeof(fbc.why), "go.mod had to be extended for the imports");
 		runproc_result_free(&br);
 	}
 	json_object_set_new(o, "tidied", json_boolean(tidied));
 	json_object_set_new(o, "cached_build", json_boolean(cached));
+	json_object_set_new(o, "build_path", json_string(cached ? "cached" : direct ? "direct"
+										     : "go build"));
+	if (!cached && !direct)
+		set_text(o, "build_path_reason", fbc.why, strlen(fbc.why));
 	if (!built) {
 		char full[512];
 		bool disk = disk_full(&c, br.out.data, br.out.data ? br.out.len : 0, full, sizeof(full));
@@ -1772,6 +1805,7 @@ out:
 	gobuild_strv_free(envp);
 	gobuild_strv_free(pkgs);
 	gobuild_modfiles_free(&mf);
+	fastbuild_call_free(&fbc);
 	if (appfd >= 0)
 		close(appfd);
 	normalize_free(&nr);

@@ -136,7 +136,8 @@ static json_t *execute_output_base(void)
 	return json_pack(
 		"{s:s, s:{"
 		"s:{s:s, s:[s,s,s,s,s]}, s:{s:[s,s]}, s:{s:[s,s]}, s:{s:[s,s]}, s:{s:s}, s:{s:s},"
-		"s:{s:s}, s:{s:s}, s:{s:s, s:{s:{s:s}, s:{}, s:{s:s}, s:{s:s}, s:{s:s}}, s:[s]},"
+		"s:{s:s}, s:{s:s}, s:{s:[s,s], s:[s,s,s,n]}, s:{s:s},"
+		"s:{s:s, s:{s:{s:s}, s:{}, s:{s:s}, s:{s:s}, s:{s:s}}, s:[s]},"
 		"s:{s:s, s:{s:s, s:{s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}}}},"
 		"s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}},"
 		"s:[s,s]}",
@@ -149,6 +150,8 @@ static json_t *execute_output_base(void)
 		"duration_ms", "type", "integer",
 		"tidied", "type", "boolean",
 		"cached_build", "type", "boolean",
+		"build_path", "type", "string", "null", "enum", "direct", "go build", "cached",
+		"build_path_reason", "type", "string",
 		"result", "type", "object", "properties", "kind", "type", "string", "value",
 		"message", "type", "string", "stack", "type", "string", "type", "type", "string",
 		"required", "kind",

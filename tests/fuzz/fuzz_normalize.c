@@ -1,5 +1,6 @@
 /*
- * fuzz_normalize.c - libFuzzer target for agent/normalize.c and agent/golex.c.
+ * fuzz_normalize.c - libFuzzer target for agent/normalize.c and agent/golex.c, and for the
+ * direct build path's reading of the same files (fastbuild_imports, fastbuild_file_ok).
  *
  * Built by tests/fuzz/Makefile. The input is split into one to three files:
  *   byte 0   bits 0-1: file count - 1 (3 counts as 3); bits 2-4: for file i, whether its path is
@@ -8,6 +9,7 @@
  *   rest     the chunks, separated by the first (count - 1) 0xFF bytes
  * Besides "no crash, no leak", a success must keep every user file's path, length (up to the
  * package name) and line count, and a refusal must leave a sentence that is valid UTF-8.
+ * Every import path fastbuild_imports returns is non-empty and made of import-path bytes only.
  */
 #include <errno.h>
 #include <jansson.h>
@@ -16,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "agent/fastbuild.h"
 #include "agent/normalize.h"
 
 static const char *const fuzz_paths[] = {
@@ -101,6 +104,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	rc = normalize(in, n, &r, err, (data[1] & 0x80) ? 7 : sizeof(err));
 	if (rc == 0) {
 		fuzz_check(in, n, &r);
+		for (size_t i = 0; i < r.nfiles; i++) {
+			char **imp = NULL;
+			size_t ni = 0;
+			(void)fastbuild_file_ok(r.files[i].path, r.files[i].content, r.files[i].len);
+			(void)fastbuild_imports(r.files[i].content, r.files[i].len, &imp, &ni);
+			for (size_t k = 0; k < ni; k++) {
+				if (!imp[k][0] || strspn(imp[k], "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLM"
+							 "NOPQRSTUVWXYZ0123456789._-~+/") != strlen(imp[k]))
+					__builtin_trap();
+				free(imp[k]);
+			}
+			free(imp);
+		}
 		normalize_free(&r);
 	} else {
 		json_t *j = json_string(err);

@@ -2,12 +2,16 @@
  * test_pipeline.c - end-to-end tests of agent/pipeline.c with the real Go toolchain: snippets
  * (ok, error, panic in run and in another goroutine, timeout), programs (exit status, panic),
  * build errors with diagnostics, the binary cache, /app wiping (persist kept, planted symlinks
- * never followed), import resolution through a local file:// module proxy, and go doc.
+ * never followed), import resolution through a local file:// module proxy, go doc, and the
+ * direct build path (agent/fastbuild.c): the binary it links against go build's, and the fall
+ * back to go build on every kind of change.
  *
  * Everything lives in a temporary directory with a scratch lockfile (`module app`, no
  * requirements), so only the standard library is needed. GOCACHE is kept between runs in
  * $KG_TEST_GOCACHE (default /tmp/kg-test-gocache) so that only the first run compiles std.
  */
+#include <dirent.h>
+#include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
@@ -23,6 +27,7 @@
 
 #include <cmocka.h>
 
+#include "agent/fastbuild.h"
 #include "agent/gobuild.h"
 #include "agent/pipeline.h"
 
@@ -684,6 +689,339 @@ static void test_wipe_never_follows_symlinks(void **state)
 	assert_int_equal(system(cmd), 0);
 }
 
+/* ---- the direct build path (agent/fastbuild.c) ---- */
+
+/* std_snippet - a standard-library snippet returning "direct <tag>" (with strings imported,
+ * the tag upper-cased); the text lives in a ring of static buffers */
+static const char *std_snippet(const char *tag, const char *extra)
+{
+	static char ring[4][1024];
+	static int next;
+	char *out = ring[next++ % 4];
+	bool up = extra && strcmp(extra, "strings") == 0;
+	snprintf(out, sizeof(ring[0]),
+		 "package snippet\n\nimport (\n\t\"context\"\n\t\"fmt\"\n%s%s%s)\n\n"
+		 "func run(ctx context.Context) (any, error) {\n"
+		 "\treturn fmt.Sprintf(\"direct %%s\", %s\"%s\"%s), nil\n}\n",
+		 extra ? "\t\"" : "", extra ? extra : "", extra ? "\"\n" : "",
+		 up ? "strings.ToUpper(" : "", tag, up ? ")" : "");
+	return out;
+}
+
+/* run_path - execute the files (path, content, ..., NULL), expect kind ok with want_value;
+ * the result replaces *keep; returns build_path */
+static const char *run_path(json_t **keep, const char *want_value, const char *path, const char *content, ...)
+{
+	va_list ap;
+	va_start(ap, content);
+	json_t *files = json_array();
+	for (const char *p = path, *c = content; p; p = va_arg(ap, const char *), c = p ? va_arg(ap, const char *) : NULL)
+		json_array_append_new(files, json_pack("{s:s,s:s}", "path", p, "content", c));
+	va_end(ap);
+	json_t *req = json_pack("{s:o}", "files", files);
+	json_t *r = pipeline_execute(&cfg, req, NULL, NULL);
+	json_decref(req);
+	assert_non_null(r);
+	expect_kind(r, "run", "ok");
+	if (want_value && strcmp(gets(r, "result.value"), want_value) != 0)
+		dump(r);
+	if (want_value)
+		assert_string_equal(gets(r, "result.value"), want_value);
+	json_decref(*keep);
+	*keep = r;
+	return gets(r, "build_path");
+}
+
+/* reason - build_path_reason of a result */
+static const char *reason(json_t *r)
+{
+	const char *s = json_string_value(json_object_get(r, "build_path_reason"));
+	return s ? s : "";
+}
+
+/* expect_path - build_path is want; for "go build", the reason holds because */
+static void expect_path(json_t *r, const char *want, const char *because)
+{
+	const char *got = gets(r, "build_path");
+	if (strcmp(got, want) != 0 || (because && !strstr(reason(r), because))) {
+		fprintf(stderr, "build_path %s (%s), wanted %s (%s)\n", got, reason(r), want,
+			because ? because : "");
+		dump(r);
+	}
+	assert_string_equal(got, want);
+	if (because)
+		assert_non_null(strstr(reason(r), because));
+}
+
+/* newest_bin - the most recently modified binary in state_dir/bin */
+static void newest_bin(char *out, size_t len)
+{
+	char dir[600];
+	snprintf(dir, sizeof(dir), "%s/bin", state_dir);
+	DIR *d = opendir(dir);
+	assert_non_null(d);
+	struct dirent *de;
+	struct timespec best = { 0 };
+	out[0] = '\0';
+	while ((de = readdir(d))) {
+		if (de->d_name[0] == '.')
+			continue;
+		struct stat st;
+		char p[900];
+		snprintf(p, sizeof(p), "%s/%s", dir, de->d_name);
+		if (stat(p, &st) == 0 && (st.st_mtim.tv_sec > best.tv_sec ||
+					  (st.st_mtim.tv_sec == best.tv_sec && st.st_mtim.tv_nsec > best.tv_nsec))) {
+			best = st.st_mtim;
+			snprintf(out, len, "%s", p);
+		}
+	}
+	closedir(d);
+	assert_true(out[0] != '\0');
+}
+
+/* slurp - a whole file */
+static unsigned char *slurp(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	assert_non_null(f);
+	fseek(f, 0, SEEK_END);
+	long n = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	unsigned char *b = malloc((size_t)n);
+	assert_non_null(b);
+	assert_int_equal(fread(b, 1, (size_t)n, f), (size_t)n);
+	fclose(f);
+	*len = (size_t)n;
+	return b;
+}
+
+/* blank_build_ids - zero the Go build ID note and the GNU build-id note the linker derives
+ * from it (the two things that name a build rather than describe it); returns how many */
+static int blank_build_ids(unsigned char *b, size_t n)
+{
+	assert_true(n > sizeof(Elf64_Ehdr) && memcmp(b, ELFMAG, SELFMAG) == 0);
+	Elf64_Ehdr *eh = (Elf64_Ehdr *)b;
+	assert_true(eh->e_shoff + (size_t)eh->e_shnum * sizeof(Elf64_Shdr) <= n);
+	Elf64_Shdr *sh = (Elf64_Shdr *)(b + eh->e_shoff);
+	const char *names = (const char *)b + sh[eh->e_shstrndx].sh_offset;
+	int k = 0;
+	for (int i = 0; i < eh->e_shnum; i++) {
+		const char *nm = names + sh[i].sh_name;
+		if (sh[i].sh_type == SHT_NOTE && (strcmp(nm, ".note.go.buildid") == 0 ||
+						  strcmp(nm, ".note.gnu.build-id") == 0)) {
+			assert_true(sh[i].sh_offset + sh[i].sh_size <= n);
+			memset(b + sh[i].sh_offset, 0, sh[i].sh_size);
+			k++;
+		}
+	}
+	return k;
+}
+
+/* go_build_by_hand - go build in app_dir with the agent's flags and environment, to out */
+static void go_build_by_hand(const char *out)
+{
+	struct gobuild_env e = { .go_bin = cfg.go_bin ? cfg.go_bin : "go", .path = getenv("PATH"),
+				 .gocache = cfg.gocache_dir, .gomodcache = modcache };
+	char home[600], tmp[600];
+	snprintf(home, sizeof(home), "%s/home", state_dir);
+	snprintf(tmp, sizeof(tmp), "%s/tmp", state_dir);
+	e.home = home;
+	e.tmpdir = tmp;
+	char **env = gobuild_environ(&e);
+	assert_non_null(env);
+	const char *argv[16];
+	size_t na = 0;
+	argv[na++] = e.go_bin;
+	argv[na++] = "build";
+	for (const char *const *f = gobuild_build_flags; *f; f++)
+		argv[na++] = *f;
+	argv[na++] = "-o";
+	argv[na++] = out;
+	argv[na++] = ".";
+	argv[na] = NULL;
+	struct runproc_opts o = { .argv = argv, .envp = (const char *const *)env, .cwd = app_dir,
+				  .timeout_ms = 300000, .merge_stderr = true };
+	struct runproc_result r;
+	assert_int_equal(runproc_run(&o, &r), 0);
+	if (r.exit_code != 0)
+		fprintf(stderr, "go build by hand: %s\n", r.out.data);
+	assert_int_equal(r.exit_code, 0);
+	runproc_result_free(&r);
+	gobuild_strv_free(env);
+}
+
+/* export_file - the build cache's file for a standard package, as go list names it */
+static void export_file(const char *pkg, char *out, size_t len)
+{
+	char cmd[1200];
+	snprintf(cmd, sizeof(cmd), "cd %s && GOCACHE=%s GOMODCACHE=%s GOFLAGS=-mod=mod GOTOOLCHAIN=local "
+		 "CGO_ENABLED=0 GOENV=off GOPROXY=off go list -trimpath -export -f '{{.Export}}' %s", app_dir,
+		 cfg.gocache_dir, modcache, pkg);
+	FILE *f = popen(cmd, "r");
+	assert_non_null(f);
+	assert_non_null(fgets(out, (int)len, f));
+	pclose(f);
+	out[strcspn(out, "\n")] = '\0';
+	assert_true(out[0] == '/');
+}
+
+static void test_direct_build(void **state)
+{
+	(void)state;
+	fastbuild_forget_all();
+	json_t *r = NULL;
+	const char *a = std_snippet("one", NULL), *b = std_snippet("two", NULL);
+
+	/* the first build of an import set is go build's; it leaves the plan */
+	run_path(&r, "direct one", "main.go", a, NULL);
+	expect_path(r, "go build", "not built by go build before");
+	run_path(&r, "direct two", "main.go", b, NULL);
+	expect_path(r, "direct", NULL);
+
+	/* the binary is go build's, byte for byte, but for the build ID and the GNU build-id
+	 * note derived from it */
+	char direct[900], byhand[900];
+	newest_bin(direct, sizeof(direct));
+	snprintf(byhand, sizeof(byhand), "%s/by-hand", root);
+	go_build_by_hand(byhand);
+	size_t dl, hl;
+	unsigned char *db = slurp(direct, &dl), *hb = slurp(byhand, &hl);
+	assert_int_equal(dl, hl);
+	assert_true(memcmp(db, hb, dl) != 0); /* the build IDs differ */
+	assert_int_equal(blank_build_ids(db, dl), 2);
+	assert_int_equal(blank_build_ids(hb, hl), 2);
+	assert_int_equal(memcmp(db, hb, dl), 0);
+	free(db);
+	free(hb);
+	unlink(byhand);
+
+	/* a new import: go build, then direct for that set too */
+	const char *c = std_snippet("three", "strings"), *d = std_snippet("four", "strings");
+	run_path(&r, "direct THREE", "main.go", c, NULL);
+	expect_path(r, "go build", "not built by go build before");
+	run_path(&r, "direct FOUR", "main.go", d, NULL);
+	expect_path(r, "direct", NULL);
+	/* the first set's plan is still there */
+	a = std_snippet("five", NULL);
+	run_path(&r, "direct five", "main.go", a, NULL);
+	expect_path(r, "direct", NULL);
+
+	/* a helper package: always go build */
+	run_path(&r, "6", "main.go",
+		 "package snippet\n\nimport (\n\t\"context\"\n\t\"fmt\"\n\n\t\"app/h\"\n)\n\n"
+		 "func run(ctx context.Context) (any, error) { return fmt.Sprint(h.N), nil }\n",
+		 "h/h.go", "package h\n\nconst N = 6\n", NULL);
+	expect_path(r, "go build", "helper packages");
+	/* a second file of the main package is fine; a build constraint or an OS suffix is not */
+	run_path(&r, "direct seven", "main.go", std_snippet("seven", NULL), "more.go",
+		 "package snippet\n\nconst More = 1\n", NULL);
+	expect_path(r, "direct", NULL);
+	run_path(&r, "direct eight", "main.go", std_snippet("eight", NULL), "more_linux.go",
+		 "package snippet\n\nconst More = 1\n", NULL);
+	expect_path(r, "go build", "GOOS");
+	run_path(&r, "direct nine", "main.go", std_snippet("nine", NULL), "more.go",
+		 "//go:build linux\n\npackage snippet\n\nconst More = 1\n", NULL);
+	expect_path(r, "go build", "build constraint");
+
+	/* a package file in the build cache touched, then one deleted: go build, which puts it
+	 * back, then direct again */
+	char exp[900];
+	export_file("fmt", exp, sizeof(exp));
+	struct timespec ts[2] = { { .tv_sec = 1000000000 }, { .tv_sec = 1000000000 } };
+	assert_int_equal(utimensat(AT_FDCWD, exp, ts, 0), 0);
+	run_path(&r, "direct ten", "main.go", std_snippet("ten", NULL), NULL);
+	expect_path(r, "go build", "package fmt changed or is gone");
+	run_path(&r, "direct eleven", "main.go", std_snippet("eleven", NULL), NULL);
+	expect_path(r, "direct", NULL);
+	export_file("fmt", exp, sizeof(exp));
+	assert_int_equal(unlink(exp), 0);
+	run_path(&r, "direct twelve", "main.go", std_snippet("twelve", NULL), NULL);
+	expect_path(r, "go build", "package fmt changed or is gone");
+	/* that go build compiled fmt again and linked it from its work directory, which is gone:
+	 * no plan from it; the next go build links fmt from the cache */
+	run_path(&r, "direct twelve b", "main.go", std_snippet("twelve b", NULL), NULL);
+	expect_path(r, "go build", "not built by go build before");
+	run_path(&r, "direct thirteen", "main.go", std_snippet("thirteen", NULL), NULL);
+	expect_path(r, "direct", NULL);
+
+	/* the session's go.mod changed (as a resolve changes it): go build */
+	char gm[700];
+	snprintf(gm, sizeof(gm), "%s/go.mod", state_dir);
+	char gs[700];
+	snprintf(gs, sizeof(gs), "%s/go.sum", state_dir);
+	/* (an earlier test may have left the session a go.mod: put back what was there) */
+	size_t ogml = 0, ogsl = 0;
+	unsigned char *ogm = exists(gm) ? slurp(gm, &ogml) : NULL;
+	unsigned char *ogs = exists(gs) ? slurp(gs, &ogsl) : NULL;
+	writef(gm, "module app\n\ngo 1.26\n\n// changed\n");
+	writef(gs, "");
+	run_path(&r, "direct fourteen", "main.go", std_snippet("fourteen", NULL), NULL);
+	expect_path(r, "go build", "not built by go build before");
+	run_path(&r, "direct fifteen", "main.go", std_snippet("fifteen", NULL), NULL);
+	expect_path(r, "direct", NULL);
+	unlink(gm);
+	unlink(gs);
+	if (ogm) {
+		FILE *f = fopen(gm, "wb");
+		assert_non_null(f);
+		fwrite(ogm, 1, ogml, f);
+		fclose(f);
+		f = fopen(gs, "wb");
+		assert_non_null(f);
+		if (ogs)
+			fwrite(ogs, 1, ogsl, f);
+		fclose(f);
+	}
+	free(ogm);
+	free(ogs);
+
+	/* another toolchain (here: another go binary), then the same one replaced in place */
+	char wrap[700];
+	snprintf(wrap, sizeof(wrap), "%s/go-wrapper", root);
+	writef(wrap, "#!/bin/sh\nexec go \"$@\"\n");
+	chmod(wrap, 0755);
+	cfg.go_bin = wrap;
+	run_path(&r, "direct sixteen", "main.go", std_snippet("sixteen", NULL), NULL);
+	expect_path(r, "go build", "not built by go build before");
+	run_path(&r, "direct seventeen", "main.go", std_snippet("seventeen", NULL), NULL);
+	expect_path(r, "direct", NULL);
+	unlink(wrap);
+	writef(wrap, "#!/bin/sh\n# a new version\nexec go \"$@\"\n");
+	chmod(wrap, 0755);
+	run_path(&r, "direct eighteen", "main.go", std_snippet("eighteen", NULL), NULL);
+	expect_path(r, "go build", "not built by go build before");
+	cfg.go_bin = NULL;
+
+	/* the agent's environment reaches the go command (GOROOT here): go build */
+	run_path(&r, "direct nineteen", "main.go", std_snippet("nineteen", NULL), NULL);
+	expect_path(r, "direct", NULL);
+	char goroot[600];
+	FILE *f = popen("go env GOROOT", "r");
+	assert_non_null(f);
+	assert_non_null(fgets(goroot, sizeof(goroot), f));
+	pclose(f);
+	goroot[strcspn(goroot, "\n")] = '\0';
+	setenv("GOROOT", goroot, 1);
+	run_path(&r, "direct twenty", "main.go", std_snippet("twenty", NULL), NULL);
+	expect_path(r, "go build", "not built by go build before");
+	unsetenv("GOROOT");
+
+	/* code that does not compile: the direct compile fails, go build reports the errors */
+	run_path(&r, "direct twentyone", "main.go", std_snippet("twentyone", NULL), NULL);
+	json_t *req = json_pack("{s:[{s:s,s:s}]}", "files", "path", "main.go", "content",
+				"package snippet\n\nimport (\n\t\"context\"\n\t\"fmt\"\n)\n\n"
+				"func run(ctx context.Context) (any, error) { return fmt.Sprint(nope), nil }\n");
+	json_decref(r);
+	r = pipeline_execute(&cfg, req, NULL, NULL);
+	json_decref(req);
+	expect_kind(r, "build", "build_error");
+	expect_path(r, "go build", "direct compile failed");
+	assert_non_null(strstr(gets(r, "result.message"), "undefined: nope"));
+	assert_non_null(strstr(gets(r, "build_output"), "# app"));
+
+	json_decref(r);
+}
+
 static void test_resolve_through_proxy(void **state)
 {
 	(void)state;
@@ -878,6 +1216,7 @@ int main(void)
 		cmocka_unit_test(test_resolve_through_proxy),
 		cmocka_unit_test(test_tidy_keeps_lockfile_requirements),
 		cmocka_unit_test(test_doc),
+		cmocka_unit_test(test_direct_build),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
