@@ -1,8 +1,9 @@
 /*
  * volume.c - a local sandbox's disk limit (see volume.h).
  *
- * Called by the jail (policy/jail.c) as root, before it gives up root: the image is made with
- * mke2fs and attached to a loop device here, with ioctls rather than losetup, so that the only
+ * Called by the jail (policy/jail.c) as root, before it gives up root: the image is copied from
+ * a template made once per sandbox root with mke2fs (or made with mke2fs when there is none to
+ * copy) and attached to a loop device here, with ioctls rather than losetup, so that the only
  * outside program is e2fsprogs. The loop device is set to clear itself when its last user goes:
  * that is the mount, which lives in the jail's own mount namespace and dies with the jail.
  * Also called by `sandboxes list` (volume_usage, volume_has_persist) and by serve at start-up
@@ -123,6 +124,123 @@ static int loop_attach(int img, char *dev, size_t devlen)
 	return r;
 }
 
+/* mkfs_image - mke2fs on the image open at fd (already sized); its root directory owned by
+ * uid:gid */
+static int mkfs_image(int fd, uid_t uid, gid_t gid)
+{
+	const char *mke2fs = find_tool("mke2fs");
+	char ext[160];
+	snprintf(ext, sizeof(ext), "lazy_itable_init=1,lazy_journal_init=1,nodiscard,root_owner=%u:%u",
+		 (unsigned)uid, (unsigned)gid);
+	char *argv[] = { (char *)mke2fs, "-q", "-F", "-t", "ext4", "-m", "0", "-L", "kg-sandbox",
+			 "-E", ext, "/proc/self/fd/3", NULL };
+	return mke2fs ? run_tool(argv, fd, -1) : -ENOENT;
+}
+
+/* image_ours - is fd a file only root can have written: a regular file of root's, one link, no
+ * access for anyone else, of the given size? (What the kernel is handed to mount must not come
+ * from a user: a crafted file system image is an attack on the kernel.) */
+static bool image_ours(int fd, long long bytes)
+{
+	struct stat st;
+	return fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == 0 && st.st_nlink == 1 &&
+	       (st.st_mode & 077) == 0 && (bytes < 0 || st.st_size == bytes);
+}
+
+/*
+ * template_open - the empty formatted image of this size, made once per sandbox root (dir's
+ * parent) and copied for each new sandbox: mke2fs is a fork, an exec and a few MiB of writes
+ * for every sandbox otherwise, the largest part of a jail's start. Made under a temporary name
+ * and renamed, so a jail never copies half of one; one that is not root's own alone is not
+ * used (the caller falls back to mke2fs). Every sandbox of a root then has the same file
+ * system UUID (statfs's f_fsid is derived from it) and directory hash seed (readable by no
+ * sandbox: its users see files, never the device), both random per root. Returns an fd open
+ * for reading, or -errno.
+ */
+static int template_open(const char *dir, long long bytes)
+{
+	char root[4096], tpl[4200], tmp[4300];
+	snprintf(root, sizeof(root), "%s", dir);
+	char *slash = strrchr(root, '/');
+	if (!slash)
+		snprintf(root, sizeof(root), ".");
+	else if (slash == root)
+		root[1] = '\0';
+	else
+		*slash = '\0';
+	snprintf(tpl, sizeof(tpl), "%s/" VOLUME_TEMPLATE, root, bytes);
+	int fd = open(tpl, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd >= 0) {
+		if (image_ours(fd, bytes))
+			return fd;
+		close(fd);
+		return -EPERM;
+	}
+	if (errno != ENOENT)
+		return -errno;
+	snprintf(tmp, sizeof(tmp), "%s.%d", tpl, (int)getpid());
+	int w = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (w < 0)
+		return -errno;
+	int r = ftruncate(w, bytes) == 0 ? mkfs_image(w, 0, 0) : -errno;
+	if (r == 0 && fsync(w) != 0)
+		r = -errno;
+	close(w);
+	if (r == 0 && rename(tmp, tpl) != 0)
+		r = -errno;
+	if (r != 0) {
+		unlink(tmp);
+		return r < 0 ? r : -EIO;
+	}
+	fd = open(tpl, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return -errno;
+	if (!image_ours(fd, bytes)) {
+		close(fd);
+		return -EPERM;
+	}
+	return fd;
+}
+
+/* copy_extents - the data of src (a sparse image) into dst, which has its size already and
+ * reads as zeros: only the extents that hold data are copied, in the kernel where it can */
+static int copy_extents(int src, int dst, off_t size)
+{
+	char buf[65536];
+	for (off_t pos = 0; pos < size;) {
+		off_t data = lseek(src, pos, SEEK_DATA);
+		if (data < 0)
+			return errno == ENXIO ? 0 : -errno;
+		off_t hole = lseek(src, data, SEEK_HOLE);
+		if (hole < 0)
+			return -errno;
+		loff_t in = data, out = data;
+		while (in < hole) {
+			ssize_t n = copy_file_range(src, &in, dst, &out, (size_t)(hole - in), 0);
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n < 0 && (errno == EXDEV || errno == EINVAL || errno == ENOSYS ||
+				      errno == EOPNOTSUPP)) {
+				/* another file system, or a kernel without it: by hand */
+				size_t want = (size_t)(hole - in) < sizeof(buf) ? (size_t)(hole - in) : sizeof(buf);
+				n = pread(src, buf, want, in);
+				if (n > 0 && pwrite(dst, buf, (size_t)n, out) != n)
+					return -EIO;
+				if (n > 0) {
+					in += n;
+					out += n;
+				}
+			}
+			if (n < 0)
+				return -errno;
+			if (n == 0)
+				return -EIO;
+		}
+		pos = hole;
+	}
+	return 0;
+}
+
 /* bind_sub - bind vol's directory sub (made if missing, owned by uid:gid) over dir/sub */
 static int bind_sub(int vol, const char *dir, const char *sub, uid_t uid, gid_t gid)
 {
@@ -173,19 +291,25 @@ int volume_attach(const char *dir, long long bytes, uid_t uid, gid_t gid, char *
 		r = -EPERM;
 		goto out;
 	}
+	bool copied = false;
 	if (fresh) {
 		if (ftruncate(fd, bytes) != 0) {
 			r = -errno;
 			snprintf(err, errlen, "size %s: %s", img, strerror(errno));
 			goto out;
 		}
-		const char *mke2fs = find_tool("mke2fs");
-		char ext[160];
-		snprintf(ext, sizeof(ext), "lazy_itable_init=1,lazy_journal_init=1,nodiscard,root_owner=%u:%u",
-			 (unsigned)uid, (unsigned)gid);
-		char *argv[] = { (char *)mke2fs, "-q", "-F", "-t", "ext4", "-m", "0", "-L", "kg-sandbox",
-				 "-E", ext, "/proc/self/fd/3", NULL };
-		int rc = mke2fs ? run_tool(argv, fd, -1) : -ENOENT;
+		int tpl = template_open(dir, bytes);
+		if (tpl >= 0) {
+			copied = copy_extents(tpl, fd, bytes) == 0;
+			close(tpl);
+			/* a copy cut short leaves a mix: start again from zeros */
+			if (!copied && (ftruncate(fd, 0) != 0 || ftruncate(fd, bytes) != 0)) {
+				r = -errno;
+				snprintf(err, errlen, "size %s: %s", img, strerror(errno));
+				goto out;
+			}
+		}
+		int rc = copied ? 0 : mkfs_image(fd, uid, gid);
 		if (rc != 0) {
 			snprintf(err, errlen, "mke2fs on %s failed (%s %d)", img, rc < 0 ? "error" : "status",
 				 rc < 0 ? -rc : rc);
@@ -217,6 +341,14 @@ int volume_attach(const char *dir, long long bytes, uid_t uid, gid_t gid, char *
 	if (vfd < 0) {
 		r = -errno;
 		snprintf(err, errlen, "open %s: %s", vol, strerror(errno));
+		goto out;
+	}
+	/* the template's root directory is root's; mke2fs's root_owner would have made it the
+	 * sandbox's */
+	if (copied && fchown(vfd, uid, gid) != 0) {
+		r = -errno;
+		snprintf(err, errlen, "chown %s: %s", vol, strerror(errno));
+		close(vfd);
 		goto out;
 	}
 	for (size_t i = 0; r == 0 && i < sizeof(volume_subdirs) / sizeof(volume_subdirs[0]); i++)

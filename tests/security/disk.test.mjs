@@ -6,7 +6,9 @@
  * host's disk are untouched, and df inside shows the sandbox's own limit.
  *
  * The limit needs root (a loop-mounted image per sandbox); run as a normal user (nobody, from
- * root), serve must say at start-up that the limit is not in force, and why.
+ * root), serve must say at start-up that the limit is not in force, and why. New images are
+ * copies of one template per sandbox root (issue 17): only a template that root alone can have
+ * written is ever mounted, never a planted one.
  */
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -116,6 +118,89 @@ test('a full /app/persist: the next call still builds, so the program that clean
 		assert.equal(next.result.kind, 'ok', JSON.stringify(next.result));
 	} finally {
 		await s.close();
+	}
+});
+
+/* LS_PERSIST - what /app/persist holds, as the sandbox sees it */
+const LS_PERSIST = snippet(`	es, err := os.ReadDir("/app/persist")
+	if err != nil {
+		return nil, err
+	}
+	names := []string{}
+	for _, e := range es {
+		names = append(names, e.Name())
+	}
+	return names, nil`, ['os']);
+
+/* plantedImage - an ext4 image of the limit's size holding app/persist/PLANTED: what an attacker
+ * would have the jail mount (as root) in place of the template */
+function plantedImage(dir) {
+	const tree = path.join(dir, 'tree');
+	fs.mkdirSync(path.join(tree, 'app', 'persist'), { recursive: true });
+	fs.writeFileSync(path.join(tree, 'app', 'persist', 'PLANTED'), 'not yours');
+	const img = path.join(dir, 'planted.img');
+	fs.writeFileSync(img, '');
+	fs.truncateSync(img, LIMIT_MIB << 20);
+	const r = spawnSync('mke2fs', ['-q', '-F', '-t', 'ext4', '-d', tree, img], { encoding: 'utf8' });
+	assert.equal(r.status, 0, r.stderr);
+	return img;
+}
+
+test('new sandboxes copy one template image per sandbox root; a template that is not root\'s own alone is never mounted', { ...T, skip: !ROOT && 'as root only' }, async () => {
+	const scratch = fs.mkdtempSync(path.join(os.tmpdir(), 'kg-disk-tpl-'));
+	fs.chmodSync(scratch, 0o711); // sandboxes run as users of their own and must reach their directories
+	const tplName = `.disk-v1-${LIMIT_MIB << 20}.img`;
+	/* one session in root; the names in its /app/persist and its df */
+	const session = async (root) => {
+		const s = await connect({ args: ['--sandbox-disk', `${LIMIT_MIB}m`, '--credentials', 'none'],
+			env: { KODE_GOPHER_SANDBOX_ROOT: root } });
+		try {
+			const ls = sc(await callTool(s.client, 'execute_go_code', { code: LS_PERSIST }));
+			assert.equal(ls.result.kind, 'ok', JSON.stringify(ls));
+			const df = sc(await callTool(s.client, 'execute_go_code', { code: DF }));
+			assert.equal(df.result.kind, 'ok', JSON.stringify(df));
+			return { names: ls.result.value, df: df.result.value };
+		} finally {
+			await s.close();
+		}
+	};
+	try {
+		// the first sandbox of a root makes the template, root's alone; the next one copies it
+		const own = path.join(scratch, 'own');
+		fs.mkdirSync(own, { mode: 0o711 });
+		const first = await session(own);
+		const st = fs.lstatSync(path.join(own, tplName));
+		assert.ok(st.isFile() && st.uid === 0 && (st.mode & 0o777) === 0o600 && st.size === LIMIT_MIB << 20,
+			`template ${JSON.stringify({ uid: st.uid, mode: (st.mode & 0o777).toString(8), size: st.size })}`);
+		const second = await session(own);
+		assert.deepEqual(first.names, []);
+		assert.deepEqual(second.names, []);
+		assert.ok(second.df.size <= LIMIT_MIB << 20 && second.df.size > (LIMIT_MIB / 2) << 20, JSON.stringify(second.df));
+		assert.equal(second.df.files, first.df.files, 'the copy is the same file system as one made by mke2fs');
+
+		// the attack: a file system image of someone else's where the template would be
+		const img = plantedImage(scratch);
+		const variants = {
+			'a symlink to it': (t) => fs.symlinkSync(img, t),
+			'owned by another user': (t) => { fs.copyFileSync(img, t); fs.chmodSync(t, 0o600); fs.chownSync(t, 65534, 65534); },
+			'root\'s, but others may read or write it': (t) => { fs.copyFileSync(img, t); fs.chmodSync(t, 0o666); },
+			'root\'s, but with a second link': (t) => { fs.copyFileSync(img, t); fs.chmodSync(t, 0o600); fs.linkSync(t, `${t}.other`); },
+			'of another size': (t) => { fs.copyFileSync(img, t); fs.chmodSync(t, 0o600); fs.truncateSync(t, (LIMIT_MIB << 20) * 2); },
+		};
+		for (const [how, plant] of Object.entries(variants)) {
+			const root = path.join(scratch, `r${Object.keys(variants).indexOf(how)}`);
+			fs.mkdirSync(root, { mode: 0o711 });
+			const t = path.join(root, tplName);
+			plant(t);
+			const before = fs.lstatSync(t);
+			const r = await session(root);
+			assert.deepEqual(r.names, [], `${how}: the sandbox saw the planted image's files`);
+			assert.ok(r.df.size <= LIMIT_MIB << 20, `${how}: ${JSON.stringify(r.df)}`);
+			const after = fs.lstatSync(t);
+			assert.equal(after.ino, before.ino, `${how}: the planted file was replaced`);
+		}
+	} finally {
+		fs.rmSync(scratch, { recursive: true, force: true });
 	}
 });
 
