@@ -844,6 +844,7 @@ struct call_rec {
 	double e2e_ms, build_ms, duration_ms;
 	double claim_ms; /* timings.claim_ms, added by the worker; NAN when absent */
 	bool ok, cached, tidied;
+	bool direct; /* build_path "direct": compile and link without the go command */
 	char sandbox[64];
 	char err[400];
 };
@@ -904,6 +905,8 @@ static int tool_exec(struct server *s, const char *code, struct call_rec *c)
 		c->claim_ms = num_field(json_object_get(sc, "timings"), "claim_ms");
 		c->cached = json_is_true(json_object_get(sc, "cached_build"));
 		c->tidied = json_is_true(json_object_get(sc, "tidied"));
+		const char *bp = json_string_value(json_object_get(sc, "build_path"));
+		c->direct = bp && strcmp(bp, "direct") == 0;
 		const char *sb = json_string_value(json_object_get(sc, "sandbox"));
 		snprintf(c->sandbox, sizeof(c->sandbox), "%s", sb ? sb : "");
 	}
@@ -1016,8 +1019,9 @@ static void series_rows(const char *figure, const char *short_name, struct call_
 {
 	double *e = calloc((size_t)n, sizeof(double)), *b = calloc((size_t)n, sizeof(double)),
 	       *d = calloc((size_t)n, sizeof(double));
-	int cached = 0, tidied = 0, nb = 0, nd = 0;
+	int cached = 0, tidied = 0, direct = 0, nb = 0, nd = 0;
 	for (int i = 0; i < n; i++) {
+		direct += c[i].direct;
 		e[i] = c[i].e2e_ms;
 		if (!isnan(c[i].build_ms))
 			b[nb++] = c[i].build_ms;
@@ -1032,10 +1036,10 @@ static void series_rows(const char *figure, const char *short_name, struct call_
 		*median_out = med;
 	char note[300], aim[64];
 	bool odd = (want_cached == 0 && cached > 0) || (want_cached == 1 && cached < n);
-	snprintf(note, sizeof(note), "%s%scached_build %d/%d%s, tidied %d/%d%s",
+	snprintf(note, sizeof(note), "%s%scached_build %d/%d%s, tidied %d/%d%s, build_path direct %d/%d",
 		 aim_ms > 0 ? aim_text(aim, sizeof(aim), med, aim_ms, " ms") : "", aim_ms > 0 ? "; " : "",
 		 cached, n, odd ? (want_cached ? " (UNEXPECTED: all should be)" : " (UNEXPECTED: none should be)") : "",
-		 tidied, n, tidied ? " (UNEXPECTED)" : "");
+		 tidied, n, tidied ? " (UNEXPECTED)" : "", direct, n);
 	char fig[96];
 	snprintf(fig, sizeof(fig), "%s (ms)", figure);
 	row_series(fig, e, n, note);
@@ -1301,6 +1305,14 @@ static int hand_env(struct hand *h, const struct go_capture *cap, char *err, siz
 			return -ENOMEM;
 		h->out_index = -1;
 		for (char **p = cap->argv; *p; p++) {
+			/* the by-hand build is `go build` with the agent's flags as a person runs it:
+			 * without -work (the agent keeps go's importcfg files for its direct path) and
+			 * without the main package's -gcflags (one of the agent's levers measured here) */
+			if (strcmp(*p, "-work") == 0 || strncmp(*p, "-gcflags", 8) == 0) {
+				if (strcmp(*p, "-gcflags") == 0 && p[1])
+					p++;
+				continue;
+			}
 			if (strv_add(&h->argv_build, &na, "%s", *p) < 0)
 				return -ENOMEM;
 			if (strcmp(*p, "-o") == 0 && p[1])
@@ -1371,8 +1383,30 @@ static int hand_env(struct hand *h, const struct go_capture *cap, char *err, siz
 	return 0;
 }
 
-/* hand_capture - the agent's normalized .go files from the sandbox's app dir */
-static int hand_capture(struct hand *h, const char *app_dir, char *err, size_t errlen)
+/* hand_capture_dir - the normalized .go files of one app dir; 1 when one carries the tag */
+static int hand_capture_dir(struct hand *h, const char *app_dir, char *err, size_t errlen);
+
+/* hand_capture - the agent's normalized .go files: from the sandbox's app dir on the host, or,
+ * when /app is on the sandbox's own disk image (--sandbox-disk, as root), through the agent's
+ * root (/proc/PID/root/app) */
+static int hand_capture(struct hand *h, pid_t serve, const char *app_dir, char *err, size_t errlen)
+{
+	int r = hand_capture_dir(h, app_dir, err, errlen);
+	if (r != -ENOENT)
+		return r;
+	struct sbprocs sp;
+	sandbox_procs(serve, &sp);
+	if (!sp.agent)
+		return r;
+	for (int f = 0; f < h->nfiles; f++)
+		free(h->files[f].data);
+	h->nfiles = 0;
+	char via[PATH_MAX];
+	snprintf(via, sizeof(via), "/proc/%d/root/app", (int)sp.agent);
+	return hand_capture_dir(h, via, err, errlen);
+}
+
+static int hand_capture_dir(struct hand *h, const char *app_dir, char *err, size_t errlen)
 {
 	DIR *d = opendir(app_dir);
 	if (!d) {
@@ -1447,8 +1481,20 @@ static void first_line(const char *path, char *buf, size_t cap)
 
 /* hand_iteration - write the files (series letter h, iteration i) as the agent writes /app,
  * then time go build + run */
+static int hand_steps(struct hand *h, int i, char series, const char *get, double *build_ms,
+		      double *run_ms, char *err, size_t errlen);
+
 static int hand_iteration(struct hand *h, int i, double *build_ms, double *run_ms, char *err,
 			  size_t errlen)
+{
+	return hand_steps(h, i, 'b', NULL, build_ms, run_ms, err, errlen);
+}
+
+/* hand_steps - as hand_iteration for the files of series `series`; with get, the steps the
+ * agent takes for an import outside go.mod: the offline go build that fails, `go get <get>`
+ * online (the agent's GOPROXY and GOSUMDB), the go build again; all of them in build_ms */
+static int hand_steps(struct hand *h, int i, char series, const char *get, double *build_ms,
+		      double *run_ms, char *err, size_t errlen)
 {
 	char dir[PATH_MAX + 16], path[PATH_MAX + 300], lock[PATH_MAX + 32];
 	snprintf(dir, sizeof(dir), "%s/w%04d", h->root, i);
@@ -1458,7 +1504,7 @@ static int hand_iteration(struct hand *h, int i, double *build_ms, double *run_m
 		return -errno;
 	}
 	char from[40], to[40];
-	snprintf(from, sizeof(from), "kgbench-%s-b-", nonce);
+	snprintf(from, sizeof(from), "kgbench-%s-%c-", nonce, series);
 	snprintf(to, sizeof(to), "kgbench-%s-h-", nonce);
 	for (int f = 0; f < h->nfiles; f++) {
 		char *data = malloc(h->files[f].len + 1);
@@ -1514,7 +1560,32 @@ static int hand_iteration(struct hand *h, int i, double *build_ms, double *run_m
 	snprintf(runlog, sizeof(runlog), "%s/tmp/run-%04d.log", h->root, i);
 
 	double t0 = now_us();
-	int st = spawn_wait(h->go, h->argv_build, h->env_build, dir, log);
+	int st = 0;
+	if (get) {
+		/* the first build fails (the import is not in go.mod), as the agent's does */
+		spawn_wait(h->go, h->argv_build, h->env_build, dir, log);
+		char *gargv[] = { "go", "get", (char *)get, NULL };
+		char **genv = NULL;
+		int gn = 0;
+		const char *proxy = getenv("GOPROXY"), *sumdb = getenv("GOSUMDB");
+		for (char **p = h->env_build; *p; p++)
+			if (strncmp(*p, "GOPROXY=", 8) && strncmp(*p, "GOSUMDB=", 8) &&
+			    strv_add(&genv, &gn, "%s", *p) < 0)
+				return -ENOMEM;
+		if (strv_add(&genv, &gn, "GOPROXY=%s", proxy && *proxy ? proxy : "https://proxy.golang.org,direct") < 0 ||
+		    (sumdb && strv_add(&genv, &gn, "GOSUMDB=%s", sumdb) < 0))
+			return -ENOMEM;
+		st = spawn_wait(h->go, gargv, genv, dir, log);
+		strv_free(genv);
+		if (st != 0) {
+			char head[256];
+			first_line(log, head, sizeof(head));
+			h->argv_build[h->out_index] = saved;
+			snprintf(err, errlen, "go get %s exited %d: %s", get, st, head);
+			return -EPROTO;
+		}
+	}
+	st = spawn_wait(h->go, h->argv_build, h->env_build, dir, log);
 	double t1 = now_us();
 	h->argv_build[h->out_index] = saved;
 	if (st != 0) {
@@ -1659,7 +1730,7 @@ static void section_calls(struct server *s, const struct opts *o)
 		goto out;
 
 	if (run_series(s, "a. stdlib snippet, new source each call", code_stdlib, 'a', n, c) == 0)
-		series_rows("a. stdlib snippet, new source each call", "a", c, n, 500, 0, NULL);
+		series_rows("a. stdlib snippet, new source each call", "a", c, n, 100, 0, NULL);
 
 	/* the first, unmeasured storage call: its normalized files and its go build command are
 	 * what d mirrors */
@@ -1683,7 +1754,7 @@ static void section_calls(struct server *s, const struct opts *o)
 		snprintf(err, sizeof(err), "mkdir %s: %s", h.root, strerror(errno));
 		hand_ok = false;
 	} else if (hand_env(&h, &cap, err, sizeof(err)) < 0 ||
-		   hand_capture(&h, app, err, sizeof(err)) < 0) {
+		   hand_capture(&h, s->pid, app, err, sizeof(err)) < 0) {
 		hand_ok = false;
 	}
 	strv_free(cap.argv);
@@ -1712,7 +1783,7 @@ static void section_calls(struct server *s, const struct opts *o)
 	}
 	fprintf(stderr, "\n");
 	if (b_ok)
-		series_rows("b. storage snippet, new source each call", "b", c, n, 2000, 0, &med_b);
+		series_rows("b. storage snippet, new source each call", "b", c, n, 1600, 0, &med_b);
 	if (hand_ok && nh == n && b_ok) {
 		double mb, mr, mt, p;
 		stats(hb, nh, &mb, &p);
@@ -1726,7 +1797,7 @@ static void section_calls(struct server *s, const struct opts *o)
 		char aim[64], rv[32];
 		snprintf(rv, sizeof(rv), "%.2f", ratio);
 		row_add("d. ratio: median b / median by hand", rv, "-", n, "%s",
-			aim_text(aim, sizeof(aim), ratio, 1.10, ""));
+			aim_text(aim, sizeof(aim), ratio, 0.75, ""));
 	} else if (!hand_ok) {
 		row_fail("d. same build by hand", "%s", err);
 	}
@@ -1773,37 +1844,120 @@ static bool module_cached(const char *runtime_dir, const char *module)
 	return stat(p, &st) == 0;
 }
 
-/* section_tidy - e: in a fresh session, an indirect lockfile import, then one outside it */
+/* section_tidy - e: fresh sessions, each with a stdlib call, an indirect lockfile import (e1),
+ * then one outside the lockfile (e2), interleaved with the same steps by hand (go build that
+ * fails, go get, go build, run), each first in turn after the first round (whose e2 call gives
+ * the normalized files and the go command the by-hand steps mirror) */
 static void section_tidy(const struct opts *o)
 {
-	struct server s;
-	char root[PATH_MAX + 8], log[PATH_MAX + 16], a[32];
-	snprintf(root, sizeof(root), "%s/sb2", o->tmp);
-	snprintf(log, sizeof(log), "%s/serve2.log", o->tmp);
-	fprintf(stderr, "  e. fresh session\n");
-	if (session_open(&s, o->bin, root, o->runtime_dir, log) < 0) {
-		row_fail("e. fresh session", "could not start and initialize a second session");
-		return;
+	int n = o->sessions > 0 ? o->sessions : 1;
+	double *e1 = calloc((size_t)n, sizeof(double)), *e2 = calloc((size_t)n, sizeof(double));
+	double *hb = calloc((size_t)n, sizeof(double)), *ht = calloc((size_t)n, sizeof(double));
+	int n1 = 0, n2 = 0, nh = 0, tidied = 0, untidied1 = 0;
+	double b2 = NAN;
+	bool was = module_cached(o->runtime_dir, TIDY_MODULE), hand_ok = true;
+	struct hand h = { 0 };
+	char err[400] = "", a[32], note[400];
+	snprintf(h.root, sizeof(h.root), "%s/hand-tidy", o->tmp);
+	snprintf(h.runtime_dir, sizeof(h.runtime_dir), "%s", o->runtime_dir);
+	for (int r = 0; r < n; r++) {
+		struct server s;
+		char root[PATH_MAX + 16], log[PATH_MAX + 24];
+		snprintf(root, sizeof(root), "%s/sb2-%d", o->tmp, r);
+		snprintf(log, sizeof(log), "%s/serve2-%d.log", o->tmp, r);
+		fprintf(stderr, "\r  e. fresh session %d/%d", r + 1, n);
+		if (session_open(&s, o->bin, root, o->runtime_dir, log) < 0) {
+			row_fail("e. fresh session", "could not start and initialize session %d", r + 1);
+			break;
+		}
+		struct call_rec c;
+		bool hand_first = r % 2 == 1 && hand_ok && h.nfiles;
+		if (call_once(&s, code_stdlib('x', r), "e. fresh session, first call", &c) < 0 ||
+		    call_once(&s, code_uuid('u', r), "e1. import github.com/google/uuid", &c) < 0) {
+			server_stop(&s);
+			break;
+		}
+		e1[n1++] = c.e2e_ms;
+		untidied1 += !c.tidied;
+		if (hand_first) {
+			double rb, rr;
+			if (hand_steps(&h, r, 't', TIDY_MODULE, &rb, &rr, err, sizeof(err)) < 0)
+				hand_ok = false;
+			else
+				hb[nh] = rb, ht[nh++] = rb + rr;
+		}
+		struct go_capture cap = { .root = s.pid };
+		if (r == 0)
+			capture_active = &cap;
+		int cr = call_once(&s, code_tidy('t', r), "e2. first import outside the lockfile", &c);
+		capture_active = NULL;
+		if (cr == 0) {
+			e2[n2++] = c.e2e_ms;
+			tidied += c.tidied;
+			if (r == 0)
+				b2 = c.build_ms;
+		}
+		if (r == 0 && cr == 0) {
+			char app[PATH_MAX + 80];
+			sandbox_app_dir(&s, c.sandbox, app, sizeof(app));
+			if (mkdir(h.root, 0700) < 0 && errno != EEXIST) {
+				snprintf(err, sizeof(err), "mkdir %s: %s", h.root, strerror(errno));
+				hand_ok = false;
+			} else if (hand_env(&h, &cap, err, sizeof(err)) < 0 ||
+				   hand_capture(&h, s.pid, app, err, sizeof(err)) < 0) {
+				hand_ok = false;
+			}
+		}
+		strv_free(cap.argv);
+		strv_free(cap.envp);
+		if (!hand_first && hand_ok && h.nfiles) {
+			double rb, rr;
+			if (hand_steps(&h, r, 't', TIDY_MODULE, &rb, &rr, err, sizeof(err)) < 0)
+				hand_ok = false;
+			else
+				hb[nh] = rb, ht[nh++] = rb + rr;
+		}
+		server_stop(&s);
+		if (cr < 0)
+			break;
 	}
-	struct call_rec c;
-	if (call_once(&s, code_stdlib('x', 0), "e. fresh session, first call", &c) < 0)
-		goto out;
-	fprintf(stderr, "  e1. github.com/google/uuid\n");
-	if (call_once(&s, code_uuid('u', 0), "e1. import github.com/google/uuid", &c) == 0)
-		row_add("e1. import github.com/google/uuid (ms)", fmt_num(a, sizeof(a), c.e2e_ms), "-", 1,
-			"in the lockfile (as indirect), so no tidy expected: tidied %s, build_ms %.0f",
-			c.tidied ? "true (UNEXPECTED)" : "false", c.build_ms);
-	bool was = module_cached(o->runtime_dir, TIDY_MODULE);
-	fprintf(stderr, "  e2. %s\n", TIDY_MODULE);
-	if (call_once(&s, code_tidy('t', 0), "e2. first import outside the lockfile", &c) == 0)
-		row_add("e2. first import outside the lockfile (ms)", fmt_num(a, sizeof(a), c.e2e_ms), "-",
-			1, "%s; tidied %s, build_ms %.0f; %s", TIDY_MODULE,
-			c.tidied ? "true" : "false (UNEXPECTED: it is not in the lockfile)",
-			c.build_ms,
-			was ? "module already in the base module cache (an earlier run put it there)"
-			    : "module fetched from the proxy");
-out:
-	server_stop(&s);
+	fprintf(stderr, "\n");
+	if (n1)
+		row_series("e1. import github.com/google/uuid (ms)", e1, n1, untidied1 == n1
+			   ? "in the lockfile (as indirect), so no tidy expected: tidied 0 of them"
+			   : "in the lockfile (as indirect), but some were tidied (UNEXPECTED)");
+	double med2 = NAN, p;
+	if (n2) {
+		stats(e2, n2, &med2, &p);
+		snprintf(note, sizeof(note), "%s, a fresh session each; tidied %d/%d%s, build_ms %.0f "
+			 "in the first; %s", TIDY_MODULE, tidied, n2,
+			 tidied == n2 ? "" : " (UNEXPECTED: it is not in the lockfile)", b2,
+			 was ? "module already in the base module cache (an earlier run put it there)"
+			     : "module fetched from the proxy");
+		row_series("e2. first import outside the lockfile (ms)", e2, n2, note);
+	}
+	if (hand_ok && nh && n2) {
+		double mb, mt;
+		stats(hb, nh, &mb, &p);
+		stats(ht, nh, &mt, &p);
+		snprintf(note, sizeof(note), "go build (fails) + go get %s + go build %s ms, then run "
+			 "(medians); %s", TIDY_MODULE, fmt_num(a, sizeof(a), mb), h.source);
+		row_series("e2. the same steps by hand (ms)", ht, nh, note);
+		double ratio = med2 / mt;
+		char aim[64], rv[32];
+		snprintf(rv, sizeof(rv), "%.2f", ratio);
+		row_add("e2. ratio: median e2 / median by hand", rv, "-", nh, "%s; interleaved, each "
+			"first in turn", aim_text(aim, sizeof(aim), ratio, 1.0, ""));
+	} else if (!hand_ok) {
+		row_fail("e2. the same steps by hand", "%s", err);
+	}
+	for (int f = 0; f < h.nfiles; f++)
+		free(h.files[f].data);
+	strv_free(h.env_build);
+	strv_free(h.argv_build);
+	for (int k = 0; h.env_run[k]; k++)
+		free(h.env_run[k]);
+	free(e1), free(e2), free(hb), free(ht);
 }
 
 /* ---------------------------------------------------------------- kode-gopher exec */
