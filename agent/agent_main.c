@@ -112,9 +112,9 @@ static json_t *am_doc(void *ctx, json_t *req)
 }
 
 /* am_files - the /files handler */
-static json_t *am_files(void *ctx, json_t *req)
+static json_t *am_files(void *ctx, json_t *req, unsigned char **bytes, size_t *nbytes)
 {
-	return pipeline_files(ctx, req);
+	return pipeline_files(ctx, req, bytes, nbytes);
 }
 
 /* am_default_state - the state dir: fixed in a pod, beside the app dir elsewhere */

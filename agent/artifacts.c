@@ -24,7 +24,6 @@
 #include <unistd.h>
 
 #include "agent/diag.h"
-#include "lib/base64.h"
 
 #define AR_PERSIST "persist"
 #define AR_URI_PREFIX "sandbox:///app/"
@@ -208,15 +207,6 @@ static int ar_read(int fd, off_t off, size_t max, unsigned char **out, size_t *n
 	return 0;
 }
 
-/* ar_base64 - standard base64 (no line breaks) as a JSON string */
-static json_t *ar_base64(const unsigned char *p, size_t n)
-{
-	char *s = b64_encode(p, n, 0);
-	json_t *j = s ? json_string(s) : NULL;
-	free(s);
-	return j;
-}
-
 /* ar_utf8 - whole valid UTF-8 without NUL or other control bytes than tab, CR, LF, FF */
 static bool ar_utf8(const unsigned char *s, size_t n)
 {
@@ -386,54 +376,43 @@ void artifacts_collect(int appfd, json_t *o)
 			continue;
 		}
 		json_object_set_new(a, "size", json_integer((json_int_t)st.st_size));
+		/* the head for the media type; the bytes themselves go to the worker raw, through
+		 * POST /files, when it asks for what is marked embedded here */
 		unsigned char *data = NULL;
 		size_t n = 0;
-		/* read one byte more than may be embedded: a file that grew past its size shows */
-		size_t want = (size_t)st.st_size <= budget ? (size_t)st.st_size + 1
-							   : ARTIFACTS_SNIFF_BYTES;
-		if (ar_read(fd, 0, want, &data, &n) < 0) {
-			close(fd);
+		int rc = ar_read(fd, 0, ARTIFACTS_SNIFF_BYTES, &data, &n);
+		close(fd);
+		if (rc < 0) {
 			json_object_set_new(a, "note", json_string("could not be read"));
 			continue;
 		}
-		close(fd);
-		json_object_set_new(a, "media_type",
-				    json_string(artifacts_sniff(data, n < ARTIFACTS_SNIFF_BYTES
-								      ? n : ARTIFACTS_SNIFF_BYTES,
-								e->path)));
-		if ((size_t)st.st_size <= budget && n == (size_t)st.st_size) {
-			const char *mt = json_string_value(json_object_get(a, "media_type"));
-			if (ar_is_text(mt) && strcmp(mt, "image/svg+xml") != 0 && ar_utf8(data, n))
-				json_object_set_new(a, "text", json_stringn((const char *)data, n));
-			else
-				json_object_set_new(a, "data", ar_base64(data, n));
+		json_object_set_new(a, "media_type", json_string(artifacts_sniff(data, n, e->path)));
+		free(data);
+		if ((size_t)st.st_size <= budget) {
 			json_object_set_new(a, "embedded", json_true());
-			budget -= n;
+			budget -= (size_t)st.st_size;
 		} else {
 			char note[300];
-			if (n > (size_t)st.st_size && (size_t)st.st_size <= budget)
-				snprintf(note, sizeof(note), "it grew while it was read; read it with "
-					 "resources/read");
-			else
-				snprintf(note, sizeof(note), "not embedded: a result embeds at most %d MiB "
-					 "of artifacts in all (artifact bytes cap); read it with "
-					 "resources/read, %d KiB at a time", ARTIFACTS_EMBED_BYTES >> 20,
-					 ARTIFACTS_READ_BYTES >> 10);
+			snprintf(note, sizeof(note), "not embedded: a result embeds at most %u MiB of "
+				 "artifacts in all (artifact bytes cap); read it with resources/read, "
+				 "%u KiB at a time", ARTIFACTS_EMBED_BYTES >> 20, ARTIFACTS_READ_BYTES >> 10);
 			json_object_set_new(a, "note", json_string(note));
 			over_bytes++;
 		}
-		free(data);
 	}
 	char note[400] = "";
-	if (l.n > ARTIFACTS_MAX_COUNT || l.cut)
+	if (l.n > ARTIFACTS_MAX_COUNT)
 		snprintf(note, sizeof(note), "%s%zu more entries in /app/out were not listed: a result "
 			 "lists at most %d artifacts (artifact count cap); read the rest with "
 			 "resources/read", l.cut ? "at least " : "", l.n - ARTIFACTS_MAX_COUNT,
 			 ARTIFACTS_MAX_COUNT);
+	else if (l.cut)
+		snprintf(note, sizeof(note), "/app/out holds more than %d entries (directories "
+			 "included): the files past them were not listed", ARTIFACTS_WALK_MAX);
 	if (over_bytes) {
 		size_t nl = strlen(note);
 		snprintf(note + nl, sizeof(note) - nl, "%s%zu artifact%s not embedded: the result's "
-			 "artifact bytes cap is %d MiB", nl ? "; " : "", over_bytes,
+			 "artifact bytes cap is %u MiB", nl ? "; " : "", over_bytes,
 			 over_bytes == 1 ? " was" : "s were", ARTIFACTS_EMBED_BYTES >> 20);
 	}
 	if (note[0])
@@ -523,19 +502,30 @@ static json_t *ar_files_list(int appfd, json_t *req)
 	return o;
 }
 
-/* ar_files_read - one bounded read of one file */
-static json_t *ar_files_read(int appfd, json_t *req)
+/* ar_files_read - one bounded read of one file: the header, and the bytes in *bytes */
+static json_t *ar_files_read(int appfd, json_t *req, unsigned char **bytes, size_t *nbytes)
 {
 	json_t *jp = json_object_get(req, "path"), *jo = json_object_get(req, "offset");
+	json_t *jl = json_object_get(req, "length");
 	const char *path = json_string_value(jp);
 	if (!path || !ar_path_ok(path, json_string_length(jp)))
 		return ar_error("%s", "path must name a file below persist/ or out/ (no empty, . "
 			       "or .. segment)");
-	json_int_t off = 0;
+	json_int_t off = 0, want = ARTIFACTS_READ_BYTES;
 	if (jo && !json_is_null(jo)) {
 		if (!json_is_integer(jo) || json_integer_value(jo) < 0)
 			return ar_error("%s", "offset must be a byte offset, 0 or more");
 		off = json_integer_value(jo);
+	}
+	if (jl && !json_is_null(jl)) {
+		if (!json_is_integer(jl) || json_integer_value(jl) < 1 ||
+		    json_integer_value(jl) > ARTIFACTS_EMBED_BYTES)
+		{
+			char m[80];
+			snprintf(m, sizeof(m), "length must be 1 to %u bytes", ARTIFACTS_EMBED_BYTES);
+			return ar_error("%s", m);
+		}
+		want = json_integer_value(jl);
 	}
 	struct stat st;
 	int fd = ar_open(appfd, path, &st);
@@ -551,7 +541,7 @@ static json_t *ar_files_read(int appfd, json_t *req)
 	size_t hn = 0, n = 0;
 	int rc = ar_read(fd, 0, ARTIFACTS_SNIFF_BYTES, &head, &hn);
 	if (rc == 0)
-		rc = ar_read(fd, (off_t)off, ARTIFACTS_READ_BYTES, &data, &n);
+		rc = ar_read(fd, (off_t)off, (size_t)want, &data, &n);
 	close(fd);
 	if (rc < 0) {
 		free(head);
@@ -560,22 +550,28 @@ static json_t *ar_files_read(int appfd, json_t *req)
 	const char *mt = artifacts_sniff(head, hn, path);
 	free(head);
 	bool eof = (json_int_t)n + off >= (json_int_t)st.st_size;
-	json_t *o = json_pack("{s:s, s:I, s:s, s:I, s:I, s:b, s:o}", "path", path, "size",
+	bool text = off == 0 && eof && ar_is_text(mt) && ar_utf8(data, n);
+	json_t *o = json_pack("{s:s, s:I, s:s, s:I, s:I, s:b, s:b}", "path", path, "size",
 			      (json_int_t)st.st_size, "media_type", mt, "offset", off, "length",
-			      (json_int_t)n, "eof", eof, "data", ar_base64(data, n));
-	if (o && off == 0 && eof && ar_is_text(mt) && ar_utf8(data, n))
-		json_object_set_new(o, "text", json_stringn((const char *)data, n));
-	free(data);
+			      (json_int_t)n, "eof", eof, "text", text);
+	if (!o) {
+		free(data);
+		return NULL;
+	}
+	*bytes = data;
+	*nbytes = n;
 	return o;
 }
 
 /* artifacts_files - see artifacts.h */
-json_t *artifacts_files(int appfd, json_t *req)
+json_t *artifacts_files(int appfd, json_t *req, unsigned char **bytes, size_t *nbytes)
 {
+	*bytes = NULL;
+	*nbytes = 0;
 	const char *op = json_string_value(json_object_get(req, "op"));
 	if (op && strcmp(op, "list") == 0)
 		return ar_files_list(appfd, req);
 	if (op && strcmp(op, "read") == 0)
-		return ar_files_read(appfd, req);
+		return ar_files_read(appfd, req, bytes, nbytes);
 	return ar_error("%s", "op must be \"list\" or \"read\"");
 }

@@ -16,14 +16,12 @@
 #include <jansson.h>
 #include <stddef.h>
 
-#define ARTIFACTS_DIR            "out"
-#define ARTIFACTS_MAX_COUNT      32                  /* listed in one result */
-#define ARTIFACTS_EMBED_BYTES    (2 * 1024 * 1024)   /* embedded in one result, all files */
-#define ARTIFACTS_READ_BYTES     (1024 * 1024)       /* one resources/read */
-#define ARTIFACTS_PAGE           100                 /* resources/list page */
-#define ARTIFACTS_WALK_MAX       10000               /* entries looked at in one walk */
-#define ARTIFACTS_MAX_DEPTH      8
-#define ARTIFACTS_SNIFF_BYTES    512
+#include "policy/limits.h"
+
+#define ARTIFACTS_DIR "out"
+
+/* The media type of a /files read's answer: a header line of JSON, then the bytes. */
+#define ARTIFACTS_PIECE_TYPE "application/x-kode-gopher-file"
 
 /* artifacts_prepare - an empty out/ below appfd (the wipe before the call removed the old) */
 int artifacts_prepare(int appfd);
@@ -31,9 +29,11 @@ int artifacts_prepare(int appfd);
 /*
  * artifacts_collect - the files below appfd/out after a run, into the result o:
  *   "artifacts": [{name (relative to out/), path ("/app/out/..."), uri, size, media_type,
- *                  embedded, data? (base64, when embedded), note? (why not)}]
+ *                  embedded, note? (why not)}]
  *   "artifacts_note": a sentence when a cap was hit (count or bytes), else absent
- * Files are taken in name order; up to ARTIFACTS_EMBED_BYTES in all are embedded.
+ * Files are taken in name order; up to ARTIFACTS_EMBED_BYTES in all are marked embedded. The
+ * result carries no file bytes: the worker reads the embedded ones with artifacts_files
+ * (POST /files), raw, so a MiB of PNG never passes through a JSON parser.
  */
 void artifacts_collect(int appfd, json_t *o);
 
@@ -44,12 +44,13 @@ void artifacts_digest(int appfd, char *buf);
 /*
  * artifacts_files - POST /files:
  *   {"op":"list", "cursor"?: "N"} -> {"files":[{path, size, media_type, mtime}], "next": "N"|null}
- *   {"op":"read", "path":"persist/x", "offset"?: N} ->
- *        {path, size, media_type, offset, length, eof, data (base64), text? (the whole file,
- *         when it is UTF-8 text read in one piece)}
- * An error is {"error": sentence}, which the worker passes on.
+ *   {"op":"read", "path":"persist/x", "offset"?: N, "length"?: L} -> the header
+ *        {path, size, media_type, offset, length, eof, text}, and in *bytes (malloc'd) the
+ *        `length` bytes read from offset: at most L (default ARTIFACTS_READ_BYTES, at most
+ *        ARTIFACTS_EMBED_BYTES). text: the whole file, read in this one piece, is UTF-8 text.
+ * An error is {"error": sentence}, which the worker passes on; *bytes is then NULL.
  */
-json_t *artifacts_files(int appfd, json_t *req);
+json_t *artifacts_files(int appfd, json_t *req, unsigned char **bytes, size_t *nbytes);
 
 /* artifacts_sniff - the media type of content starting with p[0..n); name only refines a
  * text type (.csv, .json, .html, .md); never NULL */

@@ -1924,12 +1924,15 @@ json_t *pipeline_doc(const struct pipeline_config *cfg, json_t *req)
 }
 
 /* pipeline_files - see pipeline.h */
-json_t *pipeline_files(const struct pipeline_config *cfg, json_t *req)
+json_t *pipeline_files(const struct pipeline_config *cfg, json_t *req, unsigned char **bytes,
+		       size_t *nbytes)
 {
+	*bytes = NULL;
+	*nbytes = 0;
 	int fd = cfg && cfg->app_dir ? open(cfg->app_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
 	if (fd < 0)
 		return json_pack("{s:s}", "error", "the sandbox's /app cannot be opened");
-	json_t *o = artifacts_files(fd, req);
+	json_t *o = artifacts_files(fd, req, bytes, nbytes);
 	close(fd);
 	return o;
 }

@@ -86,8 +86,10 @@ json_t *pipeline_doc(const struct pipeline_config *cfg, json_t *req);
 
 /*
  * pipeline_files - POST /files: the session's files in /app/persist and /app/out, listed or
- * read (agent/artifacts.h, artifacts_files). Read-only; needs no call slot.
+ * read (agent/artifacts.h, artifacts_files: a read's bytes come back in *bytes). Read-only;
+ * needs no call slot.
  */
-json_t *pipeline_files(const struct pipeline_config *cfg, json_t *req);
+json_t *pipeline_files(const struct pipeline_config *cfg, json_t *req, unsigned char **bytes,
+		       size_t *nbytes);
 
 #endif

@@ -41,8 +41,10 @@ struct agent_handlers {
 	 * NULL answers 404). 0; -ENOENT (404) when nothing waits for it; else 400 with msg. */
 	int (*token)(void *ctx, json_t *answer, char *msg, size_t msglen);
 	/* POST /files: list or read the session's files (optional; NULL answers 404). Takes no
-	 * call slot: it only reads. */
-	json_t *(*files)(void *ctx, json_t *req);
+	 * call slot: it only reads. A read sets *bytes (malloc'd, taken by the server): the answer
+	 * is then the returned object as one line of JSON and the bytes after it, as
+	 * ARTIFACTS_PIECE_TYPE (agent/artifacts.h). */
+	json_t *(*files)(void *ctx, json_t *req, unsigned char **bytes, size_t *nbytes);
 	void *ctx;
 };
 

@@ -36,6 +36,23 @@ int buf_add(struct buf *b, const void *p, size_t n, size_t max)
 	return 0;
 }
 
+/* buf_reserve - see buf.h */
+int buf_reserve(struct buf *b, size_t n)
+{
+	if (n == (size_t)-1)
+		return -ENOMEM;
+	if (n + 1 <= b->cap)
+		return 0;
+	char *d = realloc(b->data, n + 1);
+	if (!d)
+		return -ENOMEM;
+	if (!b->data)
+		d[0] = '\0';
+	b->data = d;
+	b->cap = n + 1;
+	return 0;
+}
+
 /* buf_free - see buf.h */
 void buf_free(struct buf *b)
 {

@@ -11,11 +11,13 @@
  * to it so the session goes on. stdin EOF ends everything within a second.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -360,6 +362,10 @@ int stdio_serve(const struct serve_config *cfg)
 		free(r);
 		return 1;
 	}
+	struct stat st;
+	if (fstat(STDOUT_FILENO, &st) == 0 && S_ISFIFO(st.st_mode) &&
+	    fcntl(STDOUT_FILENO, F_SETPIPE_SZ, STDIO_PIPE_BYTES) < 0)
+		log_debug("stdout stays a pipe of its own size: %s", strerror(errno));
 	random_hex(r->session, SESSION_ID_HEX / 2);
 	log_info("kode-gopher %s serving MCP on stdio (session %.8s…)", KG_VERSION, r->session);
 	relay_start_worker(r);

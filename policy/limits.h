@@ -2,8 +2,8 @@
  * limits.h - the named limits of supervision, the worker contract and every outgoing request,
  * each with its unit (Dovecot names its settings; so do we). Read by the master (spawn.c,
  * pool.c, stdio.c, http.c, kubecfg.c, sandbox_local.c) and the worker (main.c, agent_client.c,
- * creds.c, kube.c, sandbox_kube.c). The agent's own limits (in agent/) move here as they are
- * touched.
+ * creds.c, kube.c, sandbox_kube.c, call.c, resources.c), and the agent for what it shares with
+ * the worker (artifacts.c). The agent's own limits (in agent/) move here as they are touched.
  */
 #ifndef KG_POLICY_LIMITS_H
 #define KG_POLICY_LIMITS_H
@@ -73,6 +73,19 @@
 #define CR_HTTP_MAX_BYTES (1u << 20)
 #define CR_TIMEOUT_MS 30000L
 #define CR_CONNECT_TIMEOUT_MS 10000L
+
+/* ---- artifacts and the session's files (agent/artifacts.c, worker/call.c, worker/resources.c) ----
+ * Both sides hold them: the agent picks what a result embeds, and the worker, which fetches the
+ * bytes (POST /files, op read), does not embed more whatever the agent says. */
+#define ARTIFACTS_MAX_COUNT 32                      /* listed in one result */
+#define ARTIFACTS_EMBED_BYTES (2u * 1024 * 1024)    /* embedded in one result, all files */
+#define ARTIFACTS_READ_BYTES (1024u * 1024)         /* one resources/read; a /files read's default */
+#define ARTIFACTS_PAGE 100                          /* resources/list page */
+#define ARTIFACTS_WALK_MAX 10000                    /* entries looked at in one walk */
+#define ARTIFACTS_MAX_DEPTH 8
+#define ARTIFACTS_SNIFF_BYTES 512                   /* what the media type is sniffed from */
+/* the header line before a /files read's bytes (application/x-kode-gopher-file) */
+#define ARTIFACTS_PIECE_HEAD_BYTES (16u * 1024)
 
 /* To the Kubernetes API server: connecting, an answer; one call of the sandbox backend, and
  * the wait for the agent of a Ready pod to listen. */

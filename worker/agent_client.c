@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "agent/artifacts.h"
 #include "ipc/log.h"
 #include "lib/buf.h"
 #include "lib/mono.h"
@@ -31,7 +32,7 @@
 
 static const char ac_died[] = "the sandbox stopped responding in the middle of the call";
 
-enum ac_kind { AC_CLAIM, AC_HEALTH, AC_EXECUTE, AC_DOC };
+enum ac_kind { AC_CLAIM, AC_HEALTH, AC_EXECUTE, AC_DOC, AC_READ };
 
 /* One transfer's state, shared with the curl callbacks. */
 struct ac_xfer {
@@ -53,6 +54,7 @@ struct ac_xfer {
 	void *ectx;
 	volatile int *cancel;
 	long long cancel_seen_ms; /* when *cancel was first seen set; 0: not yet */
+	char ctype[128];        /* AC_READ: the answer's Content-Type */
 };
 
 /* ac_fail - record a verdict from inside a callback (the first one wins) */
@@ -200,6 +202,19 @@ static size_t ac_write(char *p, size_t size, size_t nmemb, void *ud)
 			if (!ct || strncasecmp(ct, "application/x-ndjson", 20) != 0) {
 				ac_fail(x, -EPROTO, "the sandbox answered /execute with %s instead "
 					"of an NDJSON stream", ct ? ct : "no content type");
+				return 0;
+			}
+		}
+		if (x->kind == AC_READ) {
+			char *ct = NULL;
+			curl_off_t cl = -1;
+			curl_easy_getinfo(x->h, CURLINFO_CONTENT_TYPE, &ct);
+			snprintf(x->ctype, sizeof(x->ctype), "%s", ct ? ct : "");
+			/* one allocation for the piece, not a doubling from 4 KiB */
+			curl_easy_getinfo(x->h, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl);
+			if (x->status == 200 && cl > 0 && (size_t)cl <= x->max &&
+			    buf_reserve(&x->ans, (size_t)cl) < 0) {
+				ac_fail(x, -ENOMEM, "out of memory reading the sandbox's answer");
 				return 0;
 			}
 		}
@@ -446,6 +461,8 @@ static int ac_call(const struct agent_endpoint *ep, const char *path, const char
 		curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
 		curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)bodylen);
 	}
+	if (x->kind == AC_READ) /* a piece of up to 2 MiB: fewer, bigger reads */
+		curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 512L * 1024);
 	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, ac_write);
 	curl_easy_setopt(h, CURLOPT_WRITEDATA, x);
 	if (x->cancel) {
@@ -700,6 +717,94 @@ int agent_client_files(const struct agent_endpoint *ep, json_t *req, json_t **re
 		       size_t errlen)
 {
 	return ac_post_answer(ep, "/files", req, result, err, errlen);
+}
+
+/* agent_client_read_piece - see agent_client.h */
+int agent_client_read_piece(const char *ctype, const char *body, size_t len, const char *path,
+			    long long offset, size_t length, json_t **head, size_t *at,
+			    size_t *n, char *err, size_t errlen)
+{
+	*head = NULL;
+	*at = *n = 0;
+	json_error_t jerr;
+	if (ctype && strncasecmp(ctype, "application/json", 16) == 0) {
+		/* a refusal: {"error": sentence} and nothing else */
+		json_t *j = len <= AGENT_CLIENT_MAX_LINE
+				    ? json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr) : NULL;
+		if (!json_is_string(json_object_get(j, "error")) || json_object_size(j) != 1) {
+			json_decref(j);
+			snprintf(err, errlen, "the sandbox answered a file read with JSON that is not "
+				 "a refusal");
+			return -EPROTO;
+		}
+		*head = j;
+		return 0;
+	}
+	if (!ctype || strcasecmp(ctype, ARTIFACTS_PIECE_TYPE) != 0) {
+		snprintf(err, errlen, "the sandbox answered a file read as %.60s, not %s",
+			 ctype ? ctype : "no content type", ARTIFACTS_PIECE_TYPE);
+		return -EPROTO;
+	}
+	const char *nl = memchr(body, '\n', len < ARTIFACTS_PIECE_HEAD_BYTES ? len
+								  : ARTIFACTS_PIECE_HEAD_BYTES);
+	json_t *h = nl ? json_loadb(body, (size_t)(nl - body), JSON_REJECT_DUPLICATES, &jerr) : NULL;
+	const char *hp = json_string_value(json_object_get(h, "path"));
+	json_t *size = json_object_get(h, "size"), *off = json_object_get(h, "offset");
+	json_t *hl = json_object_get(h, "length");
+	const char *mt = json_string_value(json_object_get(h, "media_type"));
+	size_t rest = nl ? len - (size_t)(nl + 1 - body) : 0;
+	bool ok = h && hp && strcmp(hp, path) == 0 && json_is_integer(size) &&
+		  json_integer_value(size) >= 0 && json_is_integer(off) &&
+		  json_integer_value(off) == offset && json_is_integer(hl) &&
+		  json_integer_value(hl) >= 0 && (size_t)json_integer_value(hl) == rest &&
+		  rest <= length && mt && strlen(mt) < 128 && strspn(mt, "abcdefghijklmnopqrstuvwxyz"
+			"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+-./") == strlen(mt) &&
+		  json_is_boolean(json_object_get(h, "eof")) &&
+		  json_is_boolean(json_object_get(h, "text"));
+	if (!ok) {
+		json_decref(h);
+		snprintf(err, errlen, "the sandbox answered a read of /app/%.200s with a piece that "
+			 "does not match the request", path);
+		return -EPROTO;
+	}
+	*head = h;
+	*at = (size_t)(nl + 1 - body);
+	*n = rest;
+	return 0;
+}
+
+/* agent_client_read - see agent_client.h */
+int agent_client_read(const struct agent_endpoint *ep, const char *path, long long offset,
+		      size_t length, json_t **head, unsigned char **bytes, size_t *nbytes,
+		      char *err, size_t errlen)
+{
+	*head = NULL;
+	*bytes = NULL;
+	*nbytes = 0;
+	json_t *req = json_pack("{s:s, s:s, s:I, s:I}", "op", "read", "path", path, "offset",
+				(json_int_t)offset, "length", (json_int_t)length);
+	size_t len;
+	int rc;
+	char *body = ac_body(req, &len, &rc, err, errlen);
+	json_decref(req);
+	if (!body)
+		return rc;
+	struct ac_xfer x = { .kind = AC_READ, .max = length + ARTIFACTS_PIECE_HEAD_BYTES };
+	rc = ac_call(ep, "/files", body, len, AC_DOC_TIMEOUT_MS, &x, err, errlen);
+	free(body);
+	size_t at = 0, n = 0;
+	if (rc == 0)
+		rc = agent_client_read_piece(x.ctype, x.ans.data ? x.ans.data : "", x.ans.len, path,
+					     offset, length, head, &at, &n, err, errlen);
+	if (rc == 0 && json_object_get(*head, "length")) {
+		/* the bytes to the front of the buffer, which the caller then owns */
+		memmove(x.ans.data, x.ans.data + at, n);
+		*bytes = (unsigned char *)x.ans.data;
+		*nbytes = n;
+		x.ans.data = NULL;
+	}
+	ac_xfer_free(&x);
+	return rc;
 }
 
 /* agent_client_token - POST /token: the answer to one token_request */

@@ -110,10 +110,31 @@ int agent_client_read_stream(const char *const *piece, const size_t *len, size_t
 int agent_client_token(const struct agent_endpoint *ep, json_t *answer, char *err,
 		       size_t errlen);
 
-/* agent_client_files - POST /files {"op":"list"|"read",...}; 0 and *result = the agent's answer
+/* agent_client_files - POST /files {"op":"list",...}; 0 and *result = the agent's answer
  * (docs/agent-api.md; an {"error"} answer is the caller's to pass on) */
 int agent_client_files(const struct agent_endpoint *ep, json_t *req, json_t **result, char *err,
 		       size_t errlen);
+
+/*
+ * agent_client_read - POST /files {"op":"read", "path", "offset", "length"}: one piece of a
+ * file, raw. 0 and either *head = {"error": sentence} (*bytes NULL), or *head = the piece's
+ * header {path, size, media_type, offset, length, eof, text} (checked: the path and offset
+ * asked for, length the number of bytes that came, at most the length asked for) and *bytes
+ * (malloc'd, *nbytes of them; the caller frees both).
+ */
+int agent_client_read(const struct agent_endpoint *ep, const char *path, long long offset,
+		      size_t length, json_t **head, unsigned char **bytes, size_t *nbytes,
+		      char *err, size_t errlen);
+
+/*
+ * agent_client_read_piece - the checks of agent_client_read on an answer's body without the
+ * transfer (for the unit tests and the fuzz target): ctype the answer's Content-Type; body[0..len)
+ * is not changed. 0 and *head (a new reference, the header or {"error"}), and for a piece
+ * *at and *n, where its bytes lie in body; -EPROTO with a sentence otherwise.
+ */
+int agent_client_read_piece(const char *ctype, const char *body, size_t len, const char *path,
+			    long long offset, size_t length, json_t **head, size_t *at,
+			    size_t *n, char *err, size_t errlen);
 
 /* agent_client_doc - POST /doc {"package","symbol"?}; 0 and *result = the agent's answer
  * ({"ok":true,"text",...} or {"ok":false,"error"}) */

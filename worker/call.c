@@ -27,6 +27,7 @@
 #include <openssl/crypto.h>
 
 #include "lib/mono.h"
+#include "policy/limits.h"
 #include "worker/agent_client.h"
 #include "worker/creds.h"
 #include "worker/worker.h"
@@ -194,6 +195,7 @@ void job_free(struct job *j)
 	json_decref(j->id);
 	json_decref(j->args);
 	json_decref(j->progress_token);
+	splices_free(j->splices);
 	free(j);
 }
 
@@ -412,36 +414,118 @@ static void call_event(void *ctx, json_t *event)
 	call_heartbeat(c);
 }
 
-/* artifact_payload - the bytes an embedded artifact carries (base64 data or text) */
-static size_t artifact_payload(json_t *a)
+/* art_demote - an artifact marked embedded becomes a link, with a note that says why */
+static void art_demote(json_t *a, const char *why)
 {
-	json_t *d = json_object_get(a, "data"), *t = json_object_get(a, "text");
-	return json_string_length(d) + json_string_length(t);
+	json_object_set_new(a, "embedded", json_false());
+	json_object_set_new(a, "note", json_string(why));
+}
+
+/* art_demote_cap - the same for one past the caps: count and bytes, or the message limit */
+static void art_demote_cap(json_t *a, bool message)
+{
+	char why[300];
+	if (message)
+		snprintf(why, sizeof(why), "not embedded: with it the response would pass the %u MiB "
+			 "message limit (stdout and stderr count too); read it with resources/read",
+			 MCP_MAX_MESSAGE >> 20);
+	else
+		snprintf(why, sizeof(why), "not embedded: a result embeds at most %d artifacts and "
+			 "%u MiB of them in all (artifact bytes cap); read it with resources/read",
+			 ARTIFACTS_MAX_COUNT, ARTIFACTS_EMBED_BYTES >> 20);
+	art_demote(a, why);
+}
+
+/* art_size - an embedded artifact's size as the agent gave it; -1 if it is not one */
+static long long art_size(json_t *a)
+{
+	json_t *sz = json_object_get(a, "size");
+	if (!json_is_true(json_object_get(a, "embedded")) || !json_is_integer(sz) ||
+	    json_integer_value(sz) < 0)
+		return -1;
+	return json_integer_value(sz);
+}
+
+/* art_cost - what an embedded artifact adds to the response: its base64 (text takes less) */
+static size_t art_cost(json_t *a)
+{
+	long long n = art_size(a);
+	return n < 0 ? 0 : ((size_t)n + 2) / 3 * 4;
+}
+
+/* art_is_text - a media type whose bytes go as an embedded resource's text */
+static bool art_is_text(const char *mt)
+{
+	return strncmp(mt, "text/", 5) == 0 || strcmp(mt, "application/json") == 0;
+}
+
+/*
+ * art_embed - the content block of an artifact marked embedded: its bytes read back from the
+ * sandbox raw (POST /files) and, for an image or a blob, spliced in as base64 by mcp_reply (see
+ * worker/splice.h), never a jansson string; text as an embedded resource's text. NULL, with
+ * the artifact demoted to a link, when the bytes do not come back as the result announced.
+ */
+static json_t *art_embed(struct job *j, const struct agent_endpoint *ep, json_t *a)
+{
+	json_t *uri = json_object_get(a, "uri"), *mt = json_object_get(a, "media_type");
+	const char *mts = json_string_value(mt), *name = json_string_value(json_object_get(a, "name"));
+	long long size = art_size(a);
+	char path[1100], err[512] = "", note[800] = "";
+	if (!name || snprintf(path, sizeof(path), "out/%s", name) >= (int)sizeof(path) ||
+	    size > ARTIFACTS_EMBED_BYTES) {
+		art_demote(a, "not embedded: the sandbox described it in a way this server does not "
+			   "take; read it with resources/read");
+		return NULL;
+	}
+	json_t *head = NULL;
+	unsigned char *bytes = NULL;
+	size_t n = 0;
+	int r = agent_client_read(ep, path, 0, size ? (size_t)size : 1, &head, &bytes, &n, err,
+				  sizeof(err));
+	const char *refused = json_string_value(json_object_get(head, "error"));
+	json_t *b = NULL;
+	if (r < 0 || refused) {
+		snprintf(note, sizeof(note), "not embedded: it could not be read back from the "
+			 "sandbox (%s); read it with resources/read", refused ? refused : err);
+	} else if (json_integer_value(json_object_get(head, "size")) != size || n != (size_t)size ||
+		   !json_is_true(json_object_get(head, "eof"))) {
+		snprintf(note, sizeof(note), "not embedded: it changed after the run (%lld bytes "
+			 "then, %lld now); read it with resources/read", size,
+			 (long long)json_integer_value(json_object_get(head, "size")));
+	} else if (strncmp(mts, "image/", 6) == 0) {
+		json_t *ph = splices_add_base64(&j->splices, bytes, n);
+		b = ph ? json_pack("{s:s, s:o, s:O}", "type", "image", "data", ph, "mimeType", mt) : NULL;
+	} else {
+		json_t *t = art_is_text(mts) && json_is_true(json_object_get(head, "text"))
+				    ? json_stringn((const char *)bytes, n) : NULL;
+		json_t *ph = t ? NULL : splices_add_base64(&j->splices, bytes, n);
+		if (t || ph)
+			b = json_pack("{s:s, s:{s:O, s:O, s:o}}", "type", "resource", "resource", "uri",
+				      uri, "mimeType", mt, t ? "text" : "blob", t ? t : ph);
+	}
+	if (!b && r == 0 && !refused && note[0] == '\0')
+		snprintf(note, sizeof(note), "not embedded: out of memory");
+	if (!b)
+		art_demote(a, note);
+	json_decref(head);
+	free(bytes);
+	return b;
 }
 
 /* artifact_block - the content block for one artifact: an image, an embedded resource (text or
  * blob), or a link to the resource when it is not embedded */
-static json_t *artifact_block(json_t *a)
+static json_t *artifact_block(struct job *j, const struct agent_endpoint *ep, json_t *a)
 {
 	json_t *uri = json_object_get(a, "uri"), *mt = json_object_get(a, "media_type");
-	json_t *d = json_object_get(a, "data"), *t = json_object_get(a, "text");
-	const char *mts = json_string_value(mt);
 	if (!json_is_string(uri))
 		return NULL;
-	if (!json_is_true(json_object_get(a, "embedded")) || (!d && !t)) {
-		if (!mts)
-			return NULL; /* a link, FIFO or the like: listed, nothing to link to */
-		return json_pack("{s:s, s:O, s:O, s:O, s:O}", "type", "resource_link", "uri", uri,
-				 "name", json_object_get(a, "name"), "mimeType", mt, "size",
-				 json_object_get(a, "size"));
-	}
-	if (d && mts && strncmp(mts, "image/", 6) == 0)
-		return json_pack("{s:s, s:O, s:O}", "type", "image", "data", d, "mimeType", mt);
-	if (t)
-		return json_pack("{s:s, s:{s:O, s:O, s:O}}", "type", "resource", "resource", "uri",
-				 uri, "mimeType", mt, "text", t);
-	return json_pack("{s:s, s:{s:O, s:O, s:O}}", "type", "resource", "resource", "uri", uri,
-			 "mimeType", mt, "blob", d);
+	if (!json_is_string(mt))
+		return NULL; /* a link, FIFO or the like: listed, nothing to link to */
+	json_t *b = json_is_true(json_object_get(a, "embedded")) ? art_embed(j, ep, a) : NULL;
+	if (b)
+		return b;
+	return json_pack("{s:s, s:O, s:O, s:O, s:O}", "type", "resource_link", "uri", uri, "name",
+			 json_object_get(a, "name"), "mimeType", mt, "size", json_object_get(a, "size"));
 }
 
 /* json_cost - bytes s takes in the response: once as it is (structuredContent) and once inside
@@ -488,6 +572,11 @@ static void fit_output(json_t *sc, size_t budget)
 {
 	static const char *const streams[] = { "stdout", "stderr" };
 	bool cut = false;
+	/* a byte costs at most 13 (\u00XX raw, \\u00XX inside the text block): below that no
+	 * dump is needed to know it fits */
+	if (13 * (json_string_length(json_object_get(sc, "stdout")) +
+		  json_string_length(json_object_get(sc, "stderr"))) <= budget)
+		return;
 	for (int round = 0; round < 24; round++) {
 		size_t cost[2], total = 0;
 		for (int k = 0; k < 2; k++) {
@@ -516,61 +605,62 @@ static void fit_output(json_t *sc, size_t budget)
 			MCP_MAX_MESSAGE >> 20));
 }
 
-/* tool_result - wrap structured content as an MCP CallToolResult (steals sc): the JSON as text,
- * then one block per artifact; the artifacts' bytes leave structuredContent (they are in the
- * blocks), and embedded ones that would push the response past the message limit become links */
-static json_t *tool_result(json_t *sc, bool is_error)
+/*
+ * tool_result - wrap structured content as an MCP CallToolResult (steals sc): the JSON as text,
+ * then one block per artifact, whose bytes the worker reads from the sandbox itself (ep); the
+ * worker's own caps hold whatever the agent marked embedded: count, bytes, and the message
+ * limit (the biggest become links first)
+ */
+static json_t *tool_result(struct job *j, const struct agent_endpoint *ep, json_t *sc,
+			   bool is_error)
 {
 	json_t *arts = json_object_get(sc, "artifacts");
 	json_t *blocks = json_array();
 	size_t i;
 	json_t *a;
 	if (json_is_array(arts)) {
+		size_t budget = ARTIFACTS_EMBED_BYTES, payload = 0;
+		json_array_foreach(arts, i, a) {
+			/* bytes come from the sandbox only as the worker reads them */
+			json_object_del(a, "data");
+			json_object_del(a, "text");
+			if (!json_is_true(json_object_get(a, "embedded")))
+				continue;
+			long long n = art_size(a);
+			if (n < 0 || i >= ARTIFACTS_MAX_COUNT || (size_t)n > budget) {
+				art_demote_cap(a, false);
+				continue;
+			}
+			budget -= (size_t)n;
+			payload += art_cost(a);
+		}
 		/* the structured part appears twice (text and structuredContent); its big strings
-		 * are stdout and stderr, the rest is small. Estimated, not dumped: a dump of a
-		 * result with a MiB of artifacts costs tens of ms. */
-		size_t payload = 0;
+		 * are stdout and stderr, the rest is small */
 		size_t rest = 64 * 1024 + json_string_length(json_object_get(sc, "stdout")) +
 			      json_string_length(json_object_get(sc, "stderr"));
-		json_array_foreach(arts, i, a)
-			payload += artifact_payload(a);
 		size_t limit = MCP_MAX_MESSAGE - 64 * 1024;
 		while (payload + 2 * rest > limit) {
 			json_t *big = NULL;
-			size_t bigsz = 0;
-			json_array_foreach(arts, i, a) {
-				if (artifact_payload(a) > bigsz) {
-					bigsz = artifact_payload(a);
+			json_array_foreach(arts, i, a)
+				if (art_cost(a) > (big ? art_cost(big) : 0))
 					big = a;
-				}
-			}
 			if (!big)
 				break;
-			json_object_del(big, "data");
-			json_object_del(big, "text");
-			json_object_set_new(big, "embedded", json_false());
-			json_object_set_new(big, "note", json_string(
-				"not embedded: with it the response would pass the 4 MiB message "
-				"limit (stdout and stderr count too); read it with resources/read"));
-			payload -= bigsz;
+			payload -= art_cost(big);
+			art_demote_cap(big, true);
 		}
 		json_array_foreach(arts, i, a) {
-			json_t *b = artifact_block(a);
+			json_t *b = artifact_block(j, ep, a);
 			if (b)
 				json_array_append_new(blocks, b);
-			json_object_del(a, "data");
-			json_object_del(a, "text");
 		}
 	}
 	/* the room left for stdout and stderr: the limit less what the artifacts' blocks hold
 	 * and a margin for the rest of the result (diagnostics, tests, timings) */
-	size_t blocks_len = 0;
-	json_array_foreach(blocks, i, a) {
-		json_t *d = json_object_get(a, "data");
-		json_t *res = json_object_get(a, "resource");
-		blocks_len += json_string_length(d) + json_string_length(json_object_get(res, "text")) +
-			      json_string_length(json_object_get(res, "blob")) + 512;
-	}
+	size_t blocks_len = splices_bytes(j->splices);
+	json_array_foreach(blocks, i, a)
+		blocks_len += json_string_length(json_object_get(json_object_get(a, "resource"),
+								 "text")) + 512;
 	size_t room = MCP_MAX_MESSAGE - 256 * 1024;
 	fit_output(sc, blocks_len < room ? room - blocks_len : 0);
 	char *text = json_dumps(sc, JSON_COMPACT | JSON_ENSURE_ASCII);
@@ -692,7 +782,7 @@ static json_t *call_agent(struct session *s, struct job *j, json_t *req, bool do
 		json_object_set_new(timings, "claim_ms", json_integer(claim_ms));
 	json_object_set_new(res, "retried", json_boolean(retried));
 	json_object_set_new(res, "sandbox", json_string(sandbox_name(s)));
-	return tool_result(res, result_is_error(res));
+	return tool_result(j, ep, res, result_is_error(res));
 }
 
 /* call_run - turn a tool call's arguments into the agent's request */
@@ -731,7 +821,8 @@ static json_t *call_run(struct session *s, struct job *j)
 	return out;
 }
 
-/* call_account - tell the master what the call cost, for /metrics and the accounting log */
+/* call_account - tell the master what the call cost, for /metrics and the accounting log
+ * (before the answer goes out, so that a client that has its answer finds the call counted) */
 static void call_account(struct session *s, struct job *j, json_t *resp)
 {
 	json_t *sc = json_object_get(resp, "structuredContent");
@@ -746,9 +837,10 @@ static void call_account(struct session *s, struct job *j, json_t *resp)
 		.cpu_sys_ms = (uint64_t)json_integer_value(json_object_get(t, "cpu_sys_ms")),
 		.max_rss_kb = (uint64_t)json_integer_value(json_object_get(t, "max_rss_kb")),
 	};
+	/* resp holds placeholders where the artifacts' base64 goes (worker/splice.h) */
 	char *in = json_dumps(j->args, JSON_COMPACT), *out = resp ? json_dumps(resp, JSON_COMPACT) : NULL;
 	c.bytes_in = in ? strlen(in) : 0;
-	c.bytes_out = out ? strlen(out) : 0;
+	c.bytes_out = out ? strlen(out) + splices_bytes(j->splices) : 0;
 	free(in);
 	free(out);
 	c.tool = (struct ipc_bytes){ j->tool, strlen(j->tool) };

@@ -16,8 +16,10 @@
 const char *const mcp_log_levels[MCP_LOG_LEVELS] = { "emergency", "alert", "critical", "error",
 					      "warning", "notice", "info", "debug" };
 
-/* mcp_reply - answer REQ_MCP seq (every REQ_MCP gets exactly one ANS_MCP, maybe empty) */
-void mcp_reply(struct session *s, uint32_t seq, json_t *response)
+/* mcp_reply_spliced - answer REQ_MCP seq (every REQ_MCP gets exactly one ANS_MCP, maybe empty),
+ * the base64 of sp (taken) in place of its placeholders (worker/splice.h) */
+static void mcp_reply_spliced(struct session *s, uint32_t seq, json_t *response,
+			      struct splices *sp)
 {
 	char *text = NULL;
 	size_t len = 0;
@@ -28,18 +30,34 @@ void mcp_reply(struct session *s, uint32_t seq, json_t *response)
 		id = json_incref(json_object_get(response, "id"));
 		json_decref(response);
 	}
+	if (text && sp) {
+		char *out = NULL;
+		size_t olen = 0;
+		int r = splices_apply(sp, text, len, &out, &olen);
+		if (r == -ENOENT)
+			log_warn("a placeholder for base64 was not in the answer exactly once");
+		free(text);
+		text = out;
+		len = text ? olen : 0;
+	}
+	splices_free(sp);
 	struct ipc_buf b;
-	int r = ipc_pack_ans_mcp(&b, seq, text ? text : "", len);
+	bool unmade = response && !text; /* out of memory dumping or splicing it */
+	int r = unmade ? -EMSGSIZE : ipc_pack_ans_mcp(&b, seq, text ? text : "", len);
 	if (r == -EMSGSIZE) {
 		/* never silence: the client would wait for this answer for ever */
-		log_error("a response of %zu bytes is over the %u MiB message limit; answering with an "
-			  "error instead", len, MCP_MAX_MESSAGE >> 20);
+		log_error("a response of %zu bytes %s; answering with an error instead", len,
+			  unmade ? "could not be encoded" : "is over the message limit");
 		free(text);
 		char msg[300];
-		snprintf(msg, sizeof(msg), "The answer to this request is %zu bytes, over the %u MiB "
-			 "message limit, so it cannot be sent. Ask for less (fewer tests or less output "
-			 "per call; large results belong in files under /app/out).", len,
-			 MCP_MAX_MESSAGE >> 20);
+		if (unmade)
+			snprintf(msg, sizeof(msg), "The answer to this request could not be encoded (the "
+				 "server ran out of memory); try again with less output.");
+		else
+			snprintf(msg, sizeof(msg), "The answer to this request is %zu bytes, over the %u "
+				 "MiB message limit, so it cannot be sent. Ask for less (fewer tests or less "
+				 "output per call; large results belong in files under /app/out).", len,
+				 MCP_MAX_MESSAGE >> 20);
 		json_t *e = mcp_error(id, RPC_INTERNAL_ERROR, msg);
 		text = json_dumps(e, JSON_COMPACT);
 		json_decref(e);
@@ -50,6 +68,12 @@ void mcp_reply(struct session *s, uint32_t seq, json_t *response)
 	if (r == 0)
 		session_send(s, &b);
 	free(text);
+}
+
+/* mcp_reply - answer REQ_MCP seq (every REQ_MCP gets exactly one ANS_MCP, maybe empty) */
+void mcp_reply(struct session *s, uint32_t seq, json_t *response)
+{
+	mcp_reply_spliced(s, seq, response, NULL);
 }
 
 /* mcp_error - a JSON-RPC error response */
@@ -114,9 +138,10 @@ void mcp_log(struct session *s, uint32_t rel, const char *level, const char *fmt
 void mcp_batch_send(struct session *s, struct mcp_batch *b)
 {
 	if (json_array_size(b->responses))
-		mcp_reply(s, b->seq, b->responses);
+		mcp_reply_spliced(s, b->seq, b->responses, b->splices);
 	else {
 		json_decref(b->responses);
+		splices_free(b->splices);
 		mcp_reply(s, b->seq, NULL);
 	}
 	free(b);
@@ -126,16 +151,21 @@ void mcp_batch_send(struct session *s, struct mcp_batch *b)
 void mcp_answer_job(struct session *s, struct job *j, json_t *response)
 {
 	struct mcp_batch *b = j->batch;
+	struct splices *sp = j->splices;
+	j->splices = NULL;
 	if (!b) {
-		mcp_reply(s, j->seq, response);
+		mcp_reply_spliced(s, j->seq, response, sp);
 		return;
 	}
 	j->batch = NULL;
 	pthread_mutex_lock(&s->mu);
 	if (response)
 		json_array_append_new(b->responses, response);
+	splices_chain(&b->splices, response ? sp : NULL);
 	bool last = --b->waiting == 0 && b->dispatched;
 	pthread_mutex_unlock(&s->mu);
+	if (!response)
+		splices_free(sp);
 	if (last)
 		mcp_batch_send(s, b);
 }

@@ -6,7 +6,8 @@
  * the session's sandbox, and wait behind a running tool call as tool calls do. Before the
  * session's first call there is no sandbox, and none is claimed for a list or a read: the list
  * is empty and a read says so. The agent (POST /files, agent/artifacts.c) does the reading and
- * the checking of paths; this side only maps URIs and JSON. Read-only: there is no write path.
+ * the checking of paths; this side only maps URIs and JSON, and a read's bytes come raw and go
+ * out as base64 without passing jansson (worker/splice.h). Read-only: there is no write path.
  *
  * URIs: sandbox:///app/persist/<path> and sandbox:///app/out/<path>, percent-encoded; a read
  * returns at most 1 MiB from ?offset=N (default 0), and _meta says where the next piece starts.
@@ -16,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "policy/limits.h"
 #include "worker/agent_client.h"
 #include "worker/worker.h"
 
@@ -171,22 +173,46 @@ static json_t *res_read(struct session *s, struct job *j)
 		return res_error(j->id, RES_NOT_FOUND, "Resource not found: this session has run no "
 				 "code yet, so it has no files; files appear after an execute_go_code "
 				 "call writes them to /app/persist or /app/out");
-	json_t *req = json_pack("{s:s, s:s, s:I}", "op", "read", "path", path, "offset",
-				(json_int_t)off);
-	json_t *resp = NULL, *res = res_agent(s, j, req, &resp);
-	json_decref(req);
-	if (!res)
-		return resp;
-	/* the URI without the offset names the file; the piece's place is in _meta */
+	struct agent_endpoint *ep;
+	char err[512] = "";
+	json_t *res = NULL;
+	unsigned char *bytes = NULL;
+	size_t n = 0;
+	int r = sandbox_get(s, &ep, err, sizeof(err));
+	if (r == 0)
+		r = agent_client_read(ep, path, off, ARTIFACTS_READ_BYTES, &res, &bytes, &n, err,
+				      sizeof(err));
+	if (r != 0) {
+		char msg[700];
+		snprintf(msg, sizeof(msg), "the session's sandbox could not be asked for its files: %s",
+			 err[0] ? err : "it failed");
+		return res_error(j->id, -32603, msg);
+	}
+	const char *e = json_string_value(json_object_get(res, "error"));
+	if (e) {
+		json_t *out = res_error(j->id, RES_NOT_FOUND, e);
+		json_decref(res);
+		return out;
+	}
+	/* the URI without the offset names the file; the piece's place is in _meta. The bytes
+	 * go as text when the agent found the whole file to be UTF-8 text (and jansson agrees),
+	 * else as base64 spliced in by mcp_reply, never a jansson string (worker/splice.h) */
 	char base[sizeof(RES_PREFIX) + 3 * RES_PATH_MAX];
 	snprintf(base, sizeof(base), "%.*s", (int)strcspn(uri, "?"), uri);
 	json_t *c = json_pack("{s:s, s:O}", "uri", base, "mimeType", json_object_get(res, "media_type"));
-	if (json_is_string(json_object_get(res, "text")))
-		json_object_set(c, "text", json_object_get(res, "text"));
-	else
-		json_object_set(c, "blob", json_object_get(res, "data"));
+	json_t *t = json_is_true(json_object_get(res, "text"))
+			    ? json_stringn((const char *)bytes, n) : NULL;
+	json_t *data = t ? t : splices_add_base64(&j->splices, bytes, n);
+	free(bytes);
+	if (!c || !data) {
+		json_decref(c);
+		json_decref(data);
+		json_decref(res);
+		return res_error(j->id, -32603, "out of memory");
+	}
+	json_object_set_new(c, t ? "text" : "blob", data);
 	json_int_t size = json_integer_value(json_object_get(res, "size"));
-	json_int_t len = json_integer_value(json_object_get(res, "length"));
+	json_int_t len = (json_int_t)n;
 	bool eof = json_is_true(json_object_get(res, "eof"));
 	json_t *meta = json_pack("{s:I, s:I, s:I, s:b}", "kode-gopher/size", size,
 				 "kode-gopher/offset", (json_int_t)off, "kode-gopher/length", len,

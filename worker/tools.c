@@ -126,6 +126,9 @@ static json_t *execute_output_schema(void)
 		"embedded", "type", "boolean", "note", "type", "string", "required", "name", "size",
 		"embedded"));
 	json_object_set_new(props, "artifacts_note", json_pack("{s:s}", "type", "string"));
+	json_object_set_new(props, "output_note", json_pack(
+		"{s:s, s:s}", "type", "string", "description", "present when stdout and stderr were "
+		"cut in the middle so that the answer fits the 4 MiB message limit"));
 	json_decref(num);
 	return s;
 }

@@ -16,6 +16,7 @@
 #include "ipc/chan.h"
 #include "ipc/log.h"
 #include "worker/agent_client.h"
+#include "worker/splice.h"
 
 enum worker_state { WS_BEFORE_INIT, WS_READY, WS_BUSY, WS_CLOSING, WS_COUNT };
 
@@ -56,6 +57,7 @@ struct job {
 	struct mcp_batch *batch; /* NULL, or the batch it answers into */
 	bool resource;       /* resources/list or resources/read (tool holds the method): the
 			      * call thread answers with a whole JSON-RPC response */
+	struct splices *splices; /* base64 for the answer's placeholders (worker/splice.h) */
 	struct job *next;
 };
 
@@ -171,6 +173,7 @@ extern const char *const mcp_log_levels[MCP_LOG_LEVELS];
 struct mcp_batch {
 	uint32_t seq;
 	json_t *responses;   /* array */
+	struct splices *splices; /* its answers' base64, chained (worker/splice.h) */
 	int waiting;         /* its tool calls not answered yet */
 	bool dispatched;     /* every element has been handled */
 };
@@ -180,7 +183,8 @@ void mcp_batch_send(struct session *s, struct mcp_batch *b);
 void mcp_reply(struct session *s, uint32_t seq, json_t *response);
 json_t *mcp_error(json_t *id, int code, const char *message);
 /* mcp_answer_job - a queued tool call's response (stolen; NULL: none, it was cancelled), sent
- * alone or, for a call from a batch, with the rest of the batch once its last call is done */
+ * alone or, for a call from a batch, with the rest of the batch once its last call is done,
+ * with the base64 of j->splices (taken) in place of their placeholders */
 void mcp_answer_job(struct session *s, struct job *j, json_t *response);
 void mcp_notify(struct session *s, uint32_t rel, const char *method, json_t *params);
 /* mcp_log - a notifications/message {"stream":"server","text"} about request rel (a REQ_MCP

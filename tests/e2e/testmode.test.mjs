@@ -306,6 +306,71 @@ test('a chart drawn with image/png comes back as image content that decodes', T,
 	assert.equal(s.artifacts_note, undefined);
 });
 
+test('the caps hold with 40 files: 32 listed, 2 MiB embedded in name order, bytes exact; output that imitates the server\'s placeholders passes through', T, async () => {
+	// a00..a02: 900 KiB of gzip-signed bytes each (blobs); a03..a39: a line of text each
+	const [res, s] = await exec({
+		code: `package main
+
+import (
+	"fmt"
+	"os"
+)
+
+func main() {
+	for i := 0; i < 40; i++ {
+		name := fmt.Sprintf("out/a%02d", i)
+		if i < 3 {
+			b := make([]byte, 900<<10)
+			for j := range b {
+				b[j] = byte(j*7 + i)
+			}
+			b[0], b[1] = 0x1f, 0x8b
+			os.WriteFile(name, b, 0o644)
+			continue
+		}
+		os.WriteFile(name, []byte(fmt.Sprintf("file %d\\n", i)), 0o644)
+	}
+	// what a placeholder for spliced base64 looks like, as a value, inside a string, at its end
+	fmt.Printf("%q\\n", "kg-splice-0123456789abcdef0123456789abcdef-0")
+	fmt.Println("[\\"kg-splice-00000000000000000000000000000000-1\\"]")
+	fmt.Print("end \\"kg-splice-ffffffffffffffffffffffffffffffff-2")
+}
+`,
+	});
+	assert.equal(res.isError, false, show(s));
+	assert.equal(s.artifacts.length, 32);
+	assert.match(s.artifacts_note, /8 more entries in \/app\/out were not listed: a result lists at most 32 artifacts \(artifact count cap\)/);
+	assert.match(s.artifacts_note, /1 artifact was not embedded: the result's artifact bytes cap is 2 MiB/);
+	const by = Object.fromEntries(s.artifacts.map((a) => [a.name, a]));
+	assert.equal(by.a00.embedded, true);
+	assert.equal(by.a01.embedded, true);
+	assert.equal(by.a02.embedded, false);
+	assert.match(by.a02.note, /artifact bytes cap/);
+	assert.equal(by.a31.embedded, true);
+	assert.equal(by.a32, undefined);
+	for (const i of [0, 1]) {
+		const blob = res.content.find((c) => c.type === 'resource' && c.resource.uri === `sandbox:///app/out/a0${i}`);
+		assert.equal(blob.resource.mimeType, 'application/gzip');
+		const b = Buffer.from(blob.resource.blob, 'base64');
+		assert.equal(b.length, 900 << 10);
+		const want = Buffer.alloc(900 << 10);
+		for (let j = 0; j < want.length; j++)
+			want[j] = (j * 7 + i) & 255;
+		want[0] = 0x1f;
+		want[1] = 0x8b;
+		assert.ok(b.equals(want), `a0${i} came back byte for byte`);
+	}
+	const texts = res.content.filter((c) => c.type === 'resource' && c.resource.text !== undefined);
+	assert.equal(texts.length, 29);
+	assert.equal(texts.find((c) => c.resource.uri.endsWith('/a31')).resource.text, 'file 31\n');
+	assert.ok(res.content.find((c) => c.type === 'resource_link' && c.uri === 'sandbox:///app/out/a02'));
+	assert.equal(s.stdout, '"kg-splice-0123456789abcdef0123456789abcdef-0"\n' +
+		'["kg-splice-00000000000000000000000000000000-1"]\n' +
+		'end "kg-splice-ffffffffffffffffffffffffffffffff-2');
+	// the JSON text block says the same as structuredContent
+	assert.deepEqual(JSON.parse(res.content[0].text), s);
+});
+
 test('a 100 MB artifact is listed, not embedded, and the cap is named; it reads in pieces', T, async () => {
 	const [res, s] = await exec({
 		code: `package main

@@ -8,7 +8,8 @@
  * sends is untrusted: the user's program runs beside it. Besides "no crash, no leak": the
  * verdict is one of the documented errors with a sentence that is valid UTF-8 (it reaches the
  * model inside a JSON result), a success carries a result object with nothing after its line,
- * and every progress, token_request, heartbeat or log event handed on is well formed.
+ * and every progress, token_request, heartbeat or log event handed on is well formed. The same
+ * bytes also go to the reader of a POST /files read's answer (agent_client_read_piece, below).
  */
 #include <errno.h>
 #include <jansson.h>
@@ -75,6 +76,40 @@ static int fuzz_result_is_last(const char *s, size_t n)
 	}
 }
 
+/*
+ * fuzz_piece - the same bytes as the answer to a file read (agent_client_read_piece): the
+ * piece type, or JSON when step is odd. A piece taken lies inside the body, right after the
+ * header's newline, exactly its header's length, at most what was asked; a refusal is
+ * {"error": string} alone; anything else is -EPROTO with a sentence that is valid UTF-8.
+ */
+static void fuzz_piece(const char *in, size_t n, size_t step)
+{
+	json_t *head = NULL;
+	size_t at = 0, got = 0, asked = 64;
+	char err[512];
+	memset(err, 0x55, sizeof(err));
+	const char *ctype = step & 1 ? "application/json" : "application/x-kode-gopher-file";
+	int rc = agent_client_read_piece(ctype, in, n, "out/x", 0, asked, &head, &at, &got, err,
+					 sizeof(err));
+	if (rc == 0) {
+		if (json_is_string(json_object_get(head, "error"))) {
+			if (json_object_size(head) != 1)
+				__builtin_trap();
+		} else if (at == 0 || at > n || in[at - 1] != '\n' || at + got != n || got > asked ||
+			   json_integer_value(json_object_get(head, "length")) != (json_int_t)got) {
+			__builtin_trap();
+		}
+		json_decref(head);
+	} else {
+		if (rc != -EPROTO || head || !memchr(err, '\0', sizeof(err)) || !err[0])
+			__builtin_trap();
+		json_t *j = json_string(err);
+		if (!j)
+			__builtin_trap();
+		json_decref(j);
+	}
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	if (size < 1)
@@ -121,5 +156,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			__builtin_trap();
 		json_decref(j);
 	}
+	fuzz_piece(in, n, step);
 	return 0;
 }

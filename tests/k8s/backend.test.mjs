@@ -21,7 +21,7 @@ import test, { after } from 'node:test';
 
 import { BIN, callTool, connect, httpServe, sc, snippet, text, workerPid } from '../e2e/lib.mjs';
 import {
-	NAMESPACE, REPO, agentHealth, getJSON, kubectl, listJSON, paths, sleep, waitFor,
+	NAMESPACE, REPO, agentHealth, artifactRoundTrip, getJSON, kubectl, listJSON, paths, sleep, waitFor,
 } from './lib.mjs';
 
 const T = { timeout: 240_000 };
@@ -94,6 +94,9 @@ test('the first call claims a sandbox from the warm pool and runs the snippet th
 		assert.equal(a.result.value.old, '');
 		assert.equal(b.result.value.old, 'first');
 		assert.equal(b.result.value.scratchWiped, true, '/app outside persist/ was wiped between calls');
+
+		/* an artifact's bytes come back raw through the relay, as content and as a resource */
+		await artifactRoundTrip(s, callTool, sc);
 
 		/* lookup_package_docs runs in the same pod */
 		const doc = await callTool(s.client, 'lookup_package_docs', { package: 'strings', symbol: 'Cut' });

@@ -246,3 +246,37 @@ export const agentRunning = (uid) => {
 	const ev = agentEvents().filter((e) => e.uid === uid);
 	return ev.length > 0 && ev[ev.length - 1].event === 'start' && agentPids(uid).length > 0;
 };
+
+/*
+ * artifactRoundTrip - a call that writes a 300 KiB PNG-signed file to /app/out, through a
+ * session on the Kubernetes backend: its bytes come back exact as image content and through
+ * resources/read (the worker reads them raw with the agent's POST /files, which the master's
+ * relay and the API server's pod proxy carry as application/x-kode-gopher-file). callTool, sc:
+ * tests/e2e/lib.mjs's.
+ */
+export async function artifactRoundTrip(s, callTool, sc) {
+	const want = Buffer.alloc(300 << 10);
+	for (let i = 0; i < want.length; i++)
+		want[i] = (i * 13) & 255;
+	Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]).copy(want);
+	const code = `package main
+
+import "os"
+
+func main() {
+	b := make([]byte, 300<<10)
+	for i := range b {
+		b[i] = byte(i * 13)
+	}
+	copy(b, "\\x89PNG\\r\\n\\x1a\\n")
+	os.WriteFile("out/p.png", b, 0o644)
+}
+`;
+	const res = await callTool(s.client, 'execute_go_code', { code });
+	const img = res.content.find((c) => c.type === 'image');
+	if (!img || !Buffer.from(img.data, 'base64').equals(want))
+		throw new Error(`the artifact did not come back byte for byte: ${JSON.stringify(sc(res)).slice(0, 1500)}`);
+	const r = await s.client.readResource({ uri: 'sandbox:///app/out/p.png' });
+	if (!Buffer.from(r.contents[0].blob, 'base64').equals(want) || r.contents[0].mimeType !== 'image/png')
+		throw new Error('resources/read did not return the artifact byte for byte');
+}

@@ -11,7 +11,7 @@ import assert from 'node:assert/strict';
 import test from 'node:test';
 
 import { callTool, connect, sc, snippet, text } from '../e2e/lib.mjs';
-import { NAMESPACE, agentHealth, getJSON, kubectl, paths, waitFor } from './lib.mjs';
+import { NAMESPACE, agentHealth, artifactRoundTrip, getJSON, kubectl, paths, waitFor } from './lib.mjs';
 
 const T = { timeout: 240_000, skip: process.env.KG_K8S_NETNS ? false : 'needs a cluster in its own network namespace (KG_K8S_NETNS)' };
 const session = (args = []) => connect({
@@ -28,6 +28,7 @@ test('through pods/proxy (the default outside a cluster): claim, execute, docs, 
 		name = sc(res).sandbox;
 		assert.equal(sc(res).result.value, 'proxied');
 		assert.match(s.stderr, /reached at the API server's pod proxy/);
+		await artifactRoundTrip(s, callTool, sc);
 		const doc = await callTool(s.client, 'lookup_package_docs', { package: 'strings', symbol: 'Fields' });
 		assert.equal(doc.isError, false, text(doc));
 	} finally {

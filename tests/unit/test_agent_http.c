@@ -17,6 +17,7 @@
 
 #include <curl/curl.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <signal.h>
@@ -31,6 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "agent/artifacts.h"
 #include "agent/pipeline.h"
 #include "agent/runproc.h"
 #include "agent/server.h"
@@ -584,6 +586,232 @@ static void test_doc(void **state)
 	assert_int_equal(agent_client_doc(&x->ep, req, &res, err, sizeof(err)), -EINVAL);
 	assert_non_null(strstr(err, "\"package\": string"));
 	json_decref(req);
+}
+
+/* ---- POST /files: the real artifacts_files behind the server, agent_client_read in front ---- */
+
+static int files_appfd = -1;
+
+static json_t *files_handler(void *ctx, json_t *req, unsigned char **bytes, size_t *nbytes)
+{
+	(void)ctx;
+	return artifacts_files(files_appfd, req, bytes, nbytes);
+}
+
+/* files_write - a file of n bytes below the app dir */
+static void files_write(const char *app, const char *rel, const unsigned char *p, size_t n)
+{
+	char path[300];
+	snprintf(path, sizeof(path), "%s/%s", app, rel);
+	FILE *f = fopen(path, "wb");
+	assert_non_null(f);
+	assert_int_equal(fwrite(p, 1, n, f), n);
+	fclose(f);
+}
+
+/* files_refused - a read the agent refuses: {"error"} containing want, no bytes */
+static void files_refused(struct fx *x, const char *path, long long off, size_t len,
+			  const char *want)
+{
+	json_t *head = NULL;
+	unsigned char *bytes = NULL;
+	size_t n = 0;
+	char err[ERRLEN];
+	int rc = agent_client_read(&x->ep, path, off, len, &head, &bytes, &n, err, sizeof(err));
+	if (rc != 0)
+		fail_msg("read %s: %d %s", path, rc, err);
+	const char *e = json_string_value(json_object_get(head, "error"));
+	if (!e || !strstr(e, want))
+		fail_msg("read %s: wanted a refusal with \"%s\", got %s", path, want,
+			 e ? e : "a piece");
+	assert_null(bytes);
+	json_decref(head);
+}
+
+/* test_files_read - pieces come raw after a header line and match the file byte for byte
+ * (binary, text, at an offset, the last one short); links, FIFOs, escapes and bad lengths are
+ * refused with a sentence */
+static void test_files_read(void **state)
+{
+	struct fx *x = *state;
+	agent_server_stop(x->srv);
+	char app[80];
+	snprintf(app, sizeof(app), "%s/app", x->dir);
+	char sub[120];
+	assert_int_equal(mkdir(app, 0755), 0);
+	snprintf(sub, sizeof(sub), "%s/out", app);
+	assert_int_equal(mkdir(sub, 0755), 0);
+	snprintf(sub, sizeof(sub), "%s/persist", app);
+	assert_int_equal(mkdir(sub, 0755), 0);
+	size_t big = 1536 * 1024;
+	unsigned char *png = malloc(big);
+	for (size_t i = 0; i < big; i++)
+		png[i] = (unsigned char)(i * 7 + (i >> 9));
+	memcpy(png, "\x89PNG\r\n\x1a\n", 8);
+	files_write(app, "out/chart.png", png, big);
+	files_write(app, "out/notes.csv", (const unsigned char *)"a,b\n1,2\n", 8);
+	files_write(app, "persist/secret", (const unsigned char *)"x", 1);
+	snprintf(sub, sizeof(sub), "%s/out/link", app);
+	assert_int_equal(symlink("/etc/passwd", sub), 0);
+	snprintf(sub, sizeof(sub), "%s/out/fifo", app);
+	assert_int_equal(mkfifo(sub, 0644), 0);
+	files_appfd = open(app, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	assert_true(files_appfd >= 0);
+
+	struct agent_server_options opt = {
+		.listen = x->listen,
+		.handlers = { .execute = fake_execute, .doc = fake_doc, .files = files_handler,
+			      .ctx = &x->fake },
+	};
+	char err[ERRLEN];
+	assert_int_equal(agent_server_start(&opt, &x->srv, err, sizeof(err)), 0);
+	claim(x);
+
+	/* the whole image in one piece, as the worker reads an artifact */
+	json_t *head = NULL;
+	unsigned char *bytes = NULL;
+	size_t n = 0;
+	int rc = agent_client_read(&x->ep, "out/chart.png", 0, 2 * 1024 * 1024, &head, &bytes, &n,
+				   err, sizeof(err));
+	if (rc != 0)
+		fail_msg("read: %d %s", rc, err);
+	assert_int_equal(n, big);
+	assert_memory_equal(bytes, png, big);
+	assert_string_equal(json_string_value(json_object_get(head, "media_type")), "image/png");
+	assert_int_equal(json_integer_value(json_object_get(head, "size")), big);
+	assert_true(json_is_true(json_object_get(head, "eof")));
+	assert_true(json_is_false(json_object_get(head, "text")));
+	json_decref(head);
+	free(bytes);
+
+	/* a resources/read piece from an offset: 1 MiB, then the short rest */
+	rc = agent_client_read(&x->ep, "out/chart.png", 1000, 1024 * 1024, &head, &bytes, &n, err,
+			       sizeof(err));
+	assert_int_equal(rc, 0);
+	assert_int_equal(n, 1024 * 1024);
+	assert_memory_equal(bytes, png + 1000, n);
+	assert_true(json_is_false(json_object_get(head, "eof")));
+	json_decref(head);
+	free(bytes);
+	rc = agent_client_read(&x->ep, "out/chart.png", 1000 + 1024 * 1024, 1024 * 1024, &head,
+			       &bytes, &n, err, sizeof(err));
+	assert_int_equal(rc, 0);
+	assert_int_equal(n, big - 1000 - 1024 * 1024);
+	assert_memory_equal(bytes, png + 1000 + 1024 * 1024, n);
+	assert_true(json_is_true(json_object_get(head, "eof")));
+	json_decref(head);
+	free(bytes);
+
+	/* text, whole: text true, sniffed by content and refined by the name */
+	rc = agent_client_read(&x->ep, "out/notes.csv", 0, 100, &head, &bytes, &n, err, sizeof(err));
+	assert_int_equal(rc, 0);
+	assert_int_equal(n, 8);
+	assert_memory_equal(bytes, "a,b\n1,2\n", 8);
+	assert_string_equal(json_string_value(json_object_get(head, "media_type")), "text/csv");
+	assert_true(json_is_true(json_object_get(head, "text")));
+	json_decref(head);
+	free(bytes);
+
+	files_refused(x, "out/link", 0, 100, "not a regular file");
+	files_refused(x, "out/fifo", 0, 100, "not a regular file");
+	files_refused(x, "out/../persist/secret", 0, 100, "no empty, . or .. segment");
+	files_refused(x, "out//chart.png", 0, 100, "no empty");
+	files_refused(x, "/etc/passwd", 0, 100, "below persist/ or out/");
+	files_refused(x, "out/none", 0, 100, "does not exist");
+	files_refused(x, "out/chart.png", -1, 100, "offset must be");
+	files_refused(x, "out/chart.png", 0, 2 * 1024 * 1024 + 1, "length must be 1 to");
+	/* a length the client never sends, straight to the server */
+	struct raw r;
+	char body[200];
+	int bl = snprintf(body, sizeof(body), "{\"op\":\"read\",\"path\":\"out/chart.png\","
+			  "\"length\":0}");
+	assert_int_equal(raw_req(x->sock, "POST", "/files", x->ep.secret, body, (size_t)bl, &r),
+			 CURLE_OK);
+	raw_error_has(&r, 200, "length must be 1 to");
+	free(r.body);
+
+	close(files_appfd);
+	files_appfd = -1;
+	char cmd[200];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", app);
+	assert_int_equal(system(cmd), 0);
+	free(png);
+}
+
+/* piece_check - agent_client_read_piece on a hand-made answer */
+static int piece_check(const char *ctype, const char *body, size_t len, size_t asked)
+{
+	json_t *head = NULL;
+	size_t at = 0, n = 0;
+	char err[ERRLEN] = "";
+	int rc = agent_client_read_piece(ctype, body, len, "out/x", 5, asked, &head, &at, &n, err,
+					 sizeof(err));
+	if (rc == 0) {
+		assert_non_null(head);
+		if (!json_object_get(head, "error")) {
+			assert_int_equal(at + n, len);
+		}
+	} else {
+		assert_null(head);
+		assert_true(strlen(err) > 10);
+	}
+	json_decref(head);
+	return rc;
+}
+
+/* test_read_piece - what the worker takes as a piece: the header names the path and offset it
+ * asked for, and its length is exactly the bytes after it, at most what was asked; anything
+ * else (another type, no header line, a lie about the length, duplicate keys, a media type
+ * that is not a plain token) is -EPROTO */
+static void test_read_piece(void **state)
+{
+	(void)state;
+	const char *T = "application/x-kode-gopher-file";
+	const char *good = "{\"path\":\"out/x\",\"size\":9,\"media_type\":\"image/png\","
+			   "\"offset\":5,\"length\":4,\"eof\":true,\"text\":false}\n\x89P\0G";
+	size_t gl = strlen(good) + 2; /* the NUL and the G after it */
+	assert_int_equal(piece_check(T, good, gl, 4), 0);
+	assert_int_equal(piece_check(T, good, gl, 3), -EPROTO);      /* more than asked */
+	assert_int_equal(piece_check(T, good, gl - 1, 4), -EPROTO);  /* fewer than it says */
+	assert_int_equal(piece_check("application/octet-stream", good, gl, 4), -EPROTO);
+	assert_int_equal(piece_check(NULL, good, gl, 4), -EPROTO);
+	assert_int_equal(piece_check("application/json", "{\"error\":\"no\"}", 14, 4), 0);
+	assert_int_equal(piece_check("application/json", "{\"error\":\"no\",\"x\":1}", 20, 4),
+			 -EPROTO);
+	assert_int_equal(piece_check("application/json", "{\"error\":3}", 11, 4), -EPROTO);
+	static const char *const bad[] = {
+		"{\"path\":\"out/y\",\"size\":9,\"media_type\":\"a/b\",\"offset\":5,\"length\":4,"
+		"\"eof\":true,\"text\":false}\nabcd",
+		"{\"path\":\"out/x\",\"size\":9,\"media_type\":\"a/b\",\"offset\":0,\"length\":4,"
+		"\"eof\":true,\"text\":false}\nabcd",
+		"{\"path\":\"out/x\",\"size\":-1,\"media_type\":\"a/b\",\"offset\":5,\"length\":4,"
+		"\"eof\":true,\"text\":false}\nabcd",
+		"{\"path\":\"out/x\",\"size\":9,\"media_type\":\"a/b\\r\\nX: y\",\"offset\":5,"
+		"\"length\":4,\"eof\":true,\"text\":false}\nabcd",
+		"{\"path\":\"out/x\",\"size\":9,\"media_type\":\"a/b\",\"offset\":5,\"length\":4,"
+		"\"length\":4,\"eof\":true,\"text\":false}\nabcd",
+		"{\"path\":\"out/x\",\"size\":9,\"media_type\":\"a/b\",\"offset\":5,\"length\":\"4\","
+		"\"eof\":true,\"text\":false}\nabcd",
+		"{\"path\":\"out/x\",\"size\":9,\"media_type\":\"a/b\",\"offset\":5,\"length\":4,"
+		"\"eof\":1,\"text\":false}\nabcd",
+		"{\"path\":\"out/x\",\"size\":9,\"media_type\":\"a/b\",\"offset\":5,\"length\":4,"
+		"\"eof\":true}\nabcd",
+		"[1]\nabcd",
+		"abcd",
+		"",
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		if (piece_check(T, bad[i], strlen(bad[i]), 4) != -EPROTO)
+			fail_msg("piece %zu was taken: %s", i, bad[i]);
+	/* a header line that never ends within ARTIFACTS_PIECE_HEAD_BYTES */
+	size_t hl = 20000;
+	char *h = malloc(hl);
+	memset(h, ' ', hl);
+	h[0] = '{';
+	h[hl - 2] = '}';
+	h[hl - 1] = '\n';
+	assert_int_equal(piece_check(T, h, hl, 4), -EPROTO);
+	free(h);
 }
 
 /* exec_thread - run one execute on another thread */
@@ -1218,6 +1446,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_execute_stream, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_execute_large_result, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_doc, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_files_read, fx_setup, fx_teardown),
+		cmocka_unit_test(test_read_piece),
 		cmocka_unit_test_setup_teardown(test_busy, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_errors, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_stop_mid_execute, fx_setup, fx_teardown),

@@ -288,6 +288,20 @@ static void test_buf(void **state)
 	assert_int_equal(b.data[b.len], '\0');
 	buf_free(&b);
 
+	/* a reserve: one allocation, kept by the adds that fit it, empty and terminated */
+	assert_int_equal(buf_reserve(&b, 5000), 0);
+	assert_int_equal(b.cap, 5001);
+	assert_int_equal(b.len, 0);
+	assert_string_equal(b.data, "");
+	char *before = b.data;
+	for (int i = 0; i < 5; i++)
+		assert_int_equal(buf_add(&b, chunk, sizeof(chunk), 1u << 20), 0);
+	assert_ptr_equal(b.data, before);
+	assert_int_equal(buf_reserve(&b, 10), 0); /* smaller than what it has: nothing changes */
+	assert_int_equal(b.cap, 5001);
+	assert_int_equal(buf_reserve(&b, (size_t)-1), -ENOMEM);
+	buf_free(&b);
+
 	struct buf_sink sink = { .max = 8 };
 	assert_int_equal(buf_sink_write("abcd", 1, 4, &sink), 4);
 	assert_int_equal(buf_sink_write("ef", 2, 1, &sink), 2);
