@@ -1019,6 +1019,23 @@ static void test_direct_build(void **state)
 	assert_non_null(strstr(gets(r, "result.message"), "undefined: nope"));
 	assert_non_null(strstr(gets(r, "build_output"), "# app"));
 
+	/* what a hostile call could try at the boundary: an import the reader does not see (after
+	 * a declaration, where go refuses it too) gets go build's error, not a stale importcfg's;
+	 * a file name that reads as a compiler flag is a file */
+	run_path(&r, "direct twentytwo", "main.go", std_snippet("twentytwo", NULL), NULL);
+	req = json_pack("{s:[{s:s,s:s}]}", "files", "path", "main.go", "content",
+			"package snippet\n\nimport (\n\t\"context\"\n\t\"fmt\"\n)\n\nvar x = 1\n\n"
+			"import \"os\"\n\nfunc run(ctx context.Context) (any, error) { return fmt.Sprint(os.Args[0], x), nil }\n");
+	json_decref(r);
+	r = pipeline_execute(&cfg, req, NULL, NULL);
+	json_decref(req);
+	expect_kind(r, "build", "build_error");
+	expect_path(r, "go build", "direct compile failed");
+	assert_non_null(strstr(gets(r, "build_output"), "imports must appear before other declarations"));
+	run_path(&r, "direct twentythree", "main.go", std_snippet("twentythree", NULL), "-dynlink.go",
+		 "package snippet\n\nconst dash = 1\n", NULL);
+	expect_path(r, "direct", NULL);
+
 	json_decref(r);
 }
 
