@@ -445,6 +445,52 @@ void artifacts_digest(int appfd, char *buf)
 	ar_list_free(&l);
 }
 
+/* artifacts_stamps - see artifacts.h */
+json_t *artifacts_stamps(int appfd, json_t *watch)
+{
+	json_t *o = json_object();
+	size_t i;
+	json_t *p;
+	json_array_foreach(watch, i, p) {
+		const char *path = json_string_value(p);
+		if (!o || i >= ARTIFACTS_WATCH_MAX)
+			break;
+		if (!path || !ar_path_ok(path, json_string_length(p)))
+			continue;
+		struct stat st;
+		int fd = ar_open(appfd, path, &st);
+		char stamp[96];
+		if (fd >= 0) {
+			close(fd);
+			snprintf(stamp, sizeof(stamp), "%lld:%lld.%09ld:%llu", (long long)st.st_size,
+				 (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec,
+				 (unsigned long long)st.st_ino);
+		}
+		json_object_set_new(o, path, fd >= 0 ? json_string(stamp) : json_null());
+	}
+	return o;
+}
+
+/* artifacts_watch_changed - see artifacts.h */
+void artifacts_watch_changed(int appfd, json_t *before, json_t *o)
+{
+	if (!json_object_size(before))
+		return;
+	json_t *keys = json_array();
+	const char *path;
+	json_t *v;
+	json_object_foreach(before, path, v)
+		json_array_append_new(keys, json_string(path));
+	json_t *after = artifacts_stamps(appfd, keys);
+	json_t *changed = json_array();
+	json_object_foreach(before, path, v)
+		if (!json_equal(v, json_object_get(after, path)))
+			json_array_append_new(changed, json_string(path));
+	json_object_set_new(o, "watch_changed", changed);
+	json_decref(after);
+	json_decref(keys);
+}
+
 static json_t *ar_error(const char *fmt, const char *arg)
 {
 	char msg[600];

@@ -42,6 +42,16 @@ void artifacts_collect(int appfd, json_t *o);
 void artifacts_digest(int appfd, char *buf);
 
 /*
+ * artifacts_stamps - for resources/subscribe: {path: stamp} for the paths of the array watch
+ * (at most ARTIFACTS_WATCH_MAX, each below persist/ or out/; others are left out), a stamp
+ * being the size, modification time and inode of a regular file with one name, null for
+ * anything else or nothing. Taken before a call (before its wipe) and after it:
+ * artifacts_watch_changed puts the paths whose stamps differ into o's "watch_changed".
+ */
+json_t *artifacts_stamps(int appfd, json_t *watch);
+void artifacts_watch_changed(int appfd, json_t *before, json_t *o);
+
+/*
  * artifacts_files - POST /files:
  *   {"op":"list", "cursor"?: "N"} -> {"files":[{path, size, media_type, mtime}], "next": "N"|null}
  *   {"op":"read", "path":"persist/x", "offset"?: N, "length"?: L} -> the header

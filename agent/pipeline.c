@@ -1463,6 +1463,36 @@ static json_t *pl_test(const struct pipeline_config *cfg, struct pl_cfg *c, json
 }
 
 /* pipeline_execute - see pipeline.h */
+/* pl_files_after - what the worker learns of the session's files after a call (takes before):
+ * the digest of both directories (notifications/resources/list_changed) and the watched files
+ * that changed since before (notifications/resources/updated) */
+static void pl_files_after(const struct pl_cfg *c, int appfd, json_t *before, json_t *o)
+{
+	int fd = appfd >= 0 ? appfd : open(c->app_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd >= 0 && o) {
+		char digest[65];
+		artifacts_digest(fd, digest);
+		json_object_set_new(o, "resources_digest", json_string(digest));
+		artifacts_watch_changed(fd, before, o);
+	}
+	if (fd >= 0 && fd != appfd)
+		close(fd);
+	json_decref(before);
+}
+
+/* pl_files_before - the watched files' stamps before the call changes anything */
+static json_t *pl_files_before(const struct pl_cfg *c, json_t *req)
+{
+	json_t *watch = json_object_get(req, "watch");
+	if (!json_is_array(watch) || !json_array_size(watch))
+		return NULL;
+	int fd = open(c->app_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	json_t *st = fd >= 0 ? artifacts_stamps(fd, watch) : NULL;
+	if (fd >= 0)
+		close(fd);
+	return st;
+}
+
 json_t *pipeline_execute(const struct pipeline_config *cfg, json_t *req,
 			 pipeline_progress_fn progress, void *ctx)
 {
@@ -1486,11 +1516,14 @@ json_t *pipeline_execute(const struct pipeline_config *cfg, json_t *req,
 		timeout_ms = v > c.max_timeout_ms ? c.max_timeout_ms : (int)v;
 	}
 
-	/* 1. wipe */
+	/* 1. wipe (the files watched for resources/subscribe are looked at first) */
+	json_t *watched = pl_files_before(&c, req);
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	rc = pl_wipe_app(c.app_dir);
-	if (rc < 0)
+	if (rc < 0) {
+		json_decref(watched);
 		return internal_result("%s could not be prepared: %s", c.app_dir, strerror(-rc));
+	}
 	disk_reserve(&c);
 	long wipe_ms = mono_since_ms(&ts);
 
@@ -1500,11 +1533,14 @@ json_t *pipeline_execute(const struct pipeline_config *cfg, json_t *req,
 	struct src_file *in = NULL;
 	size_t nin = 0;
 	json_t *o = result_new();
-	if (!o)
+	if (!o) {
+		json_decref(watched);
 		return NULL;
+	}
 	rc = parse_files(req, &in, &nin, err, sizeof(err));
 	if (rc == -ENOMEM) {
 		json_decref(o);
+		json_decref(watched);
 		return internal_result("out of memory");
 	}
 	struct norm_result nr = { 0 };
@@ -1527,14 +1563,7 @@ json_t *pipeline_execute(const struct pipeline_config *cfg, json_t *req,
 		json_object_set_new(o, "result", kind_msg("normalize_error",
 							  rc == -ENOMEM ? "out of memory" : err));
 		o = finish(o, "normalize", test ? "test" : NULL, &tm, &t0);
-		int afd = open(c.app_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		if (afd >= 0) {
-			/* the wipe may have removed the last call's out/ */
-			char digest[65];
-			artifacts_digest(afd, digest);
-			json_object_set_new(o, "resources_digest", json_string(digest));
-			close(afd);
-		}
+		pl_files_after(&c, -1, watched, o); /* the wipe may have removed the last call's out/ */
 		return o;
 	}
 	const char *mode = nr.mode == NORM_SNIPPET ? "wrapped"
@@ -1794,12 +1823,11 @@ json_t *pipeline_execute(const struct pipeline_config *cfg, json_t *req,
 	artifacts_collect(appfd, o);
 
 out:
-	if (o && appfd >= 0) {
-		/* the worker tells the client when the session's files changed */
-		char digest[65];
-		artifacts_digest(appfd, digest);
-		json_object_set_new(o, "resources_digest", json_string(digest));
-	}
+	/* the worker tells the client when the session's files changed */
+	if (appfd >= 0)
+		pl_files_after(&c, appfd, watched, o);
+	else
+		json_decref(watched);
 	disk_reserve(&c);
 	pl_creds_end(cfg, &pcr);
 	gobuild_strv_free(envp);

@@ -84,6 +84,7 @@
 #define ARTIFACTS_WALK_MAX 10000                    /* entries looked at in one walk */
 #define ARTIFACTS_MAX_DEPTH 8
 #define ARTIFACTS_SNIFF_BYTES 512                   /* what the media type is sniffed from */
+#define ARTIFACTS_WATCH_MAX 32                      /* resources/subscribe: files per session */
 /* the header line before a /files read's bytes (application/x-kode-gopher-file) */
 #define ARTIFACTS_PIECE_HEAD_BYTES (16u * 1024)
 

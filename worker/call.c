@@ -690,6 +690,7 @@ static void files_changed(struct session *s, struct job *j, json_t *res)
 		mcp_notify(s, j->seq, "notifications/resources/list_changed", json_object());
 	}
 	json_object_del(res, "resources_digest");
+	resources_updated(s, j->seq, res);
 }
 
 /* call_once - one request to the agent; waits out a cancelled call that is still finishing */
@@ -812,6 +813,9 @@ static json_t *call_run(struct session *s, struct job *j)
 	/* output lines are info (the program's) or debug (the go tool's): below info nobody reads
 	 * them, and the agent need not split them */
 	json_object_set_new(req, "log_lines", json_boolean(mcp_log_enabled(s, "info")));
+	json_t *watch = resources_watch(s); /* resources/subscribe */
+	if (watch)
+		json_object_set_new(req, "watch", watch);
 	json_t *creds = s->creds ? creds_for_call(s->creds) : NULL;
 	if (creds)
 		json_object_set_new(req, "credentials", creds);

@@ -72,7 +72,7 @@ static json_t *on_initialize(struct session *s, json_t *id, json_t *params, cons
 	return mcp_result(id, json_pack("{s:s, s:{s:{s:b}, s:{}, s:{s:b, s:b}}, s:{s:s, s:s, s:s}, s:s}",
 					"protocolVersion", version,
 					"capabilities", "tools", "listChanged", 0, "logging",
-					"resources", "listChanged", 1, "subscribe", 0,
+					"resources", "listChanged", 1, "subscribe", 1,
 					"serverInfo", "name", "kode-gopher", "title", "kode-gopher: run Go code",
 					"version", KG_VERSION,
 					"instructions", mcp_instructions));
@@ -233,6 +233,8 @@ static json_t *mcp_dispatch_request(struct session *s, uint32_t seq, json_t *id,
 	}
 	if (strcmp(method, "resources/list") == 0 || strcmp(method, "resources/read") == 0)
 		return on_resources(s, seq, id, method, params, rawlen, batch);
+	if (strcmp(method, "resources/subscribe") == 0 || strcmp(method, "resources/unsubscribe") == 0)
+		return resources_subscribe(s, id, params, strcmp(method, "resources/subscribe") == 0);
 	if (strcmp(method, "logging/setLevel") == 0)
 		return on_set_level(s, id, params);
 	char msg[160];

@@ -226,6 +226,95 @@ static json_t *res_read(struct session *s, struct job *j)
 	return res_result(j->id, json_pack("{s:[o], s:o}", "contents", c, "_meta", meta));
 }
 
+/* res_path_ok - a decoded path below persist/ or out/ with no empty, "." or ".." segment (the
+ * agent checks again; this keeps nonsense out of the subscriptions) */
+static bool res_path_ok(const char *p)
+{
+	if (strncmp(p, "persist/", 8) != 0 && strncmp(p, "out/", 4) != 0)
+		return false;
+	for (const char *seg = p;;) {
+		size_t n = strcspn(seg, "/");
+		if (n == 0 || (n == 1 && seg[0] == '.') || (n == 2 && seg[0] == '.' && seg[1] == '.'))
+			return false;
+		if (!seg[n])
+			return true;
+		seg += n + 1;
+	}
+}
+
+/* resources_subscribe - see worker.h */
+json_t *resources_subscribe(struct session *s, json_t *id, json_t *params, bool on)
+{
+	json_t *ju = json_object_get(params, "uri");
+	const char *uri = json_string_value(ju);
+	char path[RES_PATH_MAX];
+	long long off = 0;
+	if (!uri || json_string_length(ju) > 4096)
+		return res_error(id, RPC_INVALID_PARAMS, on ? "resources/subscribe needs params.uri, such "
+				 "as sandbox:///app/persist/rows.json" : "resources/unsubscribe needs "
+				 "params.uri, as it was subscribed");
+	if (res_parse_uri(uri, path, sizeof(path), &off) < 0 || strchr(uri, '?') ||
+	    !res_path_ok(path))
+		return res_error(id, RES_NOT_FOUND, "Resource not found: this server's resources are "
+				 "sandbox:///app/persist/<path> and sandbox:///app/out/<path> (a "
+				 "subscription names a whole file, without ?offset)");
+	pthread_mutex_lock(&s->mu);
+	if (!s->subscriptions)
+		s->subscriptions = json_object();
+	bool full = on && !json_object_get(s->subscriptions, path) &&
+		    json_object_size(s->subscriptions) >= ARTIFACTS_WATCH_MAX;
+	if (on && !full)
+		json_object_set_new(s->subscriptions, path, json_string(uri));
+	else if (!on)
+		json_object_del(s->subscriptions, path);
+	pthread_mutex_unlock(&s->mu);
+	if (full) {
+		char msg[200];
+		snprintf(msg, sizeof(msg), "a session watches at most %d files: unsubscribe one first",
+			 ARTIFACTS_WATCH_MAX);
+		return res_error(id, RPC_INVALID_PARAMS, msg);
+	}
+	return res_result(id, json_object());
+}
+
+/* resources_watch - see worker.h */
+json_t *resources_watch(struct session *s)
+{
+	json_t *paths = NULL;
+	pthread_mutex_lock(&s->mu);
+	if (json_object_size(s->subscriptions)) {
+		paths = json_array();
+		const char *path;
+		json_t *uri;
+		json_object_foreach(s->subscriptions, path, uri)
+			json_array_append_new(paths, json_string(path));
+	}
+	pthread_mutex_unlock(&s->mu);
+	return paths;
+}
+
+/* resources_updated - see worker.h */
+void resources_updated(struct session *s, uint32_t rel, json_t *res)
+{
+	json_t *changed = json_object_get(res, "watch_changed");
+	json_t *uris = json_array();
+	size_t i;
+	json_t *p;
+	pthread_mutex_lock(&s->mu);
+	/* only what this session watches, however long the agent's list */
+	json_array_foreach(changed, i, p) {
+		json_t *uri = json_is_string(p) ? json_object_get(s->subscriptions, json_string_value(p))
+						: NULL;
+		if (uri && json_array_size(uris) < ARTIFACTS_WATCH_MAX)
+			json_array_append_new(uris, json_string(json_string_value(uri)));
+	}
+	pthread_mutex_unlock(&s->mu);
+	json_array_foreach(uris, i, p)
+		mcp_notify(s, rel, "notifications/resources/updated", json_pack("{s:O}", "uri", p));
+	json_decref(uris);
+	json_object_del(res, "watch_changed");
+}
+
 /* resources_answer - see worker.h */
 json_t *resources_answer(struct session *s, struct job *j)
 {

@@ -145,6 +145,9 @@ struct session {
 	/* the agent's digest of /app/persist and /app/out after the last call (call thread
 	 * only): a new one means notifications/resources/list_changed */
 	char files_digest[65];
+	/* resources/subscribe: the watched files, path ("persist/x") -> the URI the client named,
+	 * at most ARTIFACTS_WATCH_MAX (under mu; NULL until the first) */
+	json_t *subscriptions;
 };
 
 /* worker/session.c: the session's state and its way to the master (calls no other file) */
@@ -212,6 +215,14 @@ json_t *tools_error_result(const char *tool, const char *kind, const char *messa
 json_t *resources_templates(void);
 /* resources_answer - the JSON-RPC response to a resources/list or resources/read job */
 json_t *resources_answer(struct session *s, struct job *j);
+/* resources_subscribe - resources/subscribe (on) or resources/unsubscribe, answered at once (the
+ * main thread): a file of the session's is watched from its next execute_go_code call on */
+json_t *resources_subscribe(struct session *s, json_t *id, json_t *params, bool on);
+/* resources_watch - the watched paths for an execute request (a new array), NULL when none */
+json_t *resources_watch(struct session *s);
+/* resources_updated - notifications/resources/updated about request rel for each watched file
+ * that the agent's result says changed during the call; removes "watch_changed" from res */
+void resources_updated(struct session *s, uint32_t rel, json_t *res);
 
 /* worker/call.c: the call thread */
 int call_start(struct session *s);

@@ -17,7 +17,7 @@ import path from 'node:path';
 import test from 'node:test';
 import zlib from 'node:zlib';
 
-import { ResourceListChangedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
+import { ResourceListChangedNotificationSchema, ResourceUpdatedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
 
 import { BIN, callTool, connect, McpError, sc, sharedSession, text } from './lib.mjs';
 
@@ -488,6 +488,50 @@ test('a persisted file is a resource in the next call of the session, and of no 
 	assert.deepEqual((await other.client.listResources()).resources, []);
 	await assert.rejects(other.client.readResource({ uri: rows.uri }), /does not exist/);
 	await other.close();
+});
+
+test('resources/subscribe: updated when a watched file changes in a call, not otherwise; unsubscribe stops it; only this server\'s files', T, async () => {
+	const s = await connect();
+	try {
+		assert.equal(s.client.getServerCapabilities().resources?.subscribe, true);
+		const updated = [];
+		s.client.setNotificationHandler(ResourceUpdatedNotificationSchema, (n) => updated.push(n.params.uri));
+		const kept = 'sandbox:///app/persist/w.txt', art = 'sandbox:///app/out/o.txt';
+		// before the first call (no sandbox yet): watched from the first call on
+		await s.client.subscribeResource({ uri: kept });
+		await s.client.subscribeResource({ uri: art });
+		const write = (files) => `package main\n\nimport "os"\n\nfunc main() {\n\t_ = os.Args\n${files.map((f) =>
+			`\tos.WriteFile(${JSON.stringify(f[0])}, []byte(${JSON.stringify(f[1])}), 0o644)\n`).join('')}}\n`;
+		const step = async (files, want, why) => {
+			updated.length = 0;
+			const [res, out] = await exec({ code: write(files) }, s);
+			assert.equal(res.isError, false, show(out));
+			assert.deepEqual(updated.sort(), want.sort(), why);
+			assert.equal(out.watch_changed, undefined, 'the agent\'s list stays inside the server');
+		};
+		await step([['persist/w.txt', 'one']], [kept], 'created');
+		await step([], [], 'nothing touched');
+		await step([['persist/w.txt', 'two'], ['persist/other.txt', 'x']], [kept], 'rewritten (an unwatched file changes too)');
+		await step([['out/o.txt', 'a']], [art], 'an artifact written');
+		await step([], [art], 'the artifact wiped by the next call');
+		await s.client.unsubscribeResource({ uri: kept });
+		await step([['persist/w.txt', 'three']], [], 'unsubscribed');
+		const rejected = async (uri, code) => assert.rejects(s.client.subscribeResource({ uri }),
+			(e) => e instanceof McpError && e.code === code, uri);
+		for (const uri of ['file:///etc/passwd', 'sandbox:///app/persist/../../etc/passwd',
+			'sandbox:///app/persist/%2e%2e/x', 'sandbox:///app/state/bin', 'sandbox:///app/persist/w.txt?offset=5',
+			'sandbox:///app/persist//w.txt', 'test://watched-resource'])
+			await rejected(uri, -32002);
+		await assert.rejects(s.client.request({ method: 'resources/subscribe', params: {} },
+			(await import('@modelcontextprotocol/sdk/types.js')).EmptyResultSchema), (e) => e.code === -32602);
+		// at most 32 files watched
+		for (let i = 0; i < 31; i++)
+			await s.client.subscribeResource({ uri: `sandbox:///app/persist/f${i}` });
+		await rejected('sandbox:///app/persist/one-too-many', -32602);
+		await s.client.subscribeResource({ uri: 'sandbox:///app/persist/f0' }); // again: still 32
+	} finally {
+		await s.close();
+	}
 });
 
 test('the capability is advertised; reads are read-only (no write method)', T, async () => {

@@ -730,6 +730,30 @@ static void test_files_read(void **state)
 	raw_error_has(&r, 200, "length must be 1 to");
 	free(r.body);
 
+	/* resources/subscribe's stamps: files only (a link or a FIFO has none), paths that escape
+	 * left out; a rewrite, a removal and a new file are changes, an untouched file is not */
+	json_t *watch = json_pack("[s, s, s, s, s, s]", "out/chart.png", "out/link", "out/fifo",
+				  "out/../persist/secret", "persist/secret", "persist/later");
+	json_t *st = artifacts_stamps(files_appfd, watch);
+	assert_true(json_is_string(json_object_get(st, "out/chart.png")));
+	assert_true(json_is_null(json_object_get(st, "out/link")));
+	assert_true(json_is_null(json_object_get(st, "out/fifo")));
+	assert_null(json_object_get(st, "out/../persist/secret"));
+	assert_true(json_is_null(json_object_get(st, "persist/later")));
+	files_write(app, "persist/secret", (const unsigned char *)"xy", 2);
+	files_write(app, "persist/later", (const unsigned char *)"new", 3);
+	snprintf(sub, sizeof(sub), "%s/out/link", app);
+	unlink(sub);
+	json_t *o = json_object();
+	artifacts_watch_changed(files_appfd, st, o);
+	json_t *ch = json_object_get(o, "watch_changed");
+	assert_int_equal(json_array_size(ch), 2);
+	assert_string_equal(json_string_value(json_array_get(ch, 0)), "persist/secret");
+	assert_string_equal(json_string_value(json_array_get(ch, 1)), "persist/later");
+	json_decref(o);
+	json_decref(st);
+	json_decref(watch);
+
 	close(files_appfd);
 	files_appfd = -1;
 	char cmd[200];
