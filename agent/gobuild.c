@@ -732,6 +732,71 @@ int gobuild_missing_packages(const char *out, size_t len, char ***pkgs, size_t *
 	return 0;
 }
 
+/* mod_required - does go.mod (text) require a module whose path is p or a /-prefix of p? A
+ * line that names a module is "require PATH VERSION" or, in a require block, "PATH VERSION";
+ * a quoted path is taken without its quotes. */
+static bool mod_required(const char *gomod, size_t len, const char *p)
+{
+	size_t pl = strlen(p);
+	bool block = false;
+	for (const char *l = gomod, *end = gomod + len; l < end;) {
+		const char *nl = memchr(l, '\n', (size_t)(end - l));
+		const char *e = nl ? nl : end;
+		while (l < e && (*l == ' ' || *l == '\t'))
+			l++;
+		bool named = block;
+		if ((size_t)(e - l) >= 8 && !memcmp(l, "require", 7) && (l[7] == ' ' || l[7] == '\t')) {
+			l += 8;
+			while (l < e && (*l == ' ' || *l == '\t'))
+				l++;
+			if (l < e && *l == '(') {
+				block = true;
+				named = false;
+			} else {
+				named = true;
+			}
+		} else if (block && l < e && *l == ')') {
+			block = named = false;
+		}
+		if (named && l < e) {
+			bool q = *l == '"';
+			const char *m = l + q, *me = m;
+			while (me < e && *me != ' ' && *me != '\t' && *me != '"')
+				me++;
+			size_t ml = (size_t)(me - m);
+			if (ml && ml <= pl && !memcmp(m, p, ml) && (ml == pl || p[ml] == '/'))
+				return true;
+		}
+		l = nl ? nl + 1 : end;
+	}
+	return false;
+}
+
+/* gobuild_uncovered - see gobuild.h */
+int gobuild_uncovered(const struct gobuild_modfiles *m, char *const *imports, size_t nimports,
+		      char ***pkgs, size_t *n)
+{
+	char **v = calloc(GOBUILD_MAX_MISSING + 1, sizeof(*v));
+	size_t k = 0;
+	if (!v)
+		return -ENOMEM;
+	for (size_t i = 0; i < nimports && k < GOBUILD_MAX_MISSING; i++) {
+		const char *p = imports[i];
+		bool dup = false;
+		for (size_t j = 0; j < k && !dup; j++)
+			dup = strcmp(v[j], p) == 0;
+		if (dup || !fetchable_path(p, strlen(p)) || mod_required(m->gomod, m->gomod_len, p))
+			continue;
+		if (!(v[k++] = strdup(p))) {
+			gobuild_strv_free(v);
+			return -ENOMEM;
+		}
+	}
+	*pkgs = v;
+	*n = k;
+	return 0;
+}
+
 /* mod_requires - {path: version} of the go.mod in dir, via `go mod edit -json` */
 static json_t *mod_requires(const struct gobuild_env *e, const char *dir)
 {

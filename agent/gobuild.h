@@ -124,6 +124,18 @@ int gobuild_missing_packages(const char *out, size_t len, char ***pkgs, size_t *
 void gobuild_strv_free(char **v);
 
 /*
+ * gobuild_uncovered - of the import paths imports (fastbuild_imports), each once, the
+ * fetchable ones (a dotted first element: not the standard library, not the app's own
+ * packages) that no module go.mod requires can provide (no required path is the import or a
+ * /-prefix of it): what `go build` would fail on with "no required module provides package",
+ * known without running it. At most GOBUILD_MAX_MISSING; *pkgs NULL-terminated, free with
+ * gobuild_strv_free. A path a required module might provide is never listed, so an empty list
+ * only means "build and see".
+ */
+int gobuild_uncovered(const struct gobuild_modfiles *m, char *const *imports, size_t nimports,
+		      char ***pkgs, size_t *n);
+
+/*
  * gobuild_resolve - `go get <pkgs>` online in app_dir; if that fails (or pkgs is empty),
  * `go mod tidy`, keeping the requirements tidy would drop (the precompiled modules). On
  * failure *msg gets a sentence with go's own first error. output (may be NULL) gets what the

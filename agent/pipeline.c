@@ -1577,6 +1577,7 @@ json_t *pipeline_execute(const struct pipeline_config *cfg, json_t *req,
 	struct fastbuild_call fbc = { 0 };
 	char goversion[64], hex[65], bin[PATH_MAX];
 	char **pkgs = NULL;
+	char *why_ahead = NULL; /* why resolving the imports before the build failed */
 	char **envp = NULL;
 	struct pl_creds pcr = { .adc_path = "" };
 	int appfd = open(c.app_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -1644,7 +1645,35 @@ json_t *pipeline_execute(const struct pipeline_config *cfg, json_t *req,
 	 * not cover them */
 	struct runproc_result br = { 0 };
 	bool built = cached, direct = false;
+	/* imports no module of go.mod can provide are resolved before the first build: that
+	 * build would only fail on them, at the cost of loading the whole module graph (about a
+	 * tenth of a second, the gap to doing it by hand, issue 17), as would a direct build; what
+	 * slips through (a module nested under a required one) is still found by the build below */
+	char **early = NULL;
+	size_t nearly = 0;
 	if (!cached) {
+		char **imports = NULL;
+		size_t nimports = 0;
+		bool oom = false;
+		for (size_t i = 0; i < nr.nfiles && !oom; i++) {
+			const char *p = nr.files[i].path;
+			size_t pl = strlen(p);
+			/* go build's files; one that is not plain Go to the scanner is left to it */
+			if (pl > 3 && strcmp(p + pl - 3, ".go") == 0 &&
+			    !(pl >= 8 && strcmp(p + pl - 8, "_test.go") == 0) &&
+			    fastbuild_imports(nr.files[i].content, nr.files[i].len, &imports,
+					      &nimports) == -ENOMEM)
+				oom = true;
+		}
+		if (oom || gobuild_uncovered(&mf, imports, nimports, &early, &nearly) < 0)
+			nearly = 0;
+		gobuild_strv_free(imports);
+		if (!nearly) {
+			gobuild_strv_free(early);
+			early = NULL;
+		}
+	}
+	if (!cached && !nearly) {
 		if ((rc = fastbuild_prepare(&c.env, c.app_dir, nr.files, nr.nfiles, &mf, &fbc)) < 0) {
 			json_decref(o);
 			o = internal_result("out of memory");
@@ -1657,31 +1686,40 @@ json_t *pipeline_execute(const struct pipeline_config *cfg, json_t *req,
 			tm.build_ms += mono_since_ms(&ts);
 		}
 	}
-	for (int attempt = 0; !built && attempt < 2; attempt++) {
-		progress_say(progress, ctx, "build", attempt ? "building again with the added modules"
-							     : "go build");
-		char work[PATH_MAX];
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		rc = gobuild_build(&c.env, c.app_dir, c.state_dir, hex, &br, &built, work,
-				   sizeof(work));
-		if (rc == 0 && built) {
-			fastbuild_capture(&c.env, &fbc, work);
-			gobuild_work_remove(work);
-		}
-		tm.build_ms += mono_since_ms(&ts);
-		if (rc < 0) {
-			json_decref(o);
-			o = internal_result("go build could not be started: %s", strerror(-rc));
-			goto out;
-		}
-		if (built || attempt || br.timed_out || !gobuild_needs_resolve(br.out.data, br.out.len))
-			break;
-
+	int attempts = nearly ? 3 : 2;
+	for (int attempt = 0; !built && attempt < attempts; attempt++) {
+		bool ahead = attempt == 0 && nearly; /* resolving before any build */
 		size_t npkgs = 0;
-		if (gobuild_missing_packages(br.out.data, br.out.len, &pkgs, &npkgs) < 0) {
-			json_decref(o);
-			o = internal_result("out of memory");
-			goto out;
+		if (ahead) {
+			pkgs = early;
+			npkgs = nearly;
+			early = NULL;
+			nearly = 0;
+		} else {
+			progress_say(progress, ctx, "build", attempt ? "building again with the added "
+								       "modules" : "go build");
+			char work[PATH_MAX];
+			clock_gettime(CLOCK_MONOTONIC, &ts);
+			rc = gobuild_build(&c.env, c.app_dir, c.state_dir, hex, &br, &built, work,
+					   sizeof(work));
+			if (rc == 0 && built) {
+				fastbuild_capture(&c.env, &fbc, work);
+				gobuild_work_remove(work);
+			}
+			tm.build_ms += mono_since_ms(&ts);
+			if (rc < 0) {
+				json_decref(o);
+				o = internal_result("go build could not be started: %s", strerror(-rc));
+				goto out;
+			}
+			if (built || attempt == attempts - 1 || br.timed_out ||
+			    !gobuild_needs_resolve(br.out.data, br.out.len))
+				break;
+			if (gobuild_missing_packages(br.out.data, br.out.len, &pkgs, &npkgs) < 0) {
+				json_decref(o);
+				o = internal_result("out of memory");
+				goto out;
+			}
 		}
 		progress_say(progress, ctx, "tidy", "adding the modules for %s%s",
 			     npkgs ? pkgs[0] : "the imports", npkgs > 1 ? " and others" : "");
@@ -1701,6 +1739,15 @@ json_t *pipeline_execute(const struct pipeline_config *cfg, json_t *req,
 		}
 		gobuild_strv_free(pkgs);
 		pkgs = NULL;
+		if (rc == -EAGAIN && ahead) {
+			/* no module provides them (a typo, a private module): one build, whose errors
+			 * say where, with why the resolve failed; not a second resolve */
+			free(why_ahead);
+			why_ahead = why;
+			attempts = 1;
+			attempt = -1;
+			continue;
+		}
 		if (rc == -EAGAIN) {
 			build_error_result(o, &c, &nr, br.out.data, br.out.len, false, why);
 			free(why);
@@ -1740,7 +1787,8 @@ json_t *pipeline_execute(const struct pipeline_config *cfg, json_t *req,
 	if (!built) {
 		char full[512];
 		bool disk = disk_full(&c, br.out.data, br.out.data ? br.out.len : 0, full, sizeof(full));
-		build_error_result(o, &c, &nr, br.out.data, br.out.len, br.timed_out, disk ? full : NULL);
+		build_error_result(o, &c, &nr, br.out.data, br.out.len, br.timed_out,
+				   disk ? full : why_ahead);
 		runproc_result_free(&br);
 		o = finish(o, "build", mode, &tm, &t0);
 		goto out;
@@ -1832,6 +1880,7 @@ out:
 	pl_creds_end(cfg, &pcr);
 	gobuild_strv_free(envp);
 	gobuild_strv_free(pkgs);
+	free(why_ahead);
 	gobuild_modfiles_free(&mf);
 	fastbuild_call_free(&fbc);
 	if (appfd >= 0)

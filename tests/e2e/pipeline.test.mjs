@@ -153,10 +153,18 @@ test('import outside the lockfile (github.com/dustin/go-humanize) is tidied in',
 	// github.com/google/uuid would not do: the lockfile has it as an indirect dependency of the
 	// Cloud libraries, so it builds without a tidy
 	const code = snippet('\treturn humanize.Bytes(82854982), nil', ['github.com/dustin/go-humanize']);
-	const [res, s] = await exec({ code });
+	const steps = [];
+	const res = await callTool((await live()).client, 'execute_go_code', { code },
+		{ onprogress: (p) => steps.push(p.message || '') });
+	const s = sc(res);
 	assert.equal(res.isError, false, show(s));
 	assert.equal(s.tidied, true, show(s));
 	assert.equal(s.result.value, '83 MB');
+	// the imports say that no module of go.mod provides humanize: it is resolved first, with
+	// no go build before that would only fail on it (issue 17)
+	const tidy = steps.findIndex((m) => /adding the modules for github\.com\/dustin\/go-humanize/.test(m));
+	assert.ok(tidy >= 0, `no tidy step: ${JSON.stringify(steps)}`);
+	assert.ok(!steps.slice(0, tidy).some((m) => /go build|compiling/.test(m)), `a build before the tidy: ${JSON.stringify(steps)}`);
 	// the session remembers the tidied go.mod: the next call needs no new tidy
 	const [, again] = await exec({ code: code.replace('82854982', '1000') });
 	assert.equal(again.result.value, '1.0 kB', show(again));

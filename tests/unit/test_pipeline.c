@@ -1216,6 +1216,33 @@ static void test_doc(void **state)
 	json_decref(r);
 }
 
+/* test_uncovered - the imports go.mod cannot provide, known before any build (issue 17) */
+static void test_uncovered(void **state)
+{
+	(void)state;
+	const char *mod = "module app\n\ngo 1.26\n\nrequire github.com/google/btree v1.1.3\n"
+			  "require (\n\tcloud.google.com/go v0.1.0\n\t\"golang.org/x/text\" v0.3.0 // indirect\n)\n"
+			  "replace github.com/dustin/go-humanize => ./x\n";
+	struct gobuild_modfiles m = { .gomod = (char *)mod, .gomod_len = strlen(mod) };
+	char *imports[] = { "fmt", "app/util", "github.com/google/btree", "github.com/google/btreeX",
+			    "github.com/dustin/go-humanize", "cloud.google.com/go/storage",
+			    "golang.org/x/text/language", "-flag.example/x", "example.com/a b",
+			    "github.com/google/btreeX", NULL };
+	char **u = NULL;
+	size_t nu = 0;
+	assert_int_equal(gobuild_uncovered(&m, imports, 10, &u, &nu), 0);
+	assert_int_equal(nu, 2);
+	assert_string_equal(u[0], "github.com/google/btreeX"); /* once, though imported twice */
+	assert_string_equal(u[1], "github.com/dustin/go-humanize"); /* a replace is no requirement */
+	assert_null(u[2]);
+	gobuild_strv_free(u);
+	/* no go.mod at all: every fetchable import */
+	struct gobuild_modfiles none = { 0 };
+	assert_int_equal(gobuild_uncovered(&none, imports, 10, &u, &nu), 0);
+	assert_int_equal(nu, 5);
+	gobuild_strv_free(u);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1234,6 +1261,7 @@ int main(void)
 		cmocka_unit_test(test_tidy_keeps_lockfile_requirements),
 		cmocka_unit_test(test_doc),
 		cmocka_unit_test(test_direct_build),
+		cmocka_unit_test(test_uncovered),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
