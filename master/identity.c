@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -49,9 +50,20 @@ bool identity_init(void)
 {
 	char why[160];
 	if (!privdrop_can(why, sizeof(why))) {
+		/* a worker of the same uid could otherwise ptrace this process or read its memory
+		 * and environment through /proc (what the kernel lets the owner do), even with its
+		 * filter off: not dumpable, those files are root's and ptrace needs CAP_SYS_PTRACE.
+		 * Workers exec, which makes each of them dumpable again. */
+		bool shut = prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0;
 		log_info("%s: every worker runs as this same user, without an identity of its own; "
 			 "workers are kept apart from each other and from this user's files by their "
-			 "seccomp filter and Landlock only (docs/architecture.md)", why);
+			 "seccomp filter and Landlock only (docs/architecture.md)%s", why,
+			 shut ? "; this process is not dumpable, so they cannot ptrace it or read its "
+				"/proc files" : "");
+		if (!shut)
+			log_warn("cannot make this process non-dumpable (%s): a worker could ptrace it "
+				 "or read its memory if its seccomp filter and Landlock were off",
+				 strerror(errno));
 		return id_on = false;
 	}
 	for (size_t i = 0; !id_base && i < sizeof(id_bases) / sizeof(id_bases[0]); i++) {

@@ -193,3 +193,60 @@ test('the laptop case: a serve that is not root keeps working, and its start-up 
 		assert.match(r.err, /serve runs as uid 65534, not root: every worker runs as this same user/);
 		assert.doesNotMatch(r.err, /workers run as identities of their own/);
 	});
+
+/* The Kubernetes deployment (packaging/k8s/server.yaml: uid 10001, no capabilities) and a
+ * laptop run serve as a normal user: its workers share its uid. What the kernel lets an owner
+ * do to its own processes (ptrace, /proc/PID/mem, environ, fd) a taken-over worker with its
+ * filter off could then do to the master, which holds every credential; a non-dumpable master
+ * refuses it. The signal stays possible (same uid): the filter and Landlock are what stop that. */
+const MASTER_ATTACKS = [
+	'ptrace the master', "open the master's /proc/PID/environ", "open the master's /proc/PID/mem",
+	"open the master's /proc/PID/fd", "open the master's /proc/PID/maps", "read the master's memory",
+	'take a descriptor of the master',
+];
+
+test('a serve that is not root is not dumpable: a worker of its uid (--seccomp off) cannot ptrace it or read its /proc files, and the session goes on',
+	{ ...T, skip: !ROOT && 'needs root to start serve as another user' }, async (t) => {
+		const can = spawnSync(BIN, ['version'], { uid: 65534, gid: 65534, cwd: '/' });
+		if (can.error || can.status !== 0) {
+			t.skip(`nobody cannot run ${BIN} here`);
+			return;
+		}
+		const home = fs.mkdtempSync(path.join(dir, 'nobody-master-'));
+		fs.chmodSync(dir, 0o755);
+		fs.chmodSync(home, 0o755);
+		fs.chownSync(home, 65534, 65534);
+		const runtime = process.env.KODE_GOPHER_RUNTIME_DIR || process.env.RUNTIME_DIR;
+		const child = spawn(BIN, ['serve', '--log-level', 'info', '--seccomp', 'off',
+			'--sandbox-root', path.join(home, 'sandboxes'), ...(runtime ? ['--runtime-dir', runtime] : [])], {
+			uid: 65534, gid: 65534, cwd: home,
+			env: { PATH: process.env.PATH, HOME: home, ASAN_OPTIONS, LD_PRELOAD: SHIM, KG_SHIM_MASTER: '1' },
+			stdio: ['pipe', 'pipe', 'pipe'],
+		});
+		const s = { stderr: '', stdout: '' };
+		child.stdout.on('data', (d) => { s.stdout += d; });
+		child.stderr.on('data', (d) => { s.stderr += d; });
+		const exited = new Promise((resolve) => child.on('exit', (code) => resolve(code)));
+		try {
+			const res = await attackLines(s);
+			t.diagnostic(Object.entries(res).map(([k, v]) => `${k}: ${v}`).join('; '));
+			assert.match(s.stderr, /this process is not dumpable/);
+			for (const what of MASTER_ATTACKS) {
+				assert.ok(what in res, `attempted: ${what}`);
+				assert.match(res[what], /Permission denied|Operation not permitted/, `${what} must be refused: ${res[what]}`);
+			}
+			for (const what of CONTROLS)
+				assert.equal(res[what], 'ok', `${what}: the probe itself works`);
+			/* the worker that tried is still the session's, and it answers */
+			child.stdin.write(JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'initialize', params: {
+				protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'privsep', version: '1' } } }) + '\n');
+			const line = await waitFor(() => s.stdout.split('\n').find((l) => l.includes('"id":1')),
+				{ timeout: 60_000, what: 'the answer to initialize' });
+			assert.match(line, /"protocolVersion"/);
+		} finally {
+			child.stdin.end();
+			const code = await Promise.race([exited, new Promise((r) => setTimeout(() => r('timeout'), 30_000))]);
+			if (code === 'timeout')
+				child.kill('SIGKILL');
+		}
+	});

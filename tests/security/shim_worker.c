@@ -12,6 +12,8 @@
  * agent's socket, its sandbox directory, its channel to the master) and, once confined (the
  * same point as the probe above), attacks them as a taken-over worker would, and tries to get
  * privilege back; one line each to stderr: "kg-attack: WHAT: RESULT" (RESULT "ok" or strerror).
+ * KG_SHIM_MASTER=1 (privsep.test.mjs): the same attacks on the worker's own master (its parent),
+ * for a serve whose workers share its uid.
  *
  * KG_SHIM_NNP (supervision.test.mjs): prctl(PR_SET_NO_NEW_PRIVS) fails as it would on a
  * machine that does not let the worker lock itself down:
@@ -105,39 +107,52 @@ static int open_ro(const char *path)
 	return fd >= 0 ? 0 : -1;
 }
 
+/* attack_process - what a taken-over worker tries against another process (who: "the other
+ * worker", "the master"): signal it, ptrace it, open its /proc files, read its memory, take a
+ * descriptor from it */
+static void attack_process(pid_t pid, const char *who)
+{
+	char p[1200], what[96];
+	int r = kill(pid, 0);
+	snprintf(what, sizeof(what), "signal %s", who);
+	said(what, r, errno);
+	r = (int)ptrace(PTRACE_SEIZE, pid, 0, 0);
+	snprintf(what, sizeof(what), "ptrace %s", who);
+	said(what, r, errno);
+	if (r == 0)
+		ptrace(PTRACE_DETACH, pid, 0, 0);
+	static const char *const files[] = { "environ", "mem", "fd", "maps" };
+	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+		snprintf(p, sizeof(p), "/proc/%d/%s", (int)pid, files[i]);
+		r = open_ro(p);
+		snprintf(what, sizeof(what), "open %s's /proc/PID/%s", who, files[i]);
+		said(what, r, errno);
+	}
+	char buf[16];
+	struct iovec local = { buf, sizeof(buf) }, remote = { (void *)0x400000, sizeof(buf) };
+	r = (int)process_vm_readv(pid, &local, 1, &remote, 1, 0);
+	snprintf(what, sizeof(what), "read %s's memory", who);
+	said(what, r, errno);
+	int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	r = pfd < 0 ? -1 : (int)syscall(SYS_pidfd_getfd, pfd, 0, 0);
+	snprintf(what, sizeof(what), "take a descriptor of %s", who);
+	said(what, r, errno);
+	r = pfd < 0 ? -1 : (int)syscall(SYS_pidfd_send_signal, pfd, 0, NULL, 0);
+	snprintf(what, sizeof(what), "signal %s through a pidfd", who);
+	said(what, r, errno);
+	if (pfd >= 0)
+		close(pfd);
+}
+
 /* shim_attack - what a taken-over worker tries against another session, and to regain root */
 static void shim_attack(void)
 {
 	char v[1024], p[1200];
 	int r;
-	if (target("pid", v, sizeof(v))) {
-		pid_t pid = (pid_t)atoi(v);
-		r = kill(pid, 0);
-		said("signal the other worker", r, errno);
-		r = (int)ptrace(PTRACE_SEIZE, pid, 0, 0);
-		said("ptrace the other worker", r, errno);
-		if (r == 0)
-			ptrace(PTRACE_DETACH, pid, 0, 0);
-		static const char *const files[] = { "environ", "mem", "fd", "maps" };
-		for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
-			snprintf(p, sizeof(p), "/proc/%d/%s", (int)pid, files[i]);
-			r = open_ro(p);
-			char what[64];
-			snprintf(what, sizeof(what), "open the other worker's /proc/PID/%s", files[i]);
-			said(what, r, errno);
-		}
-		char buf[16];
-		struct iovec local = { buf, sizeof(buf) }, remote = { (void *)0x400000, sizeof(buf) };
-		r = (int)process_vm_readv(pid, &local, 1, &remote, 1, 0);
-		said("read the other worker's memory", r, errno);
-		int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
-		r = pfd < 0 ? -1 : (int)syscall(SYS_pidfd_getfd, pfd, 0, 0);
-		said("take a descriptor of the other worker", r, errno);
-		r = pfd < 0 ? -1 : (int)syscall(SYS_pidfd_send_signal, pfd, 0, NULL, 0);
-		said("signal the other worker through a pidfd", r, errno);
-		if (pfd >= 0)
-			close(pfd);
-	}
+	if (target("pid", v, sizeof(v)))
+		attack_process((pid_t)atoi(v), "the other worker");
+	if (getenv("KG_SHIM_MASTER"))
+		attack_process(getppid(), "the master");
 	if (target("sock", v, sizeof(v))) {
 		r = connect_unix(v);
 		said("connect to the other session's agent socket", r, errno);
@@ -228,7 +243,7 @@ int curl_global_init(long flags)
 {
 	if (shim_is_worker)
 		shim_probe();
-	if (shim_is_worker && shim_targets[0])
+	if (shim_is_worker && (shim_targets[0] || getenv("KG_SHIM_MASTER")))
 		shim_attack();
 	const char *mode = getenv("KG_SHIM_NNP");
 	if (shim_is_worker && mode && strcmp(mode, "stall") == 0)
