@@ -469,7 +469,8 @@ async function main() {
 	} finally {
 		await stop_all();
 		if (o.idp) await o.idp.close();
-		if (!failed) fs.rmSync(tmp, { recursive: true, force: true });
+		if (!failed && !process.env.HTTPBENCH_KEEP) fs.rmSync(tmp, { recursive: true, force: true });
+		else progress(`its files and the servers' logs are in ${tmp}`);
 	}
 	const load1 = os.loadavg()[0];
 	let out = `kode-gopher shared-server benchmarks, ${date} UTC: ${machine_line(load0, load1, o.bin, kgVersion)}; ` +

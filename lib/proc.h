@@ -1,7 +1,7 @@
 /*
  * proc.h - what every process that starts children needs around fork and wait: the child's
- * clean start (master/spawn.c's workers, master/sandbox_local.c's jails) and a wait status said
- * in words for logs and error sentences.
+ * clean start (proc_spawn: master/spawn.c's workers, master/sandbox_local.c's jails) and a wait
+ * status said in words for logs and error sentences.
  */
 #ifndef KG_LIB_PROC_H
 #define KG_LIB_PROC_H
@@ -13,9 +13,22 @@
 /* proc_status_text - "exited with status 1" / "killed by signal 9 (SIGKILL)" into buf */
 const char *proc_status_text(int status, char *buf, size_t cap);
 
-/* proc_child_setup - in a forked child before exec (async-signal-safe calls only): die with
- * the parent, stdin from /dev/null, stdout to /dev/null (the MCP stream is never a child's) or
- * to stderr, default signal state, no inherited descriptors. Returns only if all went well. */
-void proc_child_setup(pid_t parent, bool stdout_to_stderr);
+/* How proc_spawn starts a child: stdin from /dev/null, stdout to /dev/null or to stderr, no
+ * other descriptor, the default signal state, tied to this process (proc_child_enter). */
+struct proc_how {
+	bool stdout_to_stderr;
+	bool setsid;              /* a session and process group of its own */
+	int nice;                 /* its nice value, as root (0: this thread's) */
+};
+
+/* proc_spawn - start path with argv that way; the pid, or a negative errno */
+pid_t proc_spawn(const char *path, char *const argv[], const struct proc_how *how);
+
+/* the spawning process's pid, for proc_child_enter */
+#define PROC_PARENT_ENV "KG_SPAWN_PARENT"
+
+/* proc_child_enter - first thing in main(): a child of proc_spawn dies with its parent (the
+ * parent-death signal; an exit if the parent is already gone) */
+void proc_child_enter(void);
 
 #endif

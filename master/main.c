@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "lib/proc.h"
 #include "master/master.h"
 #include "worker/worker.h"
 
@@ -54,6 +55,7 @@ static const struct command commands[] = {
 
 int main(int argc, char **argv)
 {
+	proc_child_enter();
 	/* `kode-gopher help exec`, as `go help run` */
 	if (argc == 3 && strcmp(argv[1], "help") == 0 && strcmp(argv[2], "worker") != 0 &&
 	    strcmp(argv[2], "jail") != 0) {

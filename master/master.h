@@ -5,6 +5,7 @@
 #ifndef KG_MASTER_H
 #define KG_MASTER_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -84,6 +85,12 @@ struct worker {
 	bool sandbox_keep;
 	int sandbox_lock;         /* descriptor + 1 of <dir>/lock, flocked while in use; 0: none */
 	int claim_attempts;       /* --claim's sandbox tried so many times */
+	bool prestart;            /* started ahead of need, no session has taken it yet: it and
+				   * its sandbox yield the CPU (spawn_prestart_done ends that) */
+	pthread_mutex_t *mu;      /* the lock its transport holds while the monitor answers it
+				   * (the shared server's pool.mu), which a slow answer may drop:
+				   * the main loop, the one thread that reaps or ends a worker, is
+				   * the one answering, so the worker stays what it was */
 	/* its SandboxClaim and agent relay (Kubernetes backend: master/sandbox_kube.c) */
 	struct kb_peer *kube;
 	/* its REQ_TOKEN rate (master/monitor.c) */
@@ -138,7 +145,7 @@ int spawn_runtime_dir(char *out, size_t cap);
 void spawn_runtime_dir_remove(const char *dir);
 int spawn_worker(struct worker *w, const struct serve_config *cfg, const char *runtime_dir,
 		 unsigned n, const char *session);
-void spawn_prestart_done(const struct worker *w);
+void spawn_prestart_done(struct worker *w);
 /* spawn_stop - ask a worker to leave, wait up to grace_ms, kill it, reap it, and let go of
  * what it held (spawn_forget: wait says whether its sandbox's release is waited for) */
 void spawn_stop(struct worker *w, int grace_ms, bool wait);

@@ -150,6 +150,7 @@ static void slot_spawn(int i)
 		s->state = SLOT_FREE;
 		return;
 	}
+	s->w.mu = &pool.mu; /* a jail's start drops it (master/sandbox_local.c) */
 	s->opened = mono_s();
 }
 

@@ -34,6 +34,9 @@ struct sandbox_backend {
 	/* release - the worker is gone: what its sandbox holds goes, unless kept. wait: return
 	 * only when all is done (stdio's end, exec); else the slow part runs in the background */
 	void (*release)(struct worker *w, bool wait);
+	/* taken - a session took w, a pre-started worker: its sandbox is a session's now (the
+	 * local backend raises its CPU weight); NULL: nothing changes */
+	void (*taken)(struct worker *w);
 };
 
 extern const struct sandbox_backend sandbox_local_backend;

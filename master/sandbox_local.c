@@ -199,6 +199,7 @@ int sandbox_local_probe(const struct serve_config *cfg, FILE *out)
 	char *full[32], unit[128], exe[PATH_MAX];
 	const char *path = jail_argv(name, argv, full, sizeof(full) / sizeof(full[0]), unit,
 				     sizeof(unit), exe);
+	cgroup_cpu_weight(&sb_plan, name, false, true); /* as a session's sandbox would have it */
 	int pfd[2];
 	if (pipe2(pfd, O_CLOEXEC) != 0)
 		return -errno;
@@ -358,6 +359,25 @@ static void sandbox_local_release_later(struct worker *w)
 		sandbox_finish_job(g);
 }
 
+/* sandbox_cpu - the CPU weight of w's sandbox: a pre-start's, or a session's; create: before
+ * its jail starts (the master alone writes it: policy/cgroup.c) */
+static void sandbox_cpu(struct worker *w, const char *name, bool create)
+{
+	if (!sb_planned)
+		return;
+	int r = cgroup_cpu_weight(&sb_plan, name, w->prestart, create);
+	if (r != 0 && r != -EOPNOTSUPP)
+		log_warn("sandbox %s: cannot set its CPU weight (%s): %s", name, w->prestart ?
+			 "a pre-start's, low until a session takes it" : "a session's", strerror(-r));
+}
+
+/* sandbox_local_taken - a session took w: its sandbox's weight up to a session's */
+static void sandbox_local_taken(struct worker *w)
+{
+	if (w->sandbox_name[0])
+		sandbox_cpu(w, w->sandbox_name, false);
+}
+
 /* sandbox_local_reaped - the agent died by itself: the worker is told at once (NOTE_SANDBOX) */
 static bool sandbox_local_reaped(struct worker *w, pid_t pid, int status)
 {
@@ -456,25 +476,30 @@ static int sandbox_local_spawn(struct worker *w, const struct serve_config *cfg,
 	char *full[96], unit[128], exe[PATH_MAX];
 	const char *path = jail_argv(name, argv, full, sizeof(full) / sizeof(full[0]), unit,
 				     sizeof(unit), exe);
-	pid_t parent = getpid();
-	pid_t pid = fork();
-	if (pid < 0) {
-		r = -errno;
-		snprintf(err, errlen, "cannot start a sandbox: %s", strerror(errno));
-		close(w->sandbox_lock - 1);
-		w->sandbox_lock = 0;
-		return r;
-	}
-	if (pid == 0) {
-		setsid(); /* its own process group: killing the sandbox kills all it started */
-		proc_child_setup(parent, true);
-		execv(path, full);
-		_exit(127);
-	}
-	w->sandbox_pid = pid;
+	/* its CPU group at its weight first, and its name on w, so that a session taking w while
+	 * the jail starts raises the right group */
+	sandbox_cpu(w, name, true);
 	w->sandbox_keep = cfg->persistent;
 	snprintf(w->sandbox_name, sizeof(w->sandbox_name), "%s", name);
 	snprintf(w->sandbox_dir, sizeof(w->sandbox_dir), "%s", dir);
+	/* its own process group: killing the sandbox kills all it started. Started without the
+	 * transport's lock (w->mu): see struct worker */
+	struct proc_how how = { .stdout_to_stderr = true, .setsid = true };
+	if (w->mu)
+		pthread_mutex_unlock(w->mu);
+	pid_t pid = proc_spawn(path, full, &how);
+	if (w->mu)
+		pthread_mutex_lock(w->mu);
+	if (pid < 0) {
+		r = (int)pid;
+		snprintf(err, errlen, "cannot start a sandbox: %s", strerror(-r));
+		close(w->sandbox_lock - 1);
+		w->sandbox_lock = 0;
+		w->sandbox_name[0] = w->sandbox_dir[0] = '\0';
+		cgroup_remove(&sb_plan, name);
+		return r;
+	}
+	w->sandbox_pid = pid;
 	log_info("sandbox %s: agent pid %d in %s", name, (int)pid, dir);
 	return 0;
 }
@@ -526,4 +551,5 @@ const struct sandbox_backend sandbox_local_backend = {
 	.answer = sandbox_local_answer,
 	.reaped = sandbox_local_reaped,
 	.release = sandbox_local_gone,
+	.taken = sandbox_local_taken,
 };

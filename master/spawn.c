@@ -148,6 +148,7 @@ int spawn_worker(struct worker *w, const struct serve_config *cfg, const char *r
 	w->cfg = cfg;
 	w->recv_fd = -1;
 	snprintf(w->session, sizeof(w->session), "%s", session);
+	w->prestart = strcmp(session, "-") == 0;
 	if ((size_t)snprintf(w->ipc_path, sizeof(w->ipc_path), "%s/w%u.ipc", runtime_dir, n) >=
 	    sizeof(w->ipc_path))
 		return -ENAMETOOLONG;
@@ -175,21 +176,8 @@ int spawn_worker(struct worker *w, const struct serve_config *cfg, const char *r
 	snprintf(maxtmo, sizeof(maxtmo), "%d", cfg->max_timeout_s);
 	char ready[16];
 	snprintf(ready, sizeof(ready), "%d", cfg->claim_ready_timeout_s);
-	pid_t parent = getpid();
-	pid_t pid = fork();
-	if (pid < 0) {
-		r = -errno;
-		nng_close(w->sock);
-		identity_release(w);
-		return r;
-	}
-	if (pid == 0) {
-		/* child: only async-signal-safe calls until exec */
-		proc_child_setup(parent, false);
-		/* a worker started ahead of need yields to serving while it starts; root can give
-		 * the priority back when a session takes it (spawn_prestart_done), others could not */
-		if (strcmp(session, "-") == 0 && geteuid() == 0)
-			setpriority(PRIO_PROCESS, 0, WORKER_PRESTART_NICE);
+	pid_t pid;
+	{
 		char *argv[64] = { "kode-gopher", "worker", "--ipc", url, "--session", (char *)session,
 				   "--log-level", level, "--seccomp", (char *)cfg->seccomp,
 				   "--timeout", tmo, "--max-timeout", maxtmo, NULL };
@@ -221,8 +209,15 @@ int spawn_worker(struct worker *w, const struct serve_config *cfg, const char *r
 			argv[argc++] = uid;
 		}
 		argv[argc] = NULL;
-		execv("/proc/self/exe", argv);
-		_exit(127);
+		/* a worker started ahead of need yields to serving while it starts; root can give
+		 * the priority back when a session takes it (spawn_prestart_done), others could not */
+		struct proc_how how = { .nice = w->prestart && geteuid() == 0 ? WORKER_PRESTART_NICE : 0 };
+		pid = proc_spawn("/proc/self/exe", argv, &how);
+	}
+	if (pid < 0) {
+		nng_close(w->sock);
+		identity_release(w);
+		return (int)pid;
 	}
 	__atomic_store_n(&w->pid, pid, __ATOMIC_SEQ_CST);
 	w->started = mono_s();
@@ -235,9 +230,16 @@ int spawn_worker(struct worker *w, const struct serve_config *cfg, const char *r
 }
 
 /* spawn_prestart_done - a session took this pre-started worker: every thread of it back to
- * the normal priority (nice is per thread on Linux; twice, for a thread born meanwhile) */
-void spawn_prestart_done(const struct worker *w)
+ * the normal priority (nice is per thread on Linux; twice, for a thread born meanwhile), and
+ * its sandbox's CPU weight up to a session's */
+void spawn_prestart_done(struct worker *w)
 {
+	if (!w->prestart)
+		return;
+	w->prestart = false;
+	const struct sandbox_backend *b = sandbox_backend(w->cfg);
+	if (b->taken)
+		b->taken(w);
 	if (w->pid <= 0 || geteuid() != 0)
 		return;
 	char path[64];

@@ -360,7 +360,7 @@ static void knob_set(struct cgroup_got *g, int k, const char *dir, const char *f
 }
 
 /* v2_knobs - the leaf's limits, for each kind still in force */
-static void v2_knobs(struct cgroup_got *g, const char *leaf, const struct cgroup_limits *l)
+static void v2_knobs(struct cgroup_got *g, const char *leaf, const struct cgroup_limits *l, bool root)
 {
 	char v[32];
 	snprintf(v, sizeof(v), "%lld", l->memory);
@@ -374,8 +374,12 @@ static void v2_knobs(struct cgroup_got *g, const char *leaf, const struct cgroup
 	}
 	snprintf(v, sizeof(v), "%ld", l->pids);
 	knob_set(g, CGROUP_PIDS, leaf, "pids.max", v);
-	snprintf(v, sizeof(v), "%d", CGROUP_CPU_WEIGHT);
-	knob_set(g, CGROUP_CPU, leaf, "cpu.weight", v);
+	/* as root the master set the weight before the jail started (cgroup_cpu_weight) and
+	 * changes it when a session takes a pre-started sandbox: not ours to write */
+	if (!root) {
+		snprintf(v, sizeof(v), "%d", CGROUP_CPU_WEIGHT);
+		knob_set(g, CGROUP_CPU, leaf, "cpu.weight", v);
+	}
 }
 
 /* v2_enable - "+controller" in dir's subtree_control for each kind planned */
@@ -447,7 +451,7 @@ static void enter_v2_root(const struct cgroup_plan *p, const char *name,
 	int r = move_self(g->leaf);
 	if (r != 0)
 		v2_fail_all(g, "cannot move the jail into %s", g->leaf, -r);
-	v2_knobs(g, g->leaf, l);
+	v2_knobs(g, g->leaf, l, true);
 }
 
 /* enter_v2_scope - as a normal user, started by systemd-run in a scope delegated to us */
@@ -483,7 +487,7 @@ static void enter_v2_scope(const struct cgroup_plan *p, const struct cgroup_limi
 		return;
 	}
 	v2_enable(g, scope);
-	v2_knobs(g, g->leaf, l);
+	v2_knobs(g, g->leaf, l, false);
 }
 
 /* enter_v1 - as root on v1: <mount>/kode-gopher/<name> for controller k */
@@ -518,10 +522,7 @@ static void enter_v1(const struct cgroup_plan *p, int k, const char *name,
 	} else if (k == CGROUP_PIDS) {
 		snprintf(v, sizeof(v), "%ld", l->pids);
 		knob_set(g, k, dir, "pids.max", v);
-	} else {
-		snprintf(v, sizeof(v), "%d", CGROUP_CPU_SHARES);
-		knob_set(g, k, dir, "cpu.shares", v);
-	}
+	} /* cpu.shares: the master's (cgroup_cpu_weight) */
 	if (g->how[k] == CGROUP_NONE)
 		return;
 	snprintf(g->v1dir[k], sizeof(g->v1dir[k]), "%s", dir);
@@ -562,6 +563,37 @@ int cgroup_open_oom_events(const struct cgroup_got *g)
 	else
 		return -1;
 	return open(p, O_RDONLY); /* inherited by the agent, which makes it close-on-exec */
+}
+
+/* cgroup_cpu_weight - see cgroup.h. A group swept by another master's start (cgroup_sweep)
+ * between this mkdir and the jail's move is made again by the jail, at the default weight. */
+int cgroup_cpu_weight(const struct cgroup_plan *p, const char *name, bool prestart, bool create)
+{
+	char top[CGROUP_PATH_MAX], dir[CGROUP_PATH_MAX + 256], v[16];
+	const char *mnt, *knob;
+	if (!p->root || p->how[CGROUP_CPU] == CGROUP_NONE)
+		return -EOPNOTSUPP;
+	bool v2 = p->how[CGROUP_CPU] == CGROUP_V2;
+	mnt = v2 ? p->v2 : p->v1[CGROUP_CPU];
+	knob = v2 ? "cpu.weight" : "cpu.shares";
+	snprintf(v, sizeof(v), "%d", v2 ? (prestart ? CGROUP_CPU_WEIGHT_PRESTART : CGROUP_CPU_WEIGHT)
+				      : (prestart ? CGROUP_CPU_SHARES_PRESTART : CGROUP_CPU_SHARES));
+	if ((size_t)snprintf(top, sizeof(top), "%s/" CGROUP_SUBTREE, mnt) >= sizeof(top) ||
+	    (size_t)snprintf(dir, sizeof(dir), "%s/%s", top, name) >= sizeof(dir))
+		return -ENAMETOOLONG;
+	if (create) {
+		if (mkdir(top, 0755) != 0 && errno != EEXIST)
+			return -errno;
+		/* v2: the leaf has cpu.weight only once cpu is enabled above it (the jail enables
+		 * the other controllers it uses the same way) */
+		int r;
+		if (v2 && ((r = put(mnt, "cgroup.subtree_control", "+cpu")) != 0 ||
+			   (r = put(top, "cgroup.subtree_control", "+cpu")) != 0))
+			return r;
+		if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+			return -errno;
+	}
+	return put(dir, knob, v);
 }
 
 /* cgroup_remove - see cgroup.h */
@@ -649,13 +681,17 @@ void cgroup_describe(enum cgroup_kind k, enum cgroup_how how, const char *why, b
 				 "process of your own uid, so it is not set)", why);
 		break;
 	default:
-		if (how == CGROUP_V2)
+		if (how == CGROUP_V2 && root)
+			snprintf(out, cap, "CPU: weight %d per sandbox through %s (cpu.weight): busy "
+				 "sandboxes share the CPU evenly; one started ahead of need has %d until a "
+				 "session takes it", CGROUP_CPU_WEIGHT, via, CGROUP_CPU_WEIGHT_PRESTART);
+		else if (how == CGROUP_V2)
 			snprintf(out, cap, "CPU: weight %d per sandbox through %s (cpu.weight): busy "
 				 "sandboxes share the CPU evenly", CGROUP_CPU_WEIGHT, via);
 		else if (how == CGROUP_V1)
 			snprintf(out, cap, "CPU: cpu.shares %d per sandbox through cgroup v1: busy "
-				 "sandboxes share the CPU evenly, behind the server's own processes (1024)",
-				 CGROUP_CPU_SHARES);
+				 "sandboxes share the CPU evenly; one started ahead of need has %d until a "
+				 "session takes it", CGROUP_CPU_SHARES, CGROUP_CPU_SHARES_PRESTART);
 		else
 			snprintf(out, cap, "CPU: no weight: %s; one busy sandbox can slow the others", why);
 		break;

@@ -28,6 +28,12 @@ enum cgroup_how { CGROUP_NONE, CGROUP_V1, CGROUP_V2 };
 /* the v1 cpu.shares of each sandbox (the root group has 1024): sandboxes share the CPU evenly
  * among themselves, behind the server's own processes */
 #define CGROUP_CPU_SHARES 512
+/* a sandbox started ahead of need (the shared server's warm pool) warms up at 1/16 of a session
+ * sandbox's weight, so a refill never takes the CPU from a running call; the master raises it
+ * to the session's when a session takes the sandbox (cgroup_cpu_weight). A weight counts among
+ * the sandboxes only (sibling groups under kode-gopher), not against the server's own processes. */
+#define CGROUP_CPU_WEIGHT_PRESTART 6
+#define CGROUP_CPU_SHARES_PRESTART 32
 /* the subtree under the v2 root (as root) and under each v1 controller */
 #define CGROUP_SUBTREE "kode-gopher"
 /* the leaf inside a delegated systemd scope */
@@ -91,6 +97,14 @@ void cgroup_plan(struct cgroup_plan *p, bool root, const char *v2_override);
  * sandbox's groups, set the limits, move the calling process in */
 void cgroup_enter(const struct cgroup_plan *p, const char *name, const struct cgroup_limits *l,
 		  struct cgroup_got *g);
+
+/* cgroup_cpu_weight - the master's, as root (the only writer of a sandbox's cpu.weight or
+ * cpu.shares: the jail enters the group but leaves the weight alone): set sandbox name's CPU
+ * weight, the pre-start's or the session's; create: make its group first, before the jail is
+ * forked, so that all the jail does runs at that weight. -EOPNOTSUPP when this plan has no CPU
+ * group the master can make (no cpu controller; a normal user's jail makes its own in a systemd
+ * scope, at the default weight), else 0 or a negative errno. */
+int cgroup_cpu_weight(const struct cgroup_plan *p, const char *name, bool prestart, bool create);
 
 /* cgroup_remove - after the jail's processes are gone: remove its groups (best effort); true
  * when nothing of them is left */

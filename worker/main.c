@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -237,12 +238,18 @@ int worker_main(int argc, char **argv)
 		creds_load_ca();
 	if (run_uid) {
 		const char *step = "";
+		pid_t master = getppid();
 		int pr = run_uid > UINT32_MAX ? -EINVAL : privdrop_to((uid_t)run_uid, (gid_t)run_uid, &step);
 		if (pr != 0) {
 			log_error("cannot run as the worker's own identity %lu (%s: %s); refusing to serve "
 				  "with root's powers", run_uid, step, strerror(-pr));
 			return IPC_EXIT_CONFIG;
 		}
+		/* the change of uid cleared the parent-death signal: a killed master's workers
+		 * would live on, idle, holding their uids */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != master)
+			return 1;
 		log_debug("running as uid and gid %lu, no capabilities, no_new_privs", run_uid);
 	}
 	/* Landlock first: it binds this thread and the threads started later (nng's, the call

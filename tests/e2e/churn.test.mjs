@@ -1,7 +1,8 @@
 /*
  * churn.test.mjs - session birth and death stay off the other sessions' path (issue 19): the
  * shared server answers a session's requests while another session's sandbox is still being
- * removed, and workers started ahead of need yield the CPU until a session takes them.
+ * removed, and workers started ahead of need, and their sandboxes, yield the CPU until a session
+ * takes them.
  * Run by tests/run.sh (node --test); each test() is one counted result.
  */
 import assert from 'node:assert/strict';
@@ -9,7 +10,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import test from 'node:test';
 
-import { callTool, children, cmdline, httpServe, sc, sessionWorker, waitFor } from './lib.mjs';
+import { callTool, children, cmdline, descendants, httpServe, isAlive, sc, sessionWorker, waitFor } from './lib.mjs';
 
 const T = { timeout: 480_000 };
 
@@ -81,5 +82,164 @@ test('http: workers started ahead of need run at a lower priority until a sessio
 		assert.deepEqual([...new Set(nices(w))], [0], `session worker ${w}`);
 	} finally {
 		await srv.close();
+	}
+});
+
+/* cpuKnob - where the host keeps a cgroup's CPU weight: the v1 cpu hierarchy's cpu.shares, else
+ * cpu.weight of a cgroup2 hierarchy that has the cpu controller; null if neither */
+function cpuKnob() {
+	for (const line of fs.readFileSync('/proc/self/mountinfo', 'utf8').split('\n')) {
+		const [pre, post] = line.split(' - ');
+		if (!post)
+			continue;
+		const [fstype, , opts] = post.split(' ');
+		const mnt = pre.split(' ')[4];
+		if (fstype === 'cgroup' && opts.split(',').includes('cpu'))
+			return { v: 1, file: 'cpu.shares', mnt, prestart: '32', session: '512', path: (pid) => cgPath(pid, (c) => c.split(',').includes('cpu')) };
+	}
+	for (const line of fs.readFileSync('/proc/self/mountinfo', 'utf8').split('\n')) {
+		const [pre, post] = line.split(' - ');
+		const mnt = pre.split(' ')[4];
+		if (post?.startsWith('cgroup2 ') && fs.readFileSync(`${mnt}/cgroup.controllers`, 'utf8').split(/\s+/).includes('cpu'))
+			return { v: 2, file: 'cpu.weight', mnt, prestart: '6', session: '100', path: (pid) => cgPath(pid, (c) => c === '') };
+	}
+	return null;
+}
+
+/* cgPath - pid's group in the hierarchy whose /proc/PID/cgroup controller field matches */
+function cgPath(pid, match) {
+	try {
+		for (const line of fs.readFileSync(`/proc/${pid}/cgroup`, 'utf8').split('\n')) {
+			const m = /^\d+:([^:]*):(.*)$/.exec(line);
+			if (m && match(m[1]))
+				return m[2];
+		}
+	} catch { /* gone */ }
+	return null;
+}
+
+/* jailOf - the jail of the worker pid (its --sock-gid is the worker's uid), once the jail is in
+ * its own CPU group: { jail, name, file } or null */
+function jailOf(srvPid, worker, knob) {
+	const uid = /^Uid:\s+(\d+)/m.exec(fs.readFileSync(`/proc/${worker}/status`, 'utf8'))?.[1];
+	for (const c of children(srvPid)) {
+		const cl = cmdline(c) || '';
+		const m = / jail .*--name (kg-[0-9a-f]+) .*--sock-gid (\d+) /.exec(cl);
+		if (!m || m[2] !== uid)
+			continue;
+		const where = knob.path(c);
+		if (where === `/kode-gopher/${m[1]}`)
+			return { jail: c, name: m[1], file: `${knob.mnt}${where}/${knob.file}` };
+	}
+	return null;
+}
+
+test('http: a pre-started sandbox has a low CPU weight, which the master raises when a session takes it', { ...T, skip: (os.userInfo().uid !== 0 || !cpuKnob()) && 'as root with a cgroup cpu controller only' }, async () => {
+	const knob = cpuKnob();
+	const read = (f) => fs.readFileSync(f, 'utf8').trim();
+	for (const minIdle of ['2', '0']) {
+		const srv = await httpServe(['--workers-min-idle', minIdle]);
+		try {
+			if (minIdle === '2') {
+				const idle = () => children(srv.pid).filter((p) => /^kode-gopher: worker s=- /.test(cmdline(p) || ''));
+				const jails = await waitFor(() => {
+					const js = idle().map((w) => jailOf(srv.pid, w, knob)).filter(Boolean);
+					return js.length === 2 ? js : null;
+				}, { timeout: 60_000, what: 'two idle workers, each with its jail in its own CPU group' });
+				for (const j of jails) {
+					assert.equal(read(j.file), knob.prestart, `pre-started sandbox ${j.name}: ${j.file}`);
+					// the master's to write: not the sandbox's uid (nor anyone's but root)
+					const st = fs.statSync(j.file);
+					assert.ok(st.uid === 0 && !(st.mode & 0o022), `${j.file}: uid ${st.uid} mode ${st.mode.toString(8)}`);
+				}
+			}
+			// a session takes one (with --workers-min-idle 0, one started for it: its sandbox may
+			// ask for its weight before or after the session has it)
+			const s = await srv.connect();
+			assert.deepEqual(await s.client.ping(), {});
+			const w = sessionWorker(srv.pid, s.sessionId);
+			assert.ok(w, 'the session\'s worker');
+			const j = await waitFor(() => jailOf(srv.pid, w, knob), { timeout: 60_000, what: 'the session\'s jail in its CPU group' });
+			assert.equal(read(j.file), knob.session, `session sandbox ${j.name}: ${j.file}`);
+			// the weight stays the master's: the call's processes run in that group at that weight
+			const r = await callTool(s.client, 'execute_go_code', { code: 'package snippet\n\nimport "context"\n\nfunc run(ctx context.Context) (any, error) { return 7, nil }\n' });
+			assert.equal(sc(r).result?.value, 7, JSON.stringify(sc(r)));
+			assert.equal(read(j.file), knob.session, `session sandbox ${j.name} after a call`);
+		} finally {
+			await srv.close();
+		}
+	}
+});
+
+/* jails - the jail processes of serve pid: [{ pid, name, gid }] (--sock-gid: its worker's uid) */
+function jails(srvPid) {
+	const out = [];
+	for (const c of children(srvPid)) {
+		const m = / jail .*--name (kg-[0-9a-f]+) .*--sock-gid (\d+) /.exec(cmdline(c) || '');
+		if (m && isAlive(c))
+			out.push({ pid: c, name: m[1], gid: m[2] });
+	}
+	return out;
+}
+
+/* leftovers - what of the sandboxes is not some live jail's: directories in the sandbox root and
+ * (as root) cpu cgroups that no live jail holds, and jails of workers that are gone */
+function leftovers(srv) {
+	const js = jails(srv.pid);
+	const live = new Set(js.map((j) => j.name));
+	const uids = new Set(children(srv.pid).filter((p) => /^kode-gopher: worker /.test(cmdline(p) || '') && isAlive(p))
+		.map((p) => /^Uid:\s+(\d+)/m.exec(fs.readFileSync(`/proc/${p}/status`, 'utf8'))?.[1]));
+	const out = fs.readdirSync(srv.sandboxRoot).filter((d) => d.startsWith('kg-') && !live.has(d)).map((d) => `directory ${d}`);
+	const knob = os.userInfo().uid === 0 ? cpuKnob() : null;
+	const started = new Set([...srv.stderr.matchAll(/sandbox (kg-[0-9a-f]+): agent pid/g)].map((m) => m[1]));
+	for (const name of started)
+		if (knob && !live.has(name) && fs.existsSync(`${knob.mnt}/kode-gopher/${name}`))
+			out.push(`cgroup ${knob.mnt}/kode-gopher/${name}`);
+	if (os.userInfo().uid === 0)
+		for (const j of js)
+			if (!uids.has(j.gid))
+				out.push(`jail ${j.pid} (${j.name}) of a worker that is gone`);
+	return out;
+}
+
+test('http: workers killed as their sandboxes start, and sessions ended at once, leave nothing behind; others are served; a killed serve takes every child with it', { ...T, skip: os.userInfo().uid !== 0 && 'as root only (workers are told apart from their jails by uid)' }, async () => {
+	const srv = await httpServe(['--workers-min-idle', '2']);
+	let stopped = false;
+	try {
+		const keep = await srv.connect();
+		assert.deepEqual(await keep.client.ping(), {});
+		// pre-started workers killed as soon as they are seen: some before they ask for a
+		// sandbox, some while the master starts it, some after
+		const seen = new Set(children(srv.pid));
+		for (let round = 0; round < 5; round++) {
+			// a session takes a pre-started worker (and, served, ends the start-up throttle the
+			// last round's death began); the pool starts its replacement, killed as it starts
+			const s = await srv.connect();
+			assert.deepEqual(await s.client.ping(), {});
+			seen.add(sessionWorker(srv.pid, s.sessionId));
+			const prestart = /^kode-gopher worker .*--session - |^kode-gopher: worker s=- /;
+			const w = await waitFor(() => children(srv.pid).find((p) => !seen.has(p) && prestart.test(cmdline(p) || '')),
+				{ timeout: 60_000, interval: 2, what: 'a new worker' });
+			seen.add(w);
+			process.kill(w, 'SIGKILL');
+			// the session ended at once, while the pool refills
+			await s.transport.terminateSession();
+			assert.deepEqual(await keep.client.ping(), {}, 'the kept session is served meanwhile');
+		}
+		await waitFor(() => leftovers(srv).length === 0, { timeout: 120_000, interval: 200, what: `nothing left behind (${leftovers(srv).join(', ')})` });
+		const r = await callTool(keep.client, 'execute_go_code', { code: 'package snippet\n\nimport "context"\n\nfunc run(ctx context.Context) (any, error) { return 3, nil }\n' });
+		assert.equal(sc(r).result?.value, 3, JSON.stringify(sc(r)));
+		// the master killed outright: its workers and jails die with it (they tie themselves to
+		// it as they start)
+		const kids = descendants(srv.pid);
+		assert.ok(kids.length >= 4, `serve has workers and jails: ${kids}`);
+		process.kill(srv.pid, 'SIGKILL');
+		stopped = true;
+		await waitFor(() => kids.filter(isAlive).length === 0 || null, { timeout: 30_000, interval: 100, what: `serve's children to die with it (${kids.filter(isAlive).map(cmdline).join('; ')})` });
+	} finally {
+		if (!stopped)
+			await srv.close();
+		else
+			await srv.close().catch(() => {});
 	}
 });

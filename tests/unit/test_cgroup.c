@@ -261,11 +261,11 @@ static void test_kernel_plan(void **state)
 
 /* enter_child_check - after cgroup_enter with pids and cpu planned: each either holds its
  * value in the kernel's knob, or is out with the kernel's refusal as the reason */
-static int enter_child_check(const struct cgroup_got *g, const char *where)
+static int enter_child_check(const struct cgroup_got *g, const char *where, const char *weight)
 {
 	char v[64];
 	if (g->how[CGROUP_CPU] == CGROUP_V2) {
-		CHECK(cgroup_read_knob(g->leaf, "cpu.weight", v, sizeof(v)) == 0 && strcmp(v, "100") == 0);
+		CHECK(cgroup_read_knob(g->leaf, "cpu.weight", v, sizeof(v)) == 0 && strcmp(v, weight) == 0);
 	} else {
 		CHECK(strstr(g->why[CGROUP_CPU], "cannot enable the cpu controller in "));
 		CHECK(strstr(g->why[CGROUP_CPU], where));
@@ -290,13 +290,22 @@ static int enter_root_child(void)
 	snprintf(name, sizeof(name), "kg-unit-%d", (int)getpid());
 	struct cgroup_limits l = { .memory = 0, .pids = 1000 };
 	struct cgroup_got g;
+	/* the master makes the group at the pre-start's weight before the jail starts; the jail
+	 * enters it and leaves the weight alone; a session taking it raises it */
+	int made = cgroup_cpu_weight(&p, name, true, true);
 	cgroup_enter(&p, name, &l, &g);
 	char want[CGROUP_PATH_MAX], self[CGROUP_PATH_MAX];
 	snprintf(want, sizeof(want), "%s/kode-gopher/%s", mnt, name);
 	CHECK(strcmp(g.leaf, want) == 0);
 	snprintf(want, sizeof(want), "/kode-gopher/%s", name);
 	CHECK(self_in(self) == 0 && strcmp(self, want) == 0);
-	int r = enter_child_check(&g, mnt);
+	CHECK((made == 0) == (g.how[CGROUP_CPU] == CGROUP_V2));
+	int r = enter_child_check(&g, mnt, "6");
+	if (made == 0) {
+		char v[16];
+		CHECK(cgroup_cpu_weight(&p, name, false, false) == 0);
+		CHECK(cgroup_read_knob(g.leaf, "cpu.weight", v, sizeof(v)) == 0 && strcmp(v, "100") == 0);
+	}
 	/* the master removes the leaf once nothing is in it; not before */
 	CHECK(!cgroup_remove(&p, name));
 	char pid[24];
@@ -357,7 +366,8 @@ static int enter_scope_child(void)
 	char self[CGROUP_PATH_MAX];
 	snprintf(want, sizeof(want), "%s/" CGROUP_SCOPE_LEAF, scope + strlen(mnt));
 	CHECK(self_in(self) == 0 && strcmp(self, want) == 0);
-	int r = enter_child_check(&g, scope);
+	int r = enter_child_check(&g, scope, "100");
+	CHECK(cgroup_cpu_weight(&p, "ignored", true, true) == -EOPNOTSUPP); /* the jail's own, here */
 
 	/* out again, and clean up what systemd would remove */
 	fd = open(strcat(strcpy(want, mnt), "/cgroup.procs"), O_WRONLY);
