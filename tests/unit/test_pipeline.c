@@ -869,6 +869,16 @@ static void test_direct_build(void **state)
 {
 	(void)state;
 	fastbuild_forget_all();
+	/* a build cache of this test's own: it touches and deletes package files, and other
+	 * test runs on the machine share the default one (their go builds would touch what this
+	 * test's plans check, and this test's deletions would be theirs) */
+	char priv[600], cmd[1400];
+	const char *shared = cfg.gocache_dir;
+	snprintf(priv, sizeof(priv), "%s/gocache", root);
+	snprintf(cmd, sizeof(cmd), "if [ -d '%s' ]; then cp -a '%s' '%s'; else mkdir -p '%s'; fi",
+		 shared, shared, priv, priv);
+	assert_int_equal(system(cmd), 0);
+	cfg.gocache_dir = priv;
 	json_t *r = NULL;
 	const char *a = std_snippet("one", NULL), *b = std_snippet("two", NULL);
 
@@ -1037,6 +1047,8 @@ static void test_direct_build(void **state)
 	expect_path(r, "direct", NULL);
 
 	json_decref(r);
+	fastbuild_forget_all();
+	cfg.gocache_dir = shared;
 }
 
 static void test_resolve_through_proxy(void **state)
