@@ -35,6 +35,8 @@
 #include "lib/base64.h"
 
 #define FB_GRACE_MS 2000
+#define FB_NO_PLAN "this import set, go.mod and toolchain were not built by go build before in " \
+		   "this sandbox"
 
 /* One package file a plan links, and its state when go build last used it. */
 struct fb_file {
@@ -825,6 +827,19 @@ static int run_tool(const char *const *argv, char **env, const char *cwd, const 
 	return rc;
 }
 
+/* fastbuild_planned - see fastbuild.h */
+bool fastbuild_planned(struct fastbuild_call *fc)
+{
+	if (!fc->eligible)
+		return false;
+	pthread_mutex_lock(&fb_lock);
+	bool yes = plan_slot(fc->key) >= 0;
+	pthread_mutex_unlock(&fb_lock);
+	if (!yes)
+		snprintf(fc->why, sizeof(fc->why), FB_NO_PLAN);
+	return yes;
+}
+
 /* fastbuild_build - see fastbuild.h */
 int fastbuild_build(const struct gobuild_env *e, struct fastbuild_call *fc, const char *app_dir,
 		    const char *state_dir, const char *hex)
@@ -836,8 +851,7 @@ int fastbuild_build(const struct gobuild_env *e, struct fastbuild_call *fc, cons
 	int slot = plan_slot(fc->key);
 	if (slot < 0) {
 		pthread_mutex_unlock(&fb_lock);
-		snprintf(fc->why, sizeof(fc->why), "this import set, go.mod and toolchain were not "
-			 "built by go build before in this sandbox");
+		snprintf(fc->why, sizeof(fc->why), FB_NO_PLAN);
 		return 0;
 	}
 	struct fb_plan *pl = fb_plans[slot];

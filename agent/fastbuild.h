@@ -50,6 +50,10 @@ int fastbuild_prepare(const struct gobuild_env *e, const char *app_dir,
 		      struct fastbuild_call *fc);
 void fastbuild_call_free(struct fastbuild_call *fc);
 
+/* fastbuild_planned - is there a plan for fc->key (fastbuild_build may still find it stale)?
+ * When not, fc->why says so. */
+bool fastbuild_planned(struct fastbuild_call *fc);
+
 /*
  * fastbuild_build - compile and link the main package in app_dir directly with the plan for
  * fc->key; the binary lands in state_dir/bin/<hex> (as gobuild_build's). Returns 1 when built,

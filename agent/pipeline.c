@@ -1644,7 +1644,7 @@ json_t *pipeline_execute(const struct pipeline_config *cfg, json_t *req,
 	 * these imports (agent/fastbuild.c), else go build, resolving imports once if go.mod does
 	 * not cover them */
 	struct runproc_result br = { 0 };
-	bool built = cached, direct = false;
+	bool built = cached, direct = false, said = false;
 	/* imports no module of go.mod can provide are resolved before the first build: that
 	 * build would only fail on them, at the cost of loading the whole module graph (about a
 	 * tenth of a second, the gap to doing it by hand, issue 17), as would a direct build; what
@@ -1679,7 +1679,9 @@ json_t *pipeline_execute(const struct pipeline_config *cfg, json_t *req,
 			o = internal_result("out of memory");
 			goto out;
 		}
-		if (fbc.eligible) {
+		if (fbc.eligible && fastbuild_planned(&fbc)) {
+			/* one build message for the build, whichever path makes it */
+			said = true;
 			progress_say(progress, ctx, "build", "compiling and linking directly");
 			clock_gettime(CLOCK_MONOTONIC, &ts);
 			built = direct = fastbuild_build(&c.env, &fbc, c.app_dir, c.state_dir, hex) == 1;
@@ -1696,8 +1698,10 @@ json_t *pipeline_execute(const struct pipeline_config *cfg, json_t *req,
 			early = NULL;
 			nearly = 0;
 		} else {
-			progress_say(progress, ctx, "build", attempt ? "building again with the added "
-								       "modules" : "go build");
+			if (attempt || !said)
+				progress_say(progress, ctx, "build", attempt ? "building again with "
+									       "the added modules"
+									     : "go build");
 			char work[PATH_MAX];
 			clock_gettime(CLOCK_MONOTONIC, &ts);
 			rc = gobuild_build(&c.env, c.app_dir, c.state_dir, hex, &br, &built, work,
