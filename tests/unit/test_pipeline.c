@@ -1015,6 +1015,13 @@ static void test_direct_build(void **state)
 	run_path(&r, "direct twenty", "main.go", std_snippet("twenty", NULL), NULL);
 	expect_path(r, "go build", "not built by go build before");
 	unsetenv("GOROOT");
+	/* GOFLAGS is the agent's own (-mod=mod) for both paths: one in its environment changes
+	 * neither, so the plan holds */
+	run_path(&r, "direct twenty b", "main.go", std_snippet("twenty b", NULL), NULL);
+	setenv("GOFLAGS", "-gcflags=-N -tags=evil", 1);
+	run_path(&r, "direct twenty c", "main.go", std_snippet("twenty c", NULL), NULL);
+	expect_path(r, "direct", NULL);
+	unsetenv("GOFLAGS");
 
 	/* code that does not compile: the direct compile fails, go build reports the errors */
 	run_path(&r, "direct twentyone", "main.go", std_snippet("twentyone", NULL), NULL);
