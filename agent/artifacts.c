@@ -118,7 +118,8 @@ static void ar_list_top(int appfd, const char *top, struct ar_list *l)
 	size_t from = l->n;
 	ar_walk(fd, top, 1, l);
 	close(fd);
-	qsort(l->v + from, l->n - from, sizeof(*l->v), ar_cmp);
+	if (l->n > from) /* an empty directory leaves l->v NULL, which qsort may not take */
+		qsort(l->v + from, l->n - from, sizeof(*l->v), ar_cmp);
 }
 
 /* ar_path_ok - a relative path below persist/ or out/ with no empty, "." or ".." segment */
