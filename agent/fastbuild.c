@@ -206,8 +206,10 @@ void fastbuild_build_id(const char *hex, char link_id[84], char compile_id[42])
 	for (int i = 0; i < 4; i++) {
 		unsigned char md[EVP_MAX_MD_SIZE];
 		unsigned int mdlen = 0;
-		char in[80];
+		char in[160]; /* the prefix and a 64-digit hex key: 85 bytes; snprintf's count is hashed */
 		int l = snprintf(in, sizeof(in), "kode-gopher direct %d %s", i, hex);
+		if (l < 0 || (size_t)l >= sizeof(in))
+			l = (int)strlen(in);
 		if (EVP_Digest(in, (size_t)l, md, &mdlen, EVP_sha256(), NULL) != 1 || mdlen < 15)
 			memset(md, 0, 15);
 		char *b = b64_encode(md, 15, B64_URL); /* 15 bytes: 20 characters, no padding */
