@@ -28,6 +28,7 @@
 #include "policy/cgroup.h"
 #include "policy/jail.h"
 #include "policy/limits.h"
+#include "policy/volume.h"
 
 
 /* ---- in use, kept, left behind ---- */
@@ -41,7 +42,7 @@
  * Directories from before this scheme have no lock file and are never swept.
  */
 #define SANDBOX_LOCK "lock"
-#define SANDBOX_KEPT "kept"
+#define SANDBOX_KEPT VOLUME_KEPT
 
 /* lock_read_pid - the holder's pid written in an open lock file, or 0 */
 static long lock_read_pid(int fd)

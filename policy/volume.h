@@ -21,6 +21,9 @@
 /* the formatted empty image new sandboxes' images are copied from, in the sandbox root, by
  * size; the version changes with mke2fs's options (volume.c, mkfs_image) */
 #define VOLUME_TEMPLATE ".disk-v1-%lld.img"
+/* the marker of a kept sandbox in its directory (master/sandbox_local.c writes it before the
+ * jail starts): only a kept sandbox's file system has to survive a crash of the host */
+#define VOLUME_KEPT "kept"
 
 /* volume_unavailable - NULL when the disk limit can be enforced here, else why not (a sentence
  * fragment: "it needs root ...") */

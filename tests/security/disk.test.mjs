@@ -204,6 +204,39 @@ test('new sandboxes copy one template image per sandbox root; a template that is
 	}
 });
 
+/* APP_MOUNT - the mount options of /app as the sandbox's program sees them (/proc/self/mountinfo:
+ * the mount's own options, " - ", the file system type, the source, the super block's options) */
+const APP_MOUNT = snippet(`	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	for _, l := range strings.Split(string(b), "\\n") {
+		f := strings.Fields(l)
+		if len(f) > 4 && f[4] == "/app" {
+			return l, nil
+		}
+	}
+	return nil, fmt.Errorf("no /app mount in %s", b)`, ['fmt', 'os', 'strings']);
+
+test('a sandbox that is not kept has a disk without cache flushes; a kept one keeps them', { ...T, skip: !ROOT && 'as root only' }, async () => {
+	// a thrown-away sandbox's file system need not survive a crash of the host, and the flushes
+	// cost its release an fsync of the whole image (issue 17); a kept sandbox's must survive
+	for (const [persistent, want] of [[false, true], [true, false]]) {
+		const s = await connect({ args: ['--sandbox-disk', `${LIMIT_MIB}m`, '--credentials', 'none',
+			...(persistent ? ['--persistent'] : [])] });
+		try {
+			const r = sc(await callTool(s.client, 'execute_go_code', { code: APP_MOUNT }));
+			assert.equal(r.result.kind, 'ok', JSON.stringify(r));
+			const line = r.result.value;
+			assert.match(line, / - ext4 /, line);
+			assert.equal(/[ ,]nobarrier(,|$)/.test(line.split(' - ')[1]), want,
+				`${persistent ? 'kept' : 'not kept'}: ${line}`);
+		} finally {
+			await s.close();
+		}
+	}
+});
+
 test('as a normal user, serve says at start-up that the disk limit is not in force, and why', T, () => {
 	// as root: serve run as nobody (setpriv), with a home and a runtime directory of its own;
 	// stdin closed, so serve ends by itself once started
