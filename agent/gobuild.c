@@ -28,10 +28,7 @@
 #include "agent/diag.h"
 #include "ipc/fsutil.h"
 #include "ipc/log.h"
-
-#define GOBUILD_MAX_MODFILE (16 * 1024 * 1024)
-#define GOBUILD_DOC_TIMEOUT_MS 60000
-#define GOBUILD_GRACE_MS 2000
+#include "policy/limits.h"
 
 /* Everything but the inputs that decides what `go build` produces; part of the cache key so a
  * change of flags here invalidates old binaries. */
@@ -308,9 +305,9 @@ static int load_pair(const char *dir, struct gobuild_modfiles *m)
 	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dfd < 0)
 		return -errno;
-	int rc = read_at(dfd, "go.mod", GOBUILD_MAX_MODFILE, &m->gomod, &m->gomod_len);
+	int rc = read_at(dfd, "go.mod", GOBUILD_MAX_MODFILE_BYTES, &m->gomod, &m->gomod_len);
 	if (rc == 0)
-		rc = read_at(dfd, "go.sum", GOBUILD_MAX_MODFILE, &m->gosum, &m->gosum_len);
+		rc = read_at(dfd, "go.sum", GOBUILD_MAX_MODFILE_BYTES, &m->gosum, &m->gosum_len);
 	close(dfd);
 	if (rc < 0)
 		gobuild_modfiles_free(m);
@@ -829,7 +826,7 @@ static int union_gosum(int dfd, const char *old, size_t oldlen)
 {
 	char *cur = NULL;
 	size_t curlen = 0;
-	int rc = read_at(dfd, "go.sum", GOBUILD_MAX_MODFILE, &cur, &curlen);
+	int rc = read_at(dfd, "go.sum", GOBUILD_MAX_MODFILE_BYTES, &cur, &curlen);
 	if (rc == -ENOENT) {
 		cur = strdup("");
 		rc = cur ? 0 : -ENOMEM;
@@ -873,7 +870,7 @@ static int tidy_keeping(const struct gobuild_env *e, const char *app_dir, struct
 	int dfd = open(app_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	char *oldsum = NULL;
 	size_t oldlen = 0;
-	if (dfd >= 0 && read_at(dfd, "go.sum", GOBUILD_MAX_MODFILE, &oldsum, &oldlen) < 0)
+	if (dfd >= 0 && read_at(dfd, "go.sum", GOBUILD_MAX_MODFILE_BYTES, &oldsum, &oldlen) < 0)
 		oldsum = NULL;
 	const char *argv[] = { e->go_bin, "mod", "tidy", NULL };
 	int rc = run_go(e, true, app_dir, argv, GOBUILD_TIMEOUT_MS, GOBUILD_OUTPUT_CAP, true, r);

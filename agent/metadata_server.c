@@ -32,10 +32,7 @@
 #include "ipc/log.h"
 #include "lib/mono.h"
 #include "lib/secret.h"
-
-#define MS_CONN_LIMIT     32
-#define MS_CONN_TIMEOUT_S 60
-#define MS_ERROR_MAX      512
+#include "policy/limits.h"
 
 /* One token_request sent to the worker and not yet settled. */
 struct ms_pending {
@@ -273,7 +270,7 @@ static enum MHD_Result ms_access(void *cls, struct MHD_Connection *c, const char
 	int status = 0;
 	const char *msg = NULL;
 	struct ms_pending *p = ms_fetch(s, &r, &status, &msg);
-	char errbuf[MS_ERROR_MAX + 2];
+	char errbuf[MS_ERROR_MAX_BYTES + 2];
 	enum MHD_Result ret;
 	if (!p) {
 		pthread_mutex_unlock(&s->mu);
@@ -422,7 +419,7 @@ void metadata_server_end(struct metadata_server *s)
 /* ms_sentence - a worker's error sentence: printable, bounded */
 static char *ms_sentence(const char *msg)
 {
-	char *out = strndup(msg && *msg ? msg : "the worker could not mint the token", MS_ERROR_MAX);
+	char *out = strndup(msg && *msg ? msg : "the worker could not mint the token", MS_ERROR_MAX_BYTES);
 	for (char *p = out; p && *p; p++)
 		if ((unsigned char)*p < 0x20 || *p == 0x7f)
 			*p = ' ';

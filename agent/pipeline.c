@@ -38,6 +38,7 @@
 #include "agent/runproc.h"
 #include "ipc/log.h"
 #include "policy/cgroup.h"
+#include "policy/limits.h"
 
 #ifndef KG_RUNTIME_DIR
 #define KG_RUNTIME_DIR "/var/cache/kode-gopher/runtime"
@@ -45,17 +46,6 @@
 
 #define PL_GEN_FILE        "kode_gopher_main.go"
 #define PL_PERSIST         "persist"
-#define PL_GRACE_MS        2000
-#define PL_RESULT_MAX      (16 * 1024 * 1024)
-/* deepest nesting of a returned value (kodeGopherMaxDepth in runtime/main.go.tmpl) */
-#define PL_RESULT_MAX_DEPTH 512
-#define PL_DISK_RESERVE_MIN (8ll << 20)   /* a standard-library build's binary, twice */
-#define PL_DISK_RESERVE_MAX (256ll << 20)
-#define PL_CRASH_MAX       (256 * 1024)
-#define PL_STACK_MAX       (64 * 1024)
-#define PL_MAX_ENV         256
-#define PL_DOC_MAX_PKG     256
-#define PL_DOC_MAX_SYM     128
 
 /* The configuration with defaults filled in. */
 struct pl_cfg {
@@ -422,8 +412,8 @@ static json_t *parse_crash(const char *text, size_t len)
 	size_t slen = len - (size_t)(gor - text);
 	while (slen && (gor[slen - 1] == '\n'))
 		slen--;
-	if (slen > PL_STACK_MAX)
-		slen = PL_STACK_MAX;
+	if (slen > PL_STACK_MAX_BYTES)
+		slen = PL_STACK_MAX_BYTES;
 	json_t *r = json_object();
 	json_object_set_new(r, "kind", json_string("panic"));
 	set_text(r, "message", msg, mlen);
@@ -436,13 +426,13 @@ static json_t *load_result_file(int rundirfd, char *why, size_t whylen)
 {
 	char *data;
 	size_t len;
-	int rc = read_small(rundirfd, "result.json", PL_RESULT_MAX, &data, &len);
+	int rc = read_small(rundirfd, "result.json", PL_RESULT_MAX_BYTES, &data, &len);
 	if (rc == -ENOENT)
 		return NULL;
 	if (rc == -EFBIG) {
 		snprintf(why, whylen, "run's result is larger than %d MiB; return a smaller value "
 				      "(a summary), or write the data to /app/persist and return its path",
-			 PL_RESULT_MAX / (1024 * 1024));
+			 PL_RESULT_MAX_BYTES / (1024 * 1024));
 		return NULL;
 	}
 	if (rc < 0) {
@@ -646,9 +636,9 @@ static char **build_run_env(const struct pl_cfg *c, json_t *reqenv, json_t *extr
 	json_object_set_new(m, "HOME", json_string(c->app_dir));
 	json_object_set_new(m, "TMPDIR", json_string(tmp && *tmp ? tmp : "/tmp"));
 	if (reqenv && !json_is_null(reqenv)) {
-		if (!json_is_object(reqenv) || json_object_size(reqenv) > PL_MAX_ENV) {
+		if (!json_is_object(reqenv) || json_object_size(reqenv) > PL_MAX_ENV_VARS) {
 			snprintf(err, errlen, "env must be an object of at most %d string values",
-				 PL_MAX_ENV);
+				 PL_MAX_ENV_VARS);
 			json_decref(m);
 			return NULL;
 		}
@@ -877,7 +867,7 @@ static json_t *run_outcome(const struct pl_cfg *c, bool snippet, int timeout_ms,
 		}
 		char *crash = NULL;
 		size_t clen = 0;
-		if (rfd >= 0 && read_small(rfd, "crash.txt", PL_CRASH_MAX, &crash, &clen) == 0) {
+		if (rfd >= 0 && read_small(rfd, "crash.txt", PL_CRASH_MAX_BYTES, &crash, &clen) == 0) {
 			json_t *p = parse_crash(crash, clen);
 			free(crash);
 			if (p) {
@@ -972,7 +962,7 @@ static void disk_reserve(const struct pl_cfg *c)
 	    (long long)v.f_blocks * (long long)v.f_frsize > c->disk_limit)
 		return;
 	long long size = c->disk_limit / 8, free_b = (long long)v.f_bavail * (long long)v.f_frsize;
-	size = size < PL_DISK_RESERVE_MIN ? PL_DISK_RESERVE_MIN : size > PL_DISK_RESERVE_MAX ? PL_DISK_RESERVE_MAX : size;
+	size = size < PL_DISK_RESERVE_MIN_BYTES ? PL_DISK_RESERVE_MIN_BYTES : size > PL_DISK_RESERVE_MAX_BYTES ? PL_DISK_RESERVE_MAX_BYTES : size;
 	char path[PATH_MAX];
 	if (pathf(path, sizeof(path), "%s/.disk-reserve", c->state_dir) != 0)
 		return;
@@ -1899,7 +1889,7 @@ out:
 static bool doc_pkg_ok(const char *s)
 {
 	size_t n = strlen(s);
-	if (n == 0 || n > PL_DOC_MAX_PKG || s[0] == '-' || s[0] == '/' || s[0] == '.' ||
+	if (n == 0 || n > PL_DOC_MAX_PKG_CHARS || s[0] == '-' || s[0] == '/' || s[0] == '.' ||
 	    s[n - 1] == '/' || strstr(s, "//") || strstr(s, ".."))
 		return false;
 	for (; *s; s++)
@@ -1914,7 +1904,7 @@ static bool doc_pkg_ok(const char *s)
 static bool doc_sym_ok(const char *s)
 {
 	size_t n = strlen(s);
-	if (n == 0 || n > PL_DOC_MAX_SYM)
+	if (n == 0 || n > PL_DOC_MAX_SYM_CHARS)
 		return false;
 	int dots = 0;
 	bool start = true;

@@ -31,15 +31,7 @@
 #include "ipc/fsutil.h"
 #include "ipc/log.h"
 #include "policy/caps.h"
-
-#define RUNPROC_DEFAULT_CAP (1024 * 1024)
-/* After a run, how long we wait for its process group's leftovers to be reaped. */
-#define RUNPROC_REAP_WAIT_MS 3000
-/* After the main child is gone and its group killed, how long we still wait for pipe EOF: a
- * process that escaped the group with setsid could hold the pipe open forever. */
-#define RUNPROC_DRAIN_MS 1000
-/* Poll interval when pidfd_open is unavailable (old kernel or a seccomp filter refusing it). */
-#define RUNPROC_TICK_MS 20
+#include "policy/limits.h"
 
 #ifndef CLOSE_RANGE_CLOEXEC
 #define CLOSE_RANGE_CLOEXEC (1U << 2)
@@ -136,7 +128,7 @@ static void cap_init(struct cap_buf *c, size_t cap, bool keep_tail)
 {
 	memset(c, 0, sizeof(*c));
 	if (cap == 0)
-		cap = RUNPROC_DEFAULT_CAP;
+		cap = RUNPROC_DEFAULT_CAP_BYTES;
 	if (keep_tail) {
 		c->head_cap = cap / 2;
 		c->tail_cap = cap - c->head_cap;
@@ -548,7 +540,6 @@ int runproc_isolation_init(const struct runproc_isolation *cfg)
 	iso.on = e == 0;
 	return -e;
 }
-
 
 /* drain - read what is available on one pipe; closes it at EOF */
 static int drain(int *fd, struct cap_buf *c, struct line_buf *l, char *buf, size_t buflen)

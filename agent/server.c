@@ -47,23 +47,7 @@
 #include "agent/runproc.h"
 #include "ipc/log.h"
 #include "lib/mono.h"
-
-#define SRV_STREAM_BLOCK     (64 * 1024)
-#define SRV_PROGRESS_QUEUE   (4u * 1024 * 1024) /* queued progress bytes before we drop some */
-#define SRV_POLL_MS          250                /* how often a blocked reader looks at "stopping" */
-#define SRV_CONN_LIMIT       32
-#define SRV_CONN_TIMEOUT_S   120
-#define SRV_PHASE_MAX        64
-#define SRV_MESSAGE_MAX      2048
-/* Live output lines (log events) of one call: at most this many lines and bytes are streamed,
- * and at most SRV_LOG_RATE lines a second after a burst of SRV_LOG_BURST; lines past the rate
- * are dropped (and counted), and after SRV_LOG_SEEN_MAX lines in all the call's children are not
- * watched any more. The result keeps its own head and tail of the output either way. */
-#define SRV_LOG_MAX_LINES    2000
-#define SRV_LOG_MAX_BYTES    (256u * 1024)
-#define SRV_LOG_RATE         100
-#define SRV_LOG_BURST        200
-#define SRV_LOG_SEEN_MAX     20000
+#include "policy/limits.h"
 
 enum srv_route { SRV_NONE, SRV_HEALTH, SRV_CLAIM, SRV_EXECUTE, SRV_DOC, SRV_TOKEN, SRV_RELEASE,
 		 SRV_FILES, SRV_CANCEL };
@@ -82,7 +66,7 @@ struct srv_job {
 	pthread_cond_t cv;
 	struct srv_line *head, *tail;
 	size_t off;               /* bytes of head already handed to MHD */
-	size_t progress_bytes;    /* queued progress, bounded by SRV_PROGRESS_QUEUE */
+	size_t progress_bytes;    /* queued progress, bounded by SRV_PROGRESS_QUEUE_BYTES */
 	bool done;                /* the result line is queued */
 	bool abandoned;           /* the response is gone: drop further lines */
 	int refs;
@@ -290,7 +274,7 @@ static int srv_job_push(struct srv_job *job, json_t *ev, bool progress)
 	pthread_mutex_lock(&job->mu);
 	if (job->abandoned) {
 		/* nobody is reading any more */
-	} else if (progress && job->progress_bytes + len > SRV_PROGRESS_QUEUE) {
+	} else if (progress && job->progress_bytes + len > SRV_PROGRESS_QUEUE_BYTES) {
 		/* A reader that slow is stuck; progress is advisory, the result is not. */
 		log_debug("dropping a progress line: %zu bytes already queued", job->progress_bytes);
 	} else {
@@ -335,9 +319,9 @@ static void srv_job_progress(void *pctx, const char *phase, const char *message)
 	if (!ev)
 		return;
 	json_object_set_new(ev, "event", json_string("progress"));
-	json_object_set_new(ev, "phase", srv_text(phase, SRV_PHASE_MAX));
+	json_object_set_new(ev, "phase", srv_text(phase, SRV_PHASE_MAX_BYTES));
 	snprintf(job->phase, sizeof(job->phase), "%s", phase ? phase : "");
-	json_object_set_new(ev, "message", srv_text(message, SRV_MESSAGE_MAX));
+	json_object_set_new(ev, "message", srv_text(message, SRV_MESSAGE_MAX_BYTES));
 	srv_job_push(job, ev, true);
 }
 
@@ -356,21 +340,21 @@ static bool srv_job_line(void *ctx, int stream, const char *text, size_t len)
 		snprintf(msg, sizeof(msg), "further output is not streamed (%u lines, %zu bytes "
 			 "streamed, %u dropped over the rate of %d lines a second); the result "
 			 "keeps the head and tail of it", job->log_lines, job->log_bytes,
-			 job->log_dropped, SRV_LOG_RATE);
+			 job->log_dropped, SRV_LOG_LINES_PER_S);
 		srv_job_push(job, json_pack("{s:s, s:s, s:s, s:o}", "event", "log", "phase",
 					    job->phase, "stream", "agent", "text",
-					    srv_text(msg, SRV_MESSAGE_MAX)), true);
+					    srv_text(msg, SRV_MESSAGE_MAX_BYTES)), true);
 		return false;
 	}
 	struct timespec now;
 	clock_gettime(CLOCK_MONOTONIC, &now);
 	if (job->log_refill.tv_sec == 0)
-		job->log_tokens = SRV_LOG_BURST;
+		job->log_tokens = SRV_LOG_BURST_LINES;
 	else
 		job->log_tokens += ((double)(now.tv_sec - job->log_refill.tv_sec) +
-				    (double)(now.tv_nsec - job->log_refill.tv_nsec) / 1e9) * SRV_LOG_RATE;
-	if (job->log_tokens > SRV_LOG_BURST)
-		job->log_tokens = SRV_LOG_BURST;
+				    (double)(now.tv_nsec - job->log_refill.tv_nsec) / 1e9) * SRV_LOG_LINES_PER_S;
+	if (job->log_tokens > SRV_LOG_BURST_LINES)
+		job->log_tokens = SRV_LOG_BURST_LINES;
 	job->log_refill = now;
 	if (job->log_tokens < 1) {
 		job->log_dropped++;
@@ -851,7 +835,7 @@ static enum MHD_Result srv_execute(struct agent_server *s, struct MHD_Connection
 	job->next_beat = mono_after(s->heartbeat_ms);
 
 	struct MHD_Response *resp = MHD_create_response_from_callback(
-		MHD_SIZE_UNKNOWN, SRV_STREAM_BLOCK, srv_stream_read, job, srv_stream_free);
+		MHD_SIZE_UNKNOWN, SRV_STREAM_BLOCK_BYTES, srv_stream_read, job, srv_stream_free);
 	if (!resp) {
 		job->refs = 1;
 		srv_job_unref(job);

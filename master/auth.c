@@ -1218,21 +1218,6 @@ static enum MHD_Result do_token(struct MHD_Connection *c, const char *body, size
 
 /* ---- the resource server ---- */
 
-/* scope_has - is w one of the space-separated scopes in list? */
-static bool scope_has(const char *list, const char *w)
-{
-	size_t n = strlen(w);
-	for (const char *p = list; *p;) {
-		while (*p == ' ')
-			p++;
-		size_t l = strcspn(p, " ");
-		if (l == n && strncmp(p, w, n) == 0)
-			return true;
-		p += l;
-	}
-	return false;
-}
-
 /* Users signed out by the server (their Google grant was revoked): the access tokens of the
  * sign-ins (refresh-token families, the token's kg_grant) they had until then are refused; a
  * later sign-in has a higher family. An entry is needed only as long as such a token lives. */
@@ -1303,7 +1288,7 @@ int auth_check_access(const char *tok, size_t len, time_t now, char *user, size_
 		snprintf(user, cap, "%s", sub);
 		/* RFC 6750 3.1: a valid token without the scope /mcp needs is insufficient_scope */
 		const char *sc = json_string_value(json_object_get(j.claims, "scope"));
-		r = sc && scope_has(sc, AUTH_SCOPE) ? 0 : -EPERM;
+		r = sc && oidc_scope_has(sc, AUTH_SCOPE, strlen(AUTH_SCOPE)) ? 0 : -EPERM;
 	}
 	jwt_free(&j);
 	return r;

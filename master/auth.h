@@ -93,6 +93,9 @@ struct oidc_grant {
 	char scope[1200];    /* what the user granted, space-separated ("" if not said) */
 };
 void oidc_grant_clear(struct oidc_grant *g);
+/* oidc_scope_has - is the scope w (n bytes) one of the space-separated scopes of list (a
+ * grant's scope, an access token's)? */
+bool oidc_scope_has(const char *list, const char *w, size_t n);
 
 /* oidc_init - read the OAuth client file, the provider's discovery document and its keys */
 int oidc_init(const struct serve_config *cfg, char *err, size_t cap);

@@ -19,8 +19,7 @@
 
 #include "lib/base64.h"
 #include "master/auth.h"
-
-#define JWT_MAX_KEY_BYTES 1024 /* an RSA modulus of 8192 bits */
+#include "policy/limits.h"
 
 /* jwt_json_part - decode one base64url part into a JSON object */
 static json_t *jwt_json_part(const char *p, size_t len)

@@ -13,9 +13,7 @@
 #include "lib/rfc3339.h"
 #include "master/kube_api.h"
 #include "master/kubecfg.h"
-
-#define KUBE_CONNECT_TIMEOUT_MS 10000
-#define KUBE_MAX_ANSWER (8u * 1024 * 1024)
+#include "policy/limits.h"
 
 static int kube_stopped;                 /* kube_api_stop: every transfer ends */
 static __thread const bool *kube_cancel; /* this thread's: its transfers end when *it is true */
@@ -99,7 +97,7 @@ static size_t kube_write(char *p, size_t size, size_t nmemb, void *ud)
 {
 	struct kube_xfer *x = ud;
 	size_t n = size * nmemb;
-	if (x->len + n > KUBE_MAX_ANSWER) {
+	if (x->len + n > KUBE_MAX_ANSWER_BYTES) {
 		x->too_big = true;
 		return 0;
 	}
@@ -213,7 +211,7 @@ static int kube_perform(const char *method, const char *path, const char *ctype,
 			r = -ETIMEDOUT;
 		} else if (x->too_big) {
 			snprintf(err, errlen, "the Kubernetes API server's answer to %s %s is larger "
-				 "than %u bytes", method, path, KUBE_MAX_ANSWER);
+				 "than %u bytes", method, path, KUBE_MAX_ANSWER_BYTES);
 			r = -EIO;
 		} else if (cc != CURLE_OK) {
 			snprintf(err, errlen, "the Kubernetes API server at %s is unreachable: %s",

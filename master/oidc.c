@@ -26,9 +26,9 @@
 #include "lib/buf.h"
 #include "lib/secret.h"
 #include "master/auth.h"
+#include "policy/limits.h"
 
 #define OIDC_GOOGLE "https://accounts.google.com"
-#define OIDC_CLIENT_FILE_MAX_BYTES (64 * 1024)
 
 static struct {
 	char issuer[AUTH_MAX_URI_BYTES];
@@ -609,4 +609,18 @@ int oidc_sign_in(const char *code, const char *verifier, const char *redirect_ur
 	if (r != 0 && grant)
 		oidc_grant_clear(grant);
 	return r;
+}
+
+/* oidc_scope_has - see auth.h */
+bool oidc_scope_has(const char *list, const char *w, size_t n)
+{
+	for (const char *p = list; *p;) {
+		while (*p == ' ')
+			p++;
+		size_t l = strcspn(p, " ");
+		if (l == n && strncmp(p, w, n) == 0)
+			return true;
+		p += l;
+	}
+	return false;
 }

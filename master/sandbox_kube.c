@@ -51,17 +51,11 @@
 #include "master/monitor.h"
 #include "master/sandbox.h"
 #include "master/sandbox_kube.h"
+#include "policy/limits.h"
 
 #define CLAIMS_API "/apis/extensions.agents.x-k8s.io/v1beta1"
 #define SANDBOXES_API "/apis/agents.x-k8s.io/v1beta1"
 #define POD_NAME_ANNOTATION "agents.x-k8s.io/pod-name"
-#define KB_CALL_MS 15000
-#define KB_DELETE_MS 15000
-#define KB_RELAY_MAX_HEAD 16384           /* a relayed request's line and headers */
-#define KB_RELAY_MAX_BODY (8u * 1024 * 1024 + 4096) /* the agent's own limit, and a little */
-#define KB_RELAY_READ_TIMEOUT_S 30       /* for the request to arrive */
-#define KB_RELAY_CONNECT_MS 10000
-#define KB_RELAY_STALL_S 90              /* the agent sends a heartbeat every 10 s */
 
 /* One worker's Kubernetes state, shared by its spawn, renewal and relay threads. */
 struct kb_peer {
@@ -243,7 +237,6 @@ static void kb_label(const char *in, char *out, size_t cap)
 	if (!out[0])
 		snprintf(out, cap, "unknown");
 }
-
 
 /* sandbox_kube_claim_ready - the claim's Ready condition: 1 True, 0 not (yet), and why in why */
 int sandbox_kube_claim_ready(json_t *claim, char *why, size_t cap)
@@ -855,11 +848,11 @@ static const char *kb_header(char *const *lines, int n, const char *name)
 static void kb_relay_one(struct kb_conn *c)
 {
 	struct kb_peer *p = c->p;
-	char *head = malloc(KB_RELAY_MAX_HEAD + 1), *body = NULL;
+	char *head = malloc(KB_RELAY_MAX_HEAD_BYTES + 1), *body = NULL;
 	if (!head)
 		return;
 	size_t got;
-	ssize_t hl = kb_read_request(c->fd, head, KB_RELAY_MAX_HEAD, &got);
+	ssize_t hl = kb_read_request(c->fd, head, KB_RELAY_MAX_HEAD_BYTES, &got);
 	if (hl < 0) {
 		kb_reply(c, 400, "Bad Request", "the relay takes one HTTP/1.1 request of at most 16 KiB of headers");
 		goto out;
@@ -911,7 +904,7 @@ static void kb_relay_one(struct kb_conn *c)
 		memcpy(secret, auth + 7, 65);
 	char *end = NULL;
 	unsigned long long blen = clen ? strtoull(clen, &end, 10) : 0;
-	if (te || (clen && (*end || !*clen)) || blen > KB_RELAY_MAX_BODY ||
+	if (te || (clen && (*end || !*clen)) || blen > KB_RELAY_MAX_BODY_BYTES ||
 	    (ctype && strcmp(ctype, "application/json") != 0)) {
 		kb_reply(c, 400, "Bad Request", "the relay takes a JSON body with a Content-Length of at most 8 MiB");
 		goto out;
@@ -1012,7 +1005,7 @@ out:
 		OPENSSL_cleanse(body, blen < 256 ? blen : 256); /* a /claim body carries the secret */
 		free(body);
 	}
-	OPENSSL_cleanse(head, KB_RELAY_MAX_HEAD);
+	OPENSSL_cleanse(head, KB_RELAY_MAX_HEAD_BYTES);
 	free(head);
 }
 

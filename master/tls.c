@@ -20,8 +20,7 @@
 #include <sys/stat.h>
 
 #include "master/tls.h"
-
-#define TLS_MAX_CHAIN 8
+#include "policy/limits.h"
 
 struct tls_pair {
 	gnutls_pcert_st pcert[TLS_MAX_CHAIN];

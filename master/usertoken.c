@@ -180,29 +180,15 @@ bool utok_scopes_ok(const char *scopes)
 	return true;
 }
 
-/* has_word - is w one of the space-separated words of list? */
-static bool has_word(const char *list, const char *w, size_t n)
-{
-	for (const char *p = list; *p;) {
-		while (*p == ' ')
-			p++;
-		size_t l = strcspn(p, " ");
-		if (l == n && strncmp(p, w, n) == 0)
-			return true;
-		p += l;
-	}
-	return false;
-}
-
 /* covered - does a grant of `granted` serve a token request for scope s? Exactly granted, or
  * granted cloud-platform and s is one of the Cloud APIs' own scopes, which cloud-platform
  * includes (what the Go client libraries ask for, e.g. storage's devstorage.full_control) */
 static bool covered(const char *granted, const char *s, size_t n)
 {
 	static const char G[] = "https://www.googleapis.com/auth/";
-	if (has_word(granted, s, n))
+	if (oidc_scope_has(granted, s, n))
 		return true;
-	if (!has_word(granted, "https://www.googleapis.com/auth/cloud-platform", 46) ||
+	if (!oidc_scope_has(granted, "https://www.googleapis.com/auth/cloud-platform", 46) ||
 	    n <= sizeof(G) - 1 || strncmp(s, G, sizeof(G) - 1) != 0)
 		return false;
 	static const char *const cloud[] = { "cloud-platform", "devstorage.", "bigquery", "compute",

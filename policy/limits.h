@@ -2,8 +2,8 @@
  * limits.h - the named limits of supervision, the worker contract and every outgoing request,
  * each with its unit (Dovecot names its settings; so do we). Read by the master (spawn.c,
  * pool.c, stdio.c, http.c, kubecfg.c, sandbox_local.c) and the worker (main.c, agent_client.c,
- * creds.c, kube.c, sandbox_kube.c, call.c, resources.c), and the agent for what it shares with
- * the worker (artifacts.c). The agent's own limits (in agent/) move here as they are touched.
+ * creds.c, call.c, resources.c) and the agent (artifacts.c, pipeline.c, gobuild.c, runproc.c,
+ * server.c, metadata_server.c): a timeout, cap or backoff is named here, not in its file.
  */
 #ifndef KG_POLICY_LIMITS_H
 #define KG_POLICY_LIMITS_H
@@ -88,11 +88,80 @@
 /* the header line before a /files read's bytes (application/x-kode-gopher-file) */
 #define ARTIFACTS_PIECE_HEAD_BYTES (16u * 1024)
 
-/* To the Kubernetes API server: connecting, an answer; one call of the sandbox backend, and
- * the wait for the agent of a Ready pod to listen. */
+
+/* ---- the master's Kubernetes backend (master/sandbox_kube.c): one API call, a deletion, and
+ * each request a worker's relay forwards ---- */
+#define KB_CALL_MS 15000
+#define KB_DELETE_MS 15000
+#define KB_RELAY_MAX_HEAD_BYTES 16384           /* a relayed request's line and headers */
+#define KB_RELAY_MAX_BODY_BYTES (8u * 1024 * 1024 + 4096) /* the agent's own limit, and a little */
+#define KB_RELAY_READ_TIMEOUT_S 30       /* for the request to arrive */
+#define KB_RELAY_CONNECT_MS 10000
+#define KB_RELAY_STALL_S 90              /* the agent sends a heartbeat every 10 s */
+
+/* ---- the master's Kubernetes API client (master/kube_api.c): connecting, an answer ---- */
 #define KUBE_CONNECT_TIMEOUT_MS 10000
 #define KUBE_MAX_ANSWER_BYTES (8u * 1024 * 1024)
-#define KB_CALL_MS 15000
-#define KB_AGENT_WAIT_MS 30000
+
+/* ---- sign-in (master/oidc.c, master/jwt.c, master/tls.c) ---- */
+#define OIDC_CLIENT_FILE_MAX_BYTES (64 * 1024)
+#define JWT_MAX_KEY_BYTES 1024 /* an RSA modulus of 8192 bits */
+#define TLS_MAX_CHAIN 8
+
+/* ---- the worker's credentials (worker/creds.c) ---- */
+#define CR_CACHE        8        /* tokens kept per kind */
+#define CR_FAIL_HOLD_S  5.0      /* a failed mint is answered from memory this long */
+#define CR_KEY_MAX_BYTES      1200
+#define CR_LIFETIME_S     3600     /* seconds asked for, and assumed when an answer omits it */
+#define CR_MAX_SCOPES   32
+#define CR_MAX_FIELD_BYTES    512
+
+/* ---- the agent's pipeline (agent/pipeline.c, agent/gobuild.c) ---- */
+#define PL_GRACE_MS        2000
+#define PL_RESULT_MAX_BYTES      (16 * 1024 * 1024)
+/* deepest nesting of a returned value (kodeGopherMaxDepth in runtime/main.go.tmpl) */
+#define PL_RESULT_MAX_DEPTH 512
+#define PL_DISK_RESERVE_MIN_BYTES (8ll << 20)   /* a standard-library build's binary, twice */
+#define PL_DISK_RESERVE_MAX_BYTES (256ll << 20)
+#define PL_CRASH_MAX_BYTES       (256 * 1024)
+#define PL_STACK_MAX_BYTES       (64 * 1024)
+#define PL_MAX_ENV_VARS         256
+#define PL_DOC_MAX_PKG_CHARS     256
+#define PL_DOC_MAX_SYM_CHARS     128
+#define GOBUILD_MAX_MODFILE_BYTES (16 * 1024 * 1024)
+#define GOBUILD_DOC_TIMEOUT_MS 60000
+#define GOBUILD_GRACE_MS 2000
+
+/* ---- the agent's child processes (agent/runproc.c) ---- */
+#define RUNPROC_DEFAULT_CAP_BYTES (1024 * 1024)
+/* After a run, how long we wait for its process group's leftovers to be reaped. */
+#define RUNPROC_REAP_WAIT_MS 3000
+/* After the main child is gone and its group killed, how long we still wait for pipe EOF: a
+ * process that escaped the group with setsid could hold the pipe open forever. */
+#define RUNPROC_DRAIN_MS 1000
+/* Poll interval when pidfd_open is unavailable (old kernel or a seccomp filter refusing it). */
+#define RUNPROC_TICK_MS 20
+
+/* ---- the agent's HTTP server (agent/server.c) and metadata emulator (agent/metadata_server.c)
+ * ---- */
+#define SRV_STREAM_BLOCK_BYTES     (64 * 1024)
+#define SRV_PROGRESS_QUEUE_BYTES   (4u * 1024 * 1024) /* queued progress bytes before we drop some */
+#define SRV_POLL_MS          250                /* how often a blocked reader looks at "stopping" */
+#define SRV_CONN_LIMIT       32
+#define SRV_CONN_TIMEOUT_S   120
+#define SRV_PHASE_MAX_BYTES        64
+#define SRV_MESSAGE_MAX_BYTES      2048
+/* Live output lines (log events) of one call: at most this many lines and bytes are streamed,
+ * and at most SRV_LOG_LINES_PER_S lines a second after a burst of SRV_LOG_BURST_LINES; lines
+ * past the rate are dropped (and counted), and after SRV_LOG_SEEN_MAX lines in all the call's
+ * children are not watched any more. The result keeps its own head and tail of the output either way. */
+#define SRV_LOG_MAX_LINES    2000
+#define SRV_LOG_MAX_BYTES    (256u * 1024)
+#define SRV_LOG_LINES_PER_S         100
+#define SRV_LOG_BURST_LINES        200
+#define SRV_LOG_SEEN_MAX     20000
+#define MS_CONN_LIMIT     32
+#define MS_CONN_TIMEOUT_S 60
+#define MS_ERROR_MAX_BYTES      512
 
 #endif

@@ -37,13 +37,7 @@
 #include "lib/secret.h"
 #include "policy/limits.h"
 
-#define CR_CACHE        8        /* tokens kept per kind */
-#define CR_FAIL_HOLD_S  5.0      /* a failed mint is answered from memory this long */
 #define CR_MSG          512
-#define CR_KEY_MAX      1200
-#define CR_LIFETIME     3600     /* seconds asked for, and assumed when an answer omits it */
-#define CR_MAX_SCOPES   32
-#define CR_MAX_FIELD    512
 
 /* One cached token. */
 struct cr_tok {
@@ -68,7 +62,7 @@ struct creds {
 	creds_user_fn user_fn;        /* user mode: asks the master */
 	void *user_arg;
 	/* the last failure, answered again for CR_FAIL_HOLD_S (clients retry a 503 at once) */
-	char fail_key[CR_KEY_MAX];
+	char fail_key[CR_KEY_MAX_BYTES];
 	double fail_until;
 	int fail_status;
 	char fail_msg[CR_MSG];
@@ -350,7 +344,7 @@ enum creds_mode creds_mode(const struct creds *c)
 /* creds_set_user - see creds.h */
 int creds_set_user(struct creds *c, const char *email, creds_user_fn fn, void *arg)
 {
-	if (email && !cr_visible(email, CR_MAX_FIELD))
+	if (email && !cr_visible(email, CR_MAX_FIELD_BYTES))
 		return -EINVAL;
 	char *e = email ? strdup(email) : NULL;
 	if (email && !e)
@@ -852,9 +846,9 @@ static int cr_parse_token(const struct cr_http *h, const char *field, struct cr_
 		json_t *ein = json_object_get(j, "expires_in");
 		m->expires_in = json_is_integer(ein) ? (long)json_integer_value(ein)
 			      : json_is_string(ein) ? atol(json_string_value(ein))
-						    : CR_LIFETIME;
+						    : CR_LIFETIME_S;
 		if (m->expires_in <= 0 || m->expires_in > 86400 * 7)
-			m->expires_in = CR_LIFETIME;
+			m->expires_in = CR_LIFETIME_S;
 		const char *tt = cr_str(j, "token_type");
 		snprintf(m->type, sizeof(m->type), "%s",
 			 tt && strlen(tt) < sizeof(m->type) && cr_visible(tt, 15) ? tt : "Bearer");
@@ -881,14 +875,14 @@ static long cr_jwt_lifetime(const char *jwt)
 }
 
 /* cr_time_left - seconds from now until an RFC 3339 time like 2024-05-01T12:00:00.5Z, or
- * CR_LIFETIME if it is none or not within a week */
+ * CR_LIFETIME_S if it is none or not within a week */
 static long cr_time_left(const char *s)
 {
 	time_t t;
 	if (rfc3339_parse(s, &t) < 0)
-		return CR_LIFETIME;
+		return CR_LIFETIME_S;
 	long left = (long)(t - time(NULL));
-	return left > 0 && left <= 86400 * 7 ? left : CR_LIFETIME;
+	return left > 0 && left <= 86400 * 7 ? left : CR_LIFETIME_S;
 }
 
 /* ---- minting ---- */
@@ -955,7 +949,7 @@ static int cr_jwt_grant(const struct creds *c, const struct cr_src *s, const cha
 	const char *endpoint = cr_token_endpoint(c, s);
 	time_t now = time(NULL);
 	json_t *claims = json_pack("{s:s, s:s, s:I, s:I}", "iss", s->client_email, "aud", endpoint,
-				   "iat", (json_int_t)now, "exp", (json_int_t)(now + CR_LIFETIME));
+				   "iat", (json_int_t)now, "exp", (json_int_t)(now + CR_LIFETIME_S));
 	if (claims && audience)
 		json_object_set_new(claims, "target_audience", json_string(audience));
 	else if (claims)
@@ -1172,7 +1166,7 @@ static int cr_mint(struct creds *c, const struct cr_src *s, const char *scopes,
 {
 	memset(m, 0, sizeof(*m));
 	snprintf(m->type, sizeof(m->type), "Bearer");
-	char spaced[CR_KEY_MAX];
+	char spaced[CR_KEY_MAX_BYTES];
 	snprintf(spaced, sizeof(spaced), "%s", scopes ? scopes : "");
 	for (char *p = spaced; *p; p++)
 		if (*p == ',')
@@ -1318,7 +1312,7 @@ static int cr_get(struct creds *c, const char *scopes, const char *audience, boo
 		  bool licenses, struct cr_tok **tok, struct cr_minted *fresh, int *status,
 		  char *err, size_t errlen)
 {
-	char key[CR_KEY_MAX];
+	char key[CR_KEY_MAX_BYTES];
 	if (audience)
 		snprintf(key, sizeof(key), "%s\n%d%d", audience, full, licenses);
 	else
@@ -1356,7 +1350,7 @@ static int cr_get(struct creds *c, const char *scopes, const char *audience, boo
 			/* the refresh answer's id_token names the user; keep only the email */
 			json_t *p = creds_jwt_payload(fresh->id_token);
 			const char *email = cr_str(p, "email");
-			if (email && cr_visible(email, CR_MAX_FIELD)) {
+			if (email && cr_visible(email, CR_MAX_FIELD_BYTES)) {
 				free(c->email);
 				c->email = strdup(email);
 			}
@@ -1399,7 +1393,7 @@ static char *cr_host_fact(const struct creds *c, const char *path)
 	char *v = NULL;
 	if (h.status == 200 && h.b.data) {
 		v = strndup(h.b.data, h.b.len);
-		if (v && !cr_visible(v, CR_MAX_FIELD)) {
+		if (v && !cr_visible(v, CR_MAX_FIELD_BYTES)) {
 			free(v);
 			v = NULL;
 		}
@@ -1456,17 +1450,17 @@ static void cr_facts(struct creds *c, const struct cr_src *s, json_t *o)
 	universe = s && s->universe ? s->universe
 		 : s && s->type == CR_HOST && c->host_universe ? c->host_universe
 							       : "googleapis.com";
-	json_object_set_new(o, "email", json_string(email && cr_visible(email, CR_MAX_FIELD)
+	json_object_set_new(o, "email", json_string(email && cr_visible(email, CR_MAX_FIELD_BYTES)
 							    ? email : "default"));
-	if (project && cr_visible(project, CR_MAX_FIELD))
+	if (project && cr_visible(project, CR_MAX_FIELD_BYTES))
 		json_object_set_new(o, "project_id", json_string(project));
-	else if (derived && cr_visible(derived, CR_MAX_FIELD))
+	else if (derived && cr_visible(derived, CR_MAX_FIELD_BYTES))
 		json_object_set_new(o, "project_id", json_string(derived));
 	free(derived);
 	if (s && s->type == CR_HOST && c->host_numeric)
 		json_object_set_new(o, "numeric_project_id", json_string(c->host_numeric));
 	json_object_set_new(o, "universe_domain",
-			    json_string(cr_visible(universe, CR_MAX_FIELD) ? universe
+			    json_string(cr_visible(universe, CR_MAX_FIELD_BYTES) ? universe
 									    : "googleapis.com"));
 	json_object_set_new(o, "id_tokens", json_boolean(cr_can_identity(c, s)));
 }
@@ -1508,10 +1502,10 @@ json_t *creds_for_call(struct creds *c)
 		return out;
 	}
 	json_t *o = json_pack("{s:s}", "mode", "metadata");
-	char scopes[CR_KEY_MAX];
+	char scopes[CR_KEY_MAX_BYTES];
 	cr_default_scopes(c, scopes, sizeof(scopes));
 	json_t *sc = json_array();
-	char copy[CR_KEY_MAX];
+	char copy[CR_KEY_MAX_BYTES];
 	snprintf(copy, sizeof(copy), "%s", scopes);
 	char *save = NULL;
 	for (char *t = strtok_r(copy, ",", &save); t && sc; t = strtok_r(NULL, ",", &save))
@@ -1588,7 +1582,7 @@ json_t *creds_answer(struct creds *c, json_t *event)
 	char err[CR_MSG] = "";
 	int status = 400;
 	json_t *out = NULL;
-	char scopes[CR_KEY_MAX];
+	char scopes[CR_KEY_MAX_BYTES];
 	const char *audience = NULL, *format = NULL;
 	bool identity = kind && strcmp(kind, "identity") == 0;
 	if (c->cfg.mode == CREDS_NONE || c->cfg.mode == CREDS_ADC) {
@@ -1598,7 +1592,7 @@ json_t *creds_answer(struct creds *c, json_t *event)
 	} else if (identity) {
 		audience = json_string_value(json_object_get(event, "audience"));
 		format = json_string_value(json_object_get(event, "format"));
-		if (!audience || !cr_visible(audience, CR_MAX_FIELD)) {
+		if (!audience || !cr_visible(audience, CR_MAX_FIELD_BYTES)) {
 			snprintf(err, sizeof(err), "the token request has no usable audience");
 			audience = NULL;
 		}
