@@ -40,8 +40,37 @@ void pool_wake(void)
 	(void)w;
 }
 
-/* acct_write - one accounting line: ts, then o's members (stolen), as JSON built by jansson,
- * so whatever a name holds is escaped */
+/* pool_acct_text - see pool.h */
+json_t *pool_acct_text(const char *s)
+{
+	json_t *j = json_string(s ? s : "");
+	if (j)
+		return j;
+	char *b = strdup(s);
+	if (!b)
+		return json_string("?");
+	for (char *p = b; *p; p++)
+		if ((unsigned char)*p >= 0x80)
+			*p = '?';
+	j = json_string(b);
+	free(b);
+	return j;
+}
+
+/* pool_acct_line - see pool.h */
+char *pool_acct_line(json_t *o, double ts)
+{
+	if (!o)
+		return NULL;
+	json_t *line = json_pack("{s:f}", "ts", ts);
+	json_object_update(line, o);
+	json_decref(o);
+	char *text = json_dumps(line, JSON_COMPACT | JSON_REAL_PRECISION(13));
+	json_decref(line);
+	return text;
+}
+
+/* acct_write - one accounting line: ts, then o's members (stolen) */
 static void acct_write(json_t *o)
 {
 	if (!pool.acct || !o) {
@@ -50,11 +79,7 @@ static void acct_write(json_t *o)
 	}
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
-	json_t *line = json_pack("{s:f}", "ts", (double)ts.tv_sec + (double)(ts.tv_nsec / 1000000) / 1000);
-	json_object_update(line, o);
-	json_decref(o);
-	char *text = json_dumps(line, JSON_COMPACT | JSON_REAL_PRECISION(13));
-	json_decref(line);
+	char *text = pool_acct_line(o, (double)ts.tv_sec + (double)(ts.tv_nsec / 1000000) / 1000);
 	if (text) {
 		fprintf(pool.acct, "%s\n", text);
 		fflush(pool.acct);
@@ -229,8 +254,8 @@ void pool_end_session(int i, const char *reason)
 	if (s->state == SLOT_SESSION)
 		log_info("session %.8s… of %s ends: %s", s->w.session, s->user, reason);
 	if (s->state == SLOT_SESSION || s->state == SLOT_OPENING)
-		acct_write(json_pack("{s:s, s:s, s:s, s:i, s:i, s:f, s:s}", "event", "session_end",
-				     "user", s->user, "session", acct_session(s, sid, sizeof(sid)),
+		acct_write(json_pack("{s:s, s:o, s:s, s:i, s:i, s:f, s:s}", "event", "session_end",
+				     "user", pool_acct_text(s->user), "session", acct_session(s, sid, sizeof(sid)),
 				     "worker_pid", (int)s->w.pid, "calls", (int)s->calls, "duration_s",
 				     (double)(long)((mono_s() - s->opened) * 10) / 10, "reason", reason));
 	struct ipc_buf b;
@@ -419,8 +444,8 @@ static void note_call(int i, const struct ipc_call *c)
 		hist_add(pool.run_hist, &pool.run_sum, &pool.run_n, (double)c->run_ms / 1000);
 	}
 	char sid[ACCT_SESSION_ID_CHARS + 1];
-	acct_write(json_pack("{s:s, s:s, s:s, s:i, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
-			     "event", "call", "user", s->user, "session", acct_session(s, sid, sizeof(sid)),
+	acct_write(json_pack("{s:s, s:o, s:s, s:i, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
+			     "event", "call", "user", pool_acct_text(s->user), "session", acct_session(s, sid, sizeof(sid)),
 			     "worker_pid", (int)s->w.pid, "tool", tool, "kind", kind,
 			     "cpu_user_ms", (json_int_t)c->cpu_user_ms, "cpu_sys_ms", (json_int_t)c->cpu_sys_ms,
 			     "max_rss_kb", (json_int_t)c->max_rss_kb, "build_ms", (json_int_t)c->build_ms,
@@ -615,8 +640,8 @@ static void slot_died(int i, int status, const struct rusage *ru)
 	if (s->state == SLOT_SESSION || s->state == SLOT_OPENING) {
 		char sid[ACCT_SESSION_ID_CHARS + 1], why[128];
 		snprintf(why, sizeof(why), "worker %s", how);
-		acct_write(json_pack("{s:s, s:s, s:s, s:i, s:i, s:f, s:s, s:I, s:I, s:I}", "event",
-				     "session_end", "user", s->user, "session", acct_session(s, sid, sizeof(sid)),
+		acct_write(json_pack("{s:s, s:o, s:s, s:i, s:i, s:f, s:s, s:I, s:I, s:I}", "event",
+				     "session_end", "user", pool_acct_text(s->user), "session", acct_session(s, sid, sizeof(sid)),
 				     "worker_pid", (int)s->w.pid, "calls", (int)s->calls, "duration_s",
 				     (double)(long)((mono_s() - s->opened) * 10) / 10, "reason", why,
 				     "worker_cpu_user_ms",

@@ -10,6 +10,7 @@
 #ifndef KG_POOL_H
 #define KG_POOL_H
 
+#include <jansson.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -154,5 +155,13 @@ double pool_idle_limit(const struct slot *s); /* seconds it may sit idle */
 /* the /metrics label for a reported tool or result kind: one of a fixed set, else "other" */
 const char *pool_label_tool(struct ipc_bytes v);
 const char *pool_label_kind(struct ipc_bytes v);
+
+/* The accounting log (--accounting-log): one JSON object a line, built by jansson, so quotes,
+ * backslashes and control characters in a name are escaped and a line never breaks in two.
+ * pool_acct_text - a name as a JSON string; one that is not UTF-8 (jansson refuses it, and the
+ * whole line would be lost) keeps its ASCII and has '?' for every other byte.
+ * pool_acct_line - {"ts": ts} and o's members (o stolen), compact (malloc'd; NULL: none) */
+json_t *pool_acct_text(const char *s);
+char *pool_acct_line(json_t *o, double ts);
 
 #endif
