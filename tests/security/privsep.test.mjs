@@ -160,19 +160,27 @@ for (const mode of ['kill', 'off']) {
 		});
 }
 
+/* nobodyHome - a directory of nobody's own (its sandbox root and files go there), or null
+ * after skipping t when nobody cannot run the binary (a checkout under a private home is out
+ * of nobody's reach: nothing to show then) */
+function nobodyHome(t, prefix) {
+	const can = spawnSync(BIN, ['version'], { uid: 65534, gid: 65534, cwd: '/' });
+	if (can.error || can.status !== 0) {
+		t.skip(`nobody cannot run ${BIN} here`);
+		return null;
+	}
+	const home = fs.mkdtempSync(path.join(dir, prefix));
+	fs.chmodSync(dir, 0o755);
+	fs.chmodSync(home, 0o755);
+	fs.chownSync(home, 65534, 65534);
+	return home;
+}
+
 test('the laptop case: a serve that is not root keeps working, and its start-up log says workers share its uid',
 	{ ...T, skip: !ROOT && 'needs root to start serve as another user' }, async (t) => {
-		/* a checkout under a private home is out of nobody's reach: nothing to show then */
-		const can = spawnSync(BIN, ['version'], { uid: 65534, gid: 65534, cwd: '/' });
-		if (can.error || can.status !== 0) {
-			t.skip(`nobody cannot run ${BIN} here`);
+		const home = nobodyHome(t, 'nobody-');
+		if (!home)
 			return;
-		}
-		/* nobody, with a sandbox root and a program of its own */
-		const home = fs.mkdtempSync(path.join(dir, 'nobody-'));
-		fs.chmodSync(dir, 0o755);
-		fs.chmodSync(home, 0o755);
-		fs.chownSync(home, 65534, 65534);
 		const prog = path.join(home, 'main.go');
 		fs.writeFileSync(prog, 'package main\n\nimport "fmt"\n\nfunc main() { fmt.Println("as nobody") }\n', { mode: 0o644 });
 		const runtime = process.env.KODE_GOPHER_RUNTIME_DIR || process.env.RUNTIME_DIR;
@@ -207,15 +215,9 @@ const MASTER_ATTACKS = [
 
 test('a serve that is not root is not dumpable: a worker of its uid (--seccomp off) cannot ptrace it or read its /proc files, and the session goes on',
 	{ ...T, skip: !ROOT && 'needs root to start serve as another user' }, async (t) => {
-		const can = spawnSync(BIN, ['version'], { uid: 65534, gid: 65534, cwd: '/' });
-		if (can.error || can.status !== 0) {
-			t.skip(`nobody cannot run ${BIN} here`);
+		const home = nobodyHome(t, 'nobody-master-');
+		if (!home)
 			return;
-		}
-		const home = fs.mkdtempSync(path.join(dir, 'nobody-master-'));
-		fs.chmodSync(dir, 0o755);
-		fs.chmodSync(home, 0o755);
-		fs.chownSync(home, 65534, 65534);
 		const runtime = process.env.KODE_GOPHER_RUNTIME_DIR || process.env.RUNTIME_DIR;
 		const child = spawn(BIN, ['serve', '--log-level', 'info', '--seccomp', 'off',
 			'--sandbox-root', path.join(home, 'sandboxes'), ...(runtime ? ['--runtime-dir', runtime] : [])], {
