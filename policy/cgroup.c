@@ -23,6 +23,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,19 @@
 #include <unistd.h>
 
 #include "ipc/log.h"
+
+/* why_set - a reason into one of a plan's why[] entries, formatted apart first: its arguments
+ * are often other members of the same plan, which snprintf's restrict-qualified destination
+ * makes GCC warn about (-Werror=restrict at -O1, make asan) though they never overlap */
+__attribute__((format(printf, 2, 3))) static void why_set(char dst[CGROUP_WHY_MAX], const char *fmt, ...)
+{
+	char b[CGROUP_WHY_MAX];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(b, sizeof(b), fmt, ap);
+	va_end(ap);
+	memcpy(dst, b, sizeof(b));
+}
 
 const char *const cgroup_kind_name[CGROUP_NKINDS] = { "memory", "pids", "cpu" };
 
@@ -275,14 +289,14 @@ static void plan_user(struct cgroup_plan *p)
 			 uid, stat(mgr, &st) != 0 ? "no user@.service cgroup" : "no user bus in $XDG_RUNTIME_DIR");
 	for (int k = 0; k < CGROUP_NKINDS; k++) {
 		if (!controllers_have(p->v2, cgroup_kind_name[k])) {
-			snprintf(p->why[k], CGROUP_WHY_MAX, "the cgroup v2 hierarchy at %s has no %s "
+			why_set(p->why[k], "the cgroup v2 hierarchy at %s has no %s "
 				 "controller (%s), and cgroup v1 limits need root", p->v2,
 				 cgroup_kind_name[k], p->v1[k][0] ? "this host binds it to cgroup v1" :
 				 "the kernel offers none");
 		} else if (why[0]) {
-			snprintf(p->why[k], CGROUP_WHY_MAX, "%s", why);
+			why_set(p->why[k], "%s", why);
 		} else if (!controllers_have(mgr, cgroup_kind_name[k])) {
-			snprintf(p->why[k], CGROUP_WHY_MAX, "systemd does not delegate the %s controller to "
+			why_set(p->why[k], "systemd does not delegate the %s controller to "
 				 "user@%u.service (its Delegate= setting; Debian delegates memory, pids and "
 				 "cpu)", cgroup_kind_name[k], uid);
 		} else {
@@ -304,7 +318,7 @@ void cgroup_plan(struct cgroup_plan *p, bool root, const char *v2_override)
 		if (read_small("/proc/self/mountinfo", mi, sizeof(mi)) != 0 ||
 		    cgroup_parse_mounts(mi, p->v2, p->v1) != 0) {
 			for (int k = 0; k < CGROUP_NKINDS; k++)
-				snprintf(p->why[k], CGROUP_WHY_MAX, "/proc/self/mountinfo cannot be read");
+				why_set(p->why[k], "/proc/self/mountinfo cannot be read");
 			return;
 		}
 	}
@@ -315,7 +329,7 @@ void cgroup_plan(struct cgroup_plan *p, bool root, const char *v2_override)
 		}
 		bool any_v1 = p->v1[0][0] || p->v1[1][0] || p->v1[2][0];
 		for (int k = 0; k < CGROUP_NKINDS; k++)
-			snprintf(p->why[k], CGROUP_WHY_MAX, "%s", any_v1 ?
+			why_set(p->why[k], "%s", any_v1 ?
 				 "this host mounts cgroup v1, whose limits need root (on a cgroup v2 host a "
 				 "systemd user scope would give them to a normal user)" :
 				 "this host mounts no cgroup hierarchy");
@@ -330,16 +344,16 @@ void cgroup_plan(struct cgroup_plan *p, bool root, const char *v2_override)
 		} else if (p->v1[k][0] && access(p->v1[k], W_OK) == 0) {
 			p->how[k] = CGROUP_V1;
 		} else if (in_v2) {
-			snprintf(p->why[k], CGROUP_WHY_MAX, "the cgroup v2 hierarchy at %s is read-only "
+			why_set(p->why[k], "the cgroup v2 hierarchy at %s is read-only "
 				 "here (a container that does not delegate it?)", p->v2);
 		} else if (p->v1[k][0]) {
-			snprintf(p->why[k], CGROUP_WHY_MAX, "the cgroup v1 %s hierarchy at %s is read-only "
+			why_set(p->why[k], "the cgroup v1 %s hierarchy at %s is read-only "
 				 "here", c, p->v1[k]);
 		} else if (p->v2[0]) {
-			snprintf(p->why[k], CGROUP_WHY_MAX, "the kernel offers no %s controller: neither "
+			why_set(p->why[k], "the kernel offers no %s controller: neither "
 				 "the cgroup v2 hierarchy at %s nor a cgroup v1 mount has it", c, p->v2);
 		} else {
-			snprintf(p->why[k], CGROUP_WHY_MAX, "this host mounts no cgroup hierarchy with "
+			why_set(p->why[k], "this host mounts no cgroup hierarchy with "
 				 "the %s controller", c);
 		}
 	}
