@@ -73,6 +73,7 @@ struct worker {
 	bool ended;               /* broke the contract and was killed (master/monitor.c) */
 	uint64_t seen;            /* message types received, a bit each (IPC_ONCE) */
 	int connected;            /* its channel has a live pipe (set from nng's threads; atomic) */
+	int spawning;             /* being started, pid not known yet: a dial now waits (atomic) */
 	nng_socket sock;
 	int recv_fd;
 	char ipc_path[256];

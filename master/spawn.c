@@ -212,7 +212,11 @@ int spawn_worker(struct worker *w, const struct serve_config *cfg, const char *r
 		/* a worker started ahead of need yields to serving while it starts; root can give
 		 * the priority back when a session takes it (spawn_prestart_done), others could not */
 		struct proc_how how = { .nice = w->prestart && geteuid() == 0 ? WORKER_PRESTART_NICE : 0 };
+		__atomic_store_n(&w->spawning, 1, __ATOMIC_SEQ_CST);
 		pid = proc_spawn("/proc/self/exe", argv, &how);
+		if (pid > 0)
+			__atomic_store_n(&w->pid, pid, __ATOMIC_SEQ_CST);
+		__atomic_store_n(&w->spawning, 0, __ATOMIC_SEQ_CST);
 	}
 	if (pid < 0) {
 		nng_close(w->sock);

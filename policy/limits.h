@@ -10,6 +10,9 @@
 
 /* A worker that has not said HELLO this long after it was started is killed. */
 #define WORKER_HELLO_TIMEOUT_MS 10000
+/* a worker's dial that comes while the master is still starting it waits this long at most for
+ * its pid (master/channel.c) */
+#define CHANNEL_SPAWN_WAIT_MS 2000
 
 /* A worker that dies before serving any request of a session is a start-up failure: the next
  * start waits FIRST, then twice as long after each further failure, at most MAX; the first
