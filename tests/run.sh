@@ -79,6 +79,12 @@ if ((${#e2e[@]})); then
 	NODE_PATH=$PWD/tests/e2e/node_modules node --test --test-concurrency=1 --test-reporter=tap \
 		"${e2e[@]}" >"$log/e2e.tap" 2>&1
 	grep -vE '^\s+(duration_ms|\.\.\.|---|type:)' "$log/e2e.tap" | grep -E '^\s*(not ok|ok|#)|^\s+(error|location|stack|expected|actual|code):' | head -400
+	# the lines above stop at 400 (a failing test's server log is long): every failure again,
+	# each with the first lines of its error, so none is cut off
+	if grep -qE '^\s*not ok' "$log/e2e.tap"; then
+		echo "== e2e failures, each with the start of its error:"
+		awk '/^[[:space:]]*not ok/ { n = 25 } n > 0 { print; n-- }' "$log/e2e.tap" | grep -vE '^\s+(duration_ms|type:)' | head -800
+	fi
 	count_tap "$log/e2e.tap"
 	if ! grep -qE '^(not )?ok [0-9]+' "$log/e2e.tap"; then
 		echo "e2e suite ran nothing:"; tail -30 "$log/e2e.tap"; failed=$((failed + 1))
