@@ -88,7 +88,7 @@ pid_t proc_spawn(const char *path, char *const argv[], const struct proc_how *ho
 	id_t self = (id_t)gettid();
 	errno = 0;
 	int was = getpriority(PRIO_PROCESS, self);
-	bool renice = how->nice && errno == 0 && setpriority(PRIO_PROCESS, self, how->nice) == 0;
+	bool renice = errno == 0 && was != how->nice && setpriority(PRIO_PROCESS, self, how->nice) == 0;
 	pid_t pid;
 	int r = posix_spawn(&pid, path, &fa, &a, argv, envp);
 	if (renice)

@@ -18,7 +18,7 @@ const char *proc_status_text(int status, char *buf, size_t cap);
 struct proc_how {
 	bool stdout_to_stderr;
 	bool setsid;              /* a session and process group of its own */
-	int nice;                 /* its nice value, as root (0: this thread's) */
+	int nice;                 /* its nice value (what this thread has if it cannot be set) */
 };
 
 /* proc_spawn - start path with argv that way; the pid, or a negative errno */

@@ -730,6 +730,8 @@ void pool_loop(void)
 	int *idx = calloc((size_t)pool.nslots + 2, sizeof(int));
 	if (!p || !idx)
 		return;
+	if (geteuid() == 0 && setpriority(PRIO_PROCESS, (id_t)gettid(), POOL_LOOP_NICE) != 0)
+		log_debug("the main loop: cannot raise its priority: %s", strerror(errno));
 	for (;;) {
 		pthread_mutex_lock(&pool.mu);
 		pool_avail();

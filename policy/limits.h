@@ -38,6 +38,9 @@
 /* Workers started ahead of need (the shared server's warm pool) run their start-up at this nice
  * value, as root, and get 0 back when a session takes them. */
 #define WORKER_PRESTART_NICE 10
+/* the shared server's main loop, which routes every session's messages, runs ahead of the
+ * rest when serve is root (master/pool.c); the children it starts get their own nice values */
+#define POOL_LOOP_NICE (-5)
 
 /* --credentials user: REQ_TOKEN requests one worker may make, a burst and then per minute
  * (the worker caches tokens; the master's answer is refused above this, not the worker ended). */

@@ -68,13 +68,21 @@ test('http: another session is served while an ended session\'s sandbox is still
 	}
 });
 
-test('http: workers started ahead of need run at a lower priority until a session takes one', { ...T, skip: os.userInfo().uid !== 0 && 'as root only (a normal user cannot give the priority back)' }, async () => {
+test('http: workers started ahead of need run at a lower priority until a session takes one; the main loop at a higher one', { ...T, skip: os.userInfo().uid !== 0 && 'as root only (a normal user cannot give the priority back)' }, async () => {
 	const srv = await httpServe(['--workers-min-idle', '2']);
 	try {
 		const idle = () => children(srv.pid).filter((p) => /^kode-gopher: worker s=- /.test(cmdline(p) || ''));
 		await waitFor(() => idle().length === 2, { timeout: 30_000, what: 'two idle workers' });
 		for (const p of idle())
 			assert.ok(nices(p).every((n) => n === 10), `idle worker ${p}: nice ${nices(p)}`);
+		// the main loop (serve's main thread) runs ahead of the rest; what it starts does not
+		// inherit that: jails at 0 like everyone, workers as above
+		const st = fs.readFileSync(`/proc/${srv.pid}/task/${srv.pid}/stat`, 'utf8');
+		assert.equal(Number(st.slice(st.lastIndexOf(')') + 2).split(' ')[16]), -5, 'serve\'s main loop');
+		const js = children(srv.pid).filter((p) => / jail /.test(cmdline(p) || ''));
+		assert.ok(js.length >= 2, 'the jails of the idle workers');
+		for (const j of js)
+			assert.deepEqual([...new Set(nices(j))], [0], `jail ${j}`);
 		const s = await srv.connect();
 		assert.deepEqual(await s.client.ping(), {});
 		const w = sessionWorker(srv.pid, s.sessionId);
