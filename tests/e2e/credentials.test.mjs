@@ -28,7 +28,7 @@ import test, { after, before } from 'node:test';
 
 import { OAuth2Server } from 'oauth2-mock-server';
 
-import { BIN, callTool, connect, sc, text } from './lib.mjs';
+import { BIN, callTool, connect, sandboxEntries, sc, text } from './lib.mjs';
 
 const T = { timeout: 300_000 };
 const CLOUD = 'https://www.googleapis.com/auth/cloud-platform';
@@ -550,7 +550,7 @@ func run(ctx context.Context) (any, error) {
 `));
 	assert.equal(second.gone, true, 'the first run\'s copy was deleted');
 	assert.notEqual(second.now, first.path, 'each run gets a fresh name');
-	assert.equal(fs.readdirSync(path.join(s.sandboxRoot, fs.readdirSync(s.sandboxRoot)[0], 'state', 'credentials')).length, 0,
+	assert.equal(fs.readdirSync(path.join(s.sandboxRoot, sandboxEntries(s.sandboxRoot)[0], 'state', 'credentials')).length, 0,
 		'nothing left on the host after the run');
 });
 

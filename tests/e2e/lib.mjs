@@ -731,6 +731,13 @@ export function httpRequest(port, opts = {}) {
 	});
 }
 
+
+/* DISK_TEMPLATE - the disk image every sandbox of a root is copied from (policy/volume.c): made
+ * once per sandbox root and kept on purpose, so it is not a sandbox left behind */
+export const DISK_TEMPLATE = /^\.disk-v\d+-\d+\.img$/;
+
+/* sandboxEntries - what a sandbox root holds besides its disk template */
+export const sandboxEntries = (root) => fs.readdirSync(root).filter((d) => !DISK_TEMPLATE.test(d));
 /* sessionWorker - the worker child of an HTTP serve whose title names session sid, or null */
 export function sessionWorker(servePid, sid) {
 	const tag = `s=${sid.slice(0, 8)}`;

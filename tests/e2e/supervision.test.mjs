@@ -12,7 +12,7 @@ import fs from 'node:fs';
 import test from 'node:test';
 
 import {
-	callTool, children, cmdline, connect, descendants, isAlive, McpError, procsMatching, sc,
+	callTool, children, cmdline, connect, descendants, isAlive, McpError, procsMatching, sandboxEntries, sc,
 	sleep, waitFor, workerPid, workerState,
 } from './lib.mjs';
 
@@ -146,9 +146,6 @@ async function closeAndWait(s) {
 	return Date.now() - t0;
 }
 
-/* sandboxesLeft - what is in the sandbox root but the disk template every sandbox of the root
- * is copied from (policy/volume.c: made once per root, kept on purpose) */
-const sandboxesLeft = (s) => fs.readdirSync(s.sandboxRoot).filter((d) => !/^\.disk-v\d+-\d+\.img$/.test(d));
 
 test('stdin EOF while idle: serve and all its children exit, leaving nothing', T, async (t) => {
 	const s = await connect();
@@ -159,7 +156,7 @@ test('stdin EOF while idle: serve and all its children exit, leaving nothing', T
 	t.diagnostic(`serve exited ${await closeAndWait(s)} ms after stdin EOF`);
 	assert.deepEqual(procs.filter(isAlive).map((p) => `${p}:${cmdline(p)}`), [], 'left running');
 	assert.deepEqual(procsMatching(s.sandboxRoot), []);
-	assert.deepEqual(sandboxesLeft(s), [], 'the sandbox was removed');
+	assert.deepEqual(sandboxEntries(s.sandboxRoot), [], 'the sandbox was removed');
 });
 
 test('stdin EOF during a running call: everything exits, leaving nothing', T, async (t) => {
@@ -170,7 +167,7 @@ test('stdin EOF during a running call: everything exits, leaving nothing', T, as
 	await call.catch(() => {});
 	assert.deepEqual(procs.filter(isAlive).map((p) => `${p}:${cmdline(p)}`), [], 'left running');
 	assert.deepEqual(procsMatching(s.sandboxRoot), [], 'nothing runs in the sandbox root');
-	assert.deepEqual(sandboxesLeft(s), [], 'the sandbox was removed');
+	assert.deepEqual(sandboxEntries(s.sandboxRoot), [], 'the sandbox was removed');
 });
 
 test('SIGTERM: serve exits and takes its children with it', T, async () => {

@@ -19,7 +19,7 @@ import path from 'node:path';
 import test from 'node:test';
 
 import {
-	callTool, connect, isAlive, procsMatching, sc, sharedSession, snippet, text, waitFor,
+	callTool, connect, isAlive, procsMatching, sandboxEntries, sc, sharedSession, snippet, text, waitFor,
 } from '../e2e/lib.mjs';
 
 const T = { timeout: 300_000 };
@@ -359,7 +359,7 @@ func run(ctx context.Context) (any, error) {
 	await waitFor(() => !isAlive(s.pid), { timeout: 240_000, interval: 200, what: 'serve to exit' });
 	// the session ended: its sandbox is gone from the host, every level of it
 	assert.equal(fs.existsSync(dir), false, `${dir} is left on the host`);
-	assert.deepEqual(fs.readdirSync(s.sandboxRoot), []);
+	assert.deepEqual(sandboxEntries(s.sandboxRoot), []);
 	await s.close();
 });
 

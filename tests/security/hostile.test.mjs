@@ -17,7 +17,7 @@ import path from 'node:path';
 import test from 'node:test';
 
 import {
-	BIN, callTool, connect, goStr, isAlive, REPO, sc, sharedSession, snippet, text, waitFor,
+	BIN, callTool, connect, goStr, isAlive, REPO, sandboxEntries, sc, sharedSession, snippet, text, waitFor,
 } from '../e2e/lib.mjs';
 
 const T = { timeout: 240_000 };
@@ -173,7 +173,7 @@ test('another session\'s /app/persist is invisible, by path and by walking /', T
 			`\tb, err := os.ReadFile(${goStr(`/app/persist/${marker}.txt`)})\n\treturn string(b), err`, ['os']),
 	}, b);
 	assert.equal(wrote, content);
-	const bDirs = fs.readdirSync(b.sandboxRoot);
+	const bDirs = sandboxEntries(b.sandboxRoot);
 	assert.ok(bDirs.length >= 1, 'b has a sandbox directory on the host');
 	const hostCopy = path.join(b.sandboxRoot, bDirs[0], 'app', 'persist', `${marker}.txt`);
 	assert.equal(fs.readFileSync(hostCopy, 'utf8'), content, 'the host sees b\'s file where expected');
@@ -293,7 +293,7 @@ test('symlinks to host paths left in /app and /app/persist do not lead the relea
 		for (const [l, v] of Object.entries(value))
 			assert.notEqual(v, '<nil>', `${l} led the sandbox to the host's ${victim}`);
 		// the session ends as a client ends it (stdin closes); serve releases the sandbox itself
-		const dirs = fs.readdirSync(s.sandboxRoot);
+		const dirs = sandboxEntries(s.sandboxRoot);
 		await s.transport.close();
 		await waitFor(() => !isAlive(s.pid), { timeout: 15_000, what: 'serve to exit' });
 		for (const d of dirs)
