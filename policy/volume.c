@@ -24,9 +24,11 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
-#define VOLUME_LOOP_TRIES 16
+#define VOLUME_LOOP_TRIES 32      /* LOOP_CONFIGURE refused as busy: tries, with a pause between */
+#define VOLUME_LOOP_PAUSE_MAX_MS 64 /* the pause doubles from 1 ms up to this (about 1.7 s in all) */
 #define VOLUME_LIST_MAX_BYTES 65536
 
 static const char *const volume_subdirs[] = { "app", "state", "cache" };
@@ -117,8 +119,14 @@ static int loop_attach(int img, char *dev, size_t devlen)
 		}
 		r = -errno;
 		close(fd);
-		if (r != -EBUSY) /* someone else took it between GET_FREE and CONFIGURE: again */
+		if (r != -EBUSY)
 			break;
+		/* Busy: another sandbox's start took it between GET_FREE and CONFIGURE, or a release
+		 * still holds it (its autoclear, a udev probe after the unmount). GET_FREE would give
+		 * the same number at once, so wait a little, longer each time, and ask again. */
+		long ms = i < 6 ? 1L << i : VOLUME_LOOP_PAUSE_MAX_MS;
+		struct timespec ts = { .tv_sec = 0, .tv_nsec = ms * 1000000L };
+		nanosleep(&ts, NULL);
 	}
 	close(ctl);
 	return r;
