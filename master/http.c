@@ -716,76 +716,99 @@ static enum MHD_Result post_initialize(struct MHD_Connection *c, struct req *rq,
 		return reply_rpc(c, MHD_HTTP_TOO_MANY_REQUESTS, request_id(rq), -32000, msg, origin, ra);
 	}
 	/* wait for a worker only while one can come (a session never used may give its worker);
-	 * at --max-workers, answer at once */
-	int i = -1;
-	if (!worker_coming())
-		evict_unused(NULL, false);
-	for (double until = mono_s() + HTTP_WORKER_WAIT_S; i < 0 && worker_coming() &&
-	     !pool_unavailable() && !pool.stopping && mono_s() < until;)
-		i = pool_take_idle(0.25);
-	if (i < 0) {
-		int ra = retry_after();
-		char msg[300];
-		if (pool_unavailable()) /* no worker will ever come (a configuration error) */
-			snprintf(msg, sizeof(msg), "%s", pool_unavailable());
-		else
-			snprintf(msg, sizeof(msg), "The server is at its --max-workers limit (%d sessions); "
-				 "try again in %d s, when an idle session has ended.", pool.cfg->max_workers, ra);
+	 * at --max-workers, answer at once. An idle worker can die before the main loop has seen
+	 * it (killed, out of memory): then the initialize never reached a worker, and it goes to
+	 * another one, up to HTTP_INIT_TRIES in all. */
+	for (int attempt = 1;; attempt++) {
+		int i = -1;
+		if (!worker_coming())
+			evict_unused(NULL, false);
+		for (double until = mono_s() + HTTP_WORKER_WAIT_S; i < 0 && worker_coming() &&
+		     !pool_unavailable() && !pool.stopping && mono_s() < until;)
+			i = pool_take_idle(0.25);
+		if (i < 0) {
+			int ra = retry_after();
+			char msg[300];
+			if (pool_unavailable()) /* no worker will ever come (a configuration error) */
+				snprintf(msg, sizeof(msg), "%s", pool_unavailable());
+			else
+				snprintf(msg, sizeof(msg), "The server is at its --max-workers limit (%d sessions); "
+					 "try again in %d s, when an idle session has ended.", pool.cfg->max_workers, ra);
+			pthread_mutex_unlock(&pool.mu);
+			return reply_rpc(c, MHD_HTTP_SERVICE_UNAVAILABLE, request_id(rq), -32000, msg, origin,
+					 pool_unavailable() ? 0 : ra);
+		}
+		struct slot *s = &pool.slots[i];
+		pid_t wpid = s->w.pid;
+		spawn_prestart_done(&s->w);
+		random_hex(s->w.session, SESSION_ID_HEX / 2);
+		snprintf(s->user, sizeof(s->user), "%s", user); /* "local" with --auth none */
+		snprintf(s->peer, sizeof(s->peer), "%s", peer);
+		s->opened = mono_s();
+		struct ipc_buf b;
+		if (ipc_pack_note_assign(&b, 0, s->w.session, s->user) == 0)
+			channel_send(&s->w, &b);
+		struct pending *p = pool_send(i, rq->body, rq->len);
+		if (!p) {
+			pool_end_session(i, "worker unreachable");
+			if (attempt < HTTP_INIT_TRIES && !pool.stopping)
+				continue;
+			pthread_mutex_unlock(&pool.mu);
+			return reply_rpc(c, MHD_HTTP_INTERNAL_SERVER_ERROR, request_id(rq), -32603,
+					 "The worker for this session is gone; try again.", origin, 0);
+		}
+		double deadline = mono_s() + HTTP_INIT_WAIT_S;
+		while (!p->done && !p->gone && mono_s() < deadline)
+			wait_on(p, 1);
+		if (p->done && s->initialized && s->state == SLOT_OPENING) {
+			char sid[SESSION_ID_HEX + 1];
+			snprintf(sid, sizeof(sid), "%s", s->w.session);
+			s->state = SLOT_SESSION;
+			pool.sessions_total++;
+			log_info("session %.8s… opened for %s from %s (worker pid %d)", sid, s->user, peer,
+				 (int)s->w.pid);
+			return answer_pending(c, p, false, origin, sid);
+		}
+		if (p->gone && !p->done) { /* the worker died before it answered: never the client's fault */
+			pool_pending_free(p);
+			/* (mu was let go while waiting: the slot may hold another worker by now) */
+			if (s->w.pid == wpid)
+				pool_end_session(i, "its worker died before it answered initialize");
+			if (attempt < HTTP_INIT_TRIES && !pool.stopping) {
+				log_info("a new session's worker (pid %d) died before it answered initialize; "
+					 "trying another", (int)wpid);
+				continue;
+			}
+			pthread_mutex_unlock(&pool.mu);
+			return reply_rpc(c, MHD_HTTP_SERVICE_UNAVAILABLE, request_id(rq), -32000,
+					 "The workers given to this new session died before they answered; try "
+					 "again (the server's log says why they died).", origin, retry_after());
+		}
+		/* not an initialize (or it failed): this worker saw untrusted input without a session, and
+		 * workers are never reused, so it goes. What the worker answered (a malformed initialize's
+		 * -32602, a parse error) is the body; a notification, a success (a ping) or silence gets
+		 * the generic one. */
+		char *answer = NULL;
+		if (p->done && p->alen) {
+			json_t *a = json_loadb(p->answer, p->alen, 0, NULL);
+			if (json_is_object(json_object_get(a, "error")))
+				answer = strndup(p->answer, p->alen);
+			json_decref(a);
+		}
+		pool_pending_free(p);
+		if (s->w.pid == wpid)
+			pool_end_session(i, "no session opened");
 		pthread_mutex_unlock(&pool.mu);
-		return reply_rpc(c, MHD_HTTP_SERVICE_UNAVAILABLE, request_id(rq), -32000, msg, origin,
-				 pool_unavailable() ? 0 : ra);
+		if (answer) {
+			enum MHD_Result q = reply(c, MHD_HTTP_BAD_REQUEST, "application/json", answer,
+						  strlen(answer), origin, NULL);
+			free(answer);
+			return q;
+		}
+		return reply_rpc(c, MHD_HTTP_BAD_REQUEST, request_id(rq), -32000,
+				 "Bad Request: no valid session. Send initialize without an Mcp-Session-Id "
+				 "header to open one, then send that header with every request", origin, 0);
 	}
-	struct slot *s = &pool.slots[i];
-	spawn_prestart_done(&s->w);
-	random_hex(s->w.session, SESSION_ID_HEX / 2);
-	snprintf(s->user, sizeof(s->user), "%s", user); /* "local" with --auth none */
-	snprintf(s->peer, sizeof(s->peer), "%s", peer);
-	s->opened = mono_s();
-	struct ipc_buf b;
-	if (ipc_pack_note_assign(&b, 0, s->w.session, s->user) == 0)
-		channel_send(&s->w, &b);
-	struct pending *p = pool_send(i, rq->body, rq->len);
-	if (!p) {
-		pool_end_session(i, "worker unreachable");
-		pthread_mutex_unlock(&pool.mu);
-		return reply_rpc(c, MHD_HTTP_INTERNAL_SERVER_ERROR, request_id(rq), -32603,
-				 "The worker for this session is gone; try again.", origin, 0);
-	}
-	double deadline = mono_s() + HTTP_INIT_WAIT_S;
-	while (!p->done && !p->gone && mono_s() < deadline)
-		wait_on(p, 1);
-	if (p->done && s->initialized && s->state == SLOT_OPENING) {
-		char sid[SESSION_ID_HEX + 1];
-		snprintf(sid, sizeof(sid), "%s", s->w.session);
-		s->state = SLOT_SESSION;
-		pool.sessions_total++;
-		log_info("session %.8s… opened for %s from %s (worker pid %d)", sid, s->user, peer,
-			 (int)s->w.pid);
-		return answer_pending(c, p, false, origin, sid);
-	}
-	/* not an initialize (or it failed): this worker saw untrusted input without a session, and
-	 * workers are never reused, so it goes. What the worker answered (a malformed initialize's
-	 * -32602, a parse error) is the body; a notification, a success (a ping) or silence gets
-	 * the generic one. */
-	char *answer = NULL;
-	if (p->done && p->alen) {
-		json_t *a = json_loadb(p->answer, p->alen, 0, NULL);
-		if (json_is_object(json_object_get(a, "error")))
-			answer = strndup(p->answer, p->alen);
-		json_decref(a);
-	}
-	pool_pending_free(p);
-	pool_end_session(i, "no session opened");
-	pthread_mutex_unlock(&pool.mu);
-	if (answer) {
-		enum MHD_Result q = reply(c, MHD_HTTP_BAD_REQUEST, "application/json", answer,
-					  strlen(answer), origin, NULL);
-		free(answer);
-		return q;
-	}
-	return reply_rpc(c, MHD_HTTP_BAD_REQUEST, request_id(rq), -32000,
-			 "Bad Request: no valid session. Send initialize without an Mcp-Session-Id "
-			 "header to open one, then send that header with every request", origin, 0);
 }
 
 /* parse_event_id - "<stream>-<n>" as this server writes them; false for anything else */

@@ -53,6 +53,7 @@
  * session's first answer. */
 #define HTTP_WAIT_S 3600
 #define HTTP_INIT_WAIT_S 60
+#define HTTP_INIT_TRIES 3 /* workers a new session's initialize may go to (one died first) */
 
 /* After a failed removal of a released sandbox, the wait before the one retry. */
 #define SANDBOX_RM_RETRY_MS 100
