@@ -1345,16 +1345,19 @@ static int check_cached(const char *t, size_t len, time_t now, char *user, size_
 bool auth_bearer(struct MHD_Connection *c, char *user, size_t cap, enum MHD_Result *q)
 {
 	const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-	char hdr[AUTH_MAX_URI_BYTES * 2 + 200];
-	int n = snprintf(hdr, sizeof(hdr), "WWW-Authenticate: Bearer resource_metadata=\"%s/.well-known/"
-			 "oauth-protected-resource/mcp\"", A.public_url);
+	int r = -EACCES;
 	if (h && strncasecmp(h, "Bearer ", 7) == 0) {
 		const char *t = h + 7;
 		while (*t == ' ')
 			t++;
-		int r = check_cached(t, strlen(t), time(NULL), user, cap);
+		r = check_cached(t, strlen(t), time(NULL), user, cap);
 		if (r == 0)
-			return true;
+			return true; /* the common case: nothing more to make */
+	}
+	char hdr[AUTH_MAX_URI_BYTES * 2 + 200];
+	int n = snprintf(hdr, sizeof(hdr), "WWW-Authenticate: Bearer resource_metadata=\"%s/.well-known/"
+			 "oauth-protected-resource/mcp\"", A.public_url);
+	if (h && strncasecmp(h, "Bearer ", 7) == 0) {
 		pthread_mutex_lock(&A.mu);
 		A.tokens_refused++;
 		pthread_mutex_unlock(&A.mu);
