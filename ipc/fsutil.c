@@ -12,6 +12,7 @@
 #include <sys/statvfs.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -300,4 +301,16 @@ int fs_write_all(int fd, const void *buf, size_t n)
 		n -= (size_t)w;
 	}
 	return 0;
+}
+
+/* fs_write_string - see fsutil.h */
+int fs_write_string(const char *path, const char *s)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	ssize_t n = write(fd, s, strlen(s));
+	int e = errno;
+	close(fd);
+	return n == (ssize_t)strlen(s) ? 0 : -(n < 0 ? e : EIO);
 }

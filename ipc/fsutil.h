@@ -17,6 +17,10 @@ int fs_read_fd(int fd, size_t max, char **data, size_t *len);
 /* fs_write_all - write(2) until all n bytes are written; 0 or -errno */
 int fs_write_all(int fd, const void *p, size_t n);
 
+/* fs_write_string - s written to the existing file at path in one write(2), as a kernel knob
+ * wants it (/proc, cgroup files); 0, -errno, or -EIO for a short write */
+int fs_write_string(const char *path, const char *s);
+
 /* fs_locked_flags - the mount flags of path's file system that a bind remount inside a user
  * namespace must keep (the kernel locks nosuid, nodev, noexec and the atime flags there) */
 unsigned long fs_locked_flags(const char *path);

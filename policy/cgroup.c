@@ -30,6 +30,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ipc/fsutil.h"
 #include "ipc/log.h"
 
 /* why_set - a reason into one of a plan's why[] entries, formatted apart first: its arguments
@@ -212,13 +213,7 @@ static int put(const char *dir, const char *file, const char *s)
 	char p[CGROUP_PATH_MAX + 64];
 	if ((size_t)snprintf(p, sizeof(p), "%s/%s", dir, file) >= sizeof(p))
 		return -ENAMETOOLONG;
-	int fd = open(p, O_WRONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	ssize_t n = write(fd, s, strlen(s));
-	int e = errno;
-	close(fd);
-	return n == (ssize_t)strlen(s) ? 0 : -(n < 0 ? e : EIO);
+	return fs_write_string(p, s);
 }
 
 /* cgroup_read_knob - see cgroup.h */

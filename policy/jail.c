@@ -100,18 +100,6 @@ static void __attribute__((noreturn, format(printf, 1, 2))) die(const char *fmt,
 	_exit(1);
 }
 
-/* write_file - whole small string into a file (proc and cgroup knobs) */
-static int write_file(const char *path, const char *s)
-{
-	int fd = open(path, O_WRONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	ssize_t n = write(fd, s, strlen(s));
-	int e = errno;
-	close(fd);
-	return n == (ssize_t)strlen(s) ? 0 : -(n < 0 ? e : EIO);
-}
-
 /* ---- cgroups ---- */
 
 /* jail_cgroups - this sandbox's memory, pids and cpu groups (policy/cgroup.c), entered before
@@ -822,10 +810,10 @@ int jail_main(int argc, char **argv)
 		    "user.max_user_namespaces, kernel.unprivileged_userns_clone)", strerror(errno));
 	char map[64];
 	snprintf(map, sizeof(map), "%d %u 1\n", JAIL_UID, (unsigned)uid);
-	if (write_file("/proc/self/setgroups", "deny") != 0 || write_file("/proc/self/uid_map", map) != 0)
+	if (fs_write_string("/proc/self/setgroups", "deny") != 0 || fs_write_string("/proc/self/uid_map", map) != 0)
 		die("map the sandbox uid: %s", strerror(errno));
 	snprintf(map, sizeof(map), "%d %u 1\n", JAIL_UID, (unsigned)gid);
-	if (write_file("/proc/self/gid_map", map) != 0)
+	if (fs_write_string("/proc/self/gid_map", map) != 0)
 		die("map the sandbox gid: %s", strerror(errno));
 	pid_t init = fork();
 	if (init < 0)
