@@ -1345,8 +1345,9 @@ static int check_cached(const char *t, size_t len, time_t now, char *user, size_
 bool auth_bearer(struct MHD_Connection *c, char *user, size_t cap, enum MHD_Result *q)
 {
 	const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+	bool bearer = h && strncasecmp(h, "Bearer ", 7) == 0;
 	int r = -EACCES;
-	if (h && strncasecmp(h, "Bearer ", 7) == 0) {
+	if (bearer) {
 		const char *t = h + 7;
 		while (*t == ' ')
 			t++;
@@ -1357,7 +1358,7 @@ bool auth_bearer(struct MHD_Connection *c, char *user, size_t cap, enum MHD_Resu
 	char hdr[AUTH_MAX_URI_BYTES * 2 + 200];
 	int n = snprintf(hdr, sizeof(hdr), "WWW-Authenticate: Bearer resource_metadata=\"%s/.well-known/"
 			 "oauth-protected-resource/mcp\"", A.public_url);
-	if (h && strncasecmp(h, "Bearer ", 7) == 0) {
+	if (bearer) {
 		pthread_mutex_lock(&A.mu);
 		A.tokens_refused++;
 		pthread_mutex_unlock(&A.mu);
