@@ -69,7 +69,9 @@
  *   NOTE_STATE       "idle" | "busy"
  *   REQ_SANDBOX      op "spawn" | "release" the worker's sandbox; name must be "" (the master
  *                    names sandboxes and SandboxClaims). A second spawn replaces the sandbox
- *                    the worker has (it died or could not be used). On the Kubernetes backend
+ *                    the worker has (it died or could not be used); one at a time: a second
+ *                    while a local sandbox it asked for is still starting ends the worker
+ *                    (master/monitor.c). On the Kubernetes backend
  *                    the master claims, watches, renews and deletes the SandboxClaim itself
  *                    (master/sandbox_kube.c); the worker never talks to the API server.
  *   ANS_SANDBOX      where its agent listens (socket: the local agent's, or on Kubernetes the

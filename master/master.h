@@ -86,12 +86,15 @@ struct worker {
 	bool sandbox_keep;
 	int sandbox_lock;         /* descriptor + 1 of <dir>/lock, flocked while in use; 0: none */
 	int claim_attempts;       /* --claim's sandbox tried so many times */
+	/* its sandbox's start while it runs on the spawner thread (master/sandbox_local.c), under
+	 * mu; the monitor ends a worker that sends REQ_SANDBOX again meanwhile */
+	struct sandbox_start *sandbox_start;
 	bool prestart;            /* started ahead of need, no session has taken it yet: it and
 				   * its sandbox yield the CPU (spawn_prestart_done ends that) */
 	pthread_mutex_t *mu;      /* the lock its transport holds while the monitor answers it
-				   * (the shared server's pool.mu), which a slow answer may drop:
-				   * the main loop, the one thread that reaps or ends a worker, is
-				   * the one answering, so the worker stays what it was */
+				   * (the shared server's pool.mu; NULL: stdio, exec). A sandbox
+				   * start of such a worker runs on the spawner thread, which
+				   * reaches the worker only under it */
 	/* its SandboxClaim and agent relay (Kubernetes backend: master/sandbox_kube.c) */
 	struct kb_peer *kube;
 	/* its REQ_TOKEN rate (master/monitor.c) */
@@ -178,6 +181,9 @@ void sandbox_local_limits(const struct serve_config *cfg);
 int sandbox_local_probe(const struct serve_config *cfg, FILE *out);
 /* sandbox_local_plan - the plan sandbox_local_limits made, or NULL */
 const struct cgroup_plan *sandbox_local_plan(void);
+/* sandbox_local_drain - wait until the spawner has no start left (a shutdown: the workers are
+ * gone, so each start undoes itself; what that leaves to do is later_drain's) */
+void sandbox_local_drain(void);
 /* sandbox_local_sweep - remove what sessions that ended without releasing (killed) left in
  * root: only directories with a lock file nobody holds and no kept marker */
 void sandbox_local_sweep(const char *root);

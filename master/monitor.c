@@ -120,6 +120,12 @@ static int mon_answer_sandbox(struct mon_peer *p, const struct ipc_msg *m)
 			ipc_phase_name(p->phase));
 		return -EPERM;
 	}
+	if (w->sandbox_start) {
+		/* it waits for the answer to the first one: an honest worker never asks twice */
+		mon_end(w, "sent REQ_SANDBOX while the sandbox it asked for is still starting "
+			"(phase %s): one request at a time", ipc_phase_name(p->phase));
+		return -EPERM;
+	}
 	char err[300];
 	snprintf(err, sizeof(err), "%s", p->phase == IPC_PH_ENDING ? "the session is ending"
 					       : "a claim waits for the session's first tool call");

@@ -831,6 +831,7 @@ void pool_shutdown(void)
 		s->state = SLOT_FREE;
 	}
 	pthread_mutex_unlock(&pool.mu);
+	sandbox_local_drain(); /* starts still running undo themselves, into later's queue */
 	later_drain();
 	spawn_runtime_dir_remove(pool.rundir);
 	if (pool.acct && pool.acct != stderr)

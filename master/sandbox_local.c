@@ -12,12 +12,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -52,9 +54,10 @@ static long lock_read_pid(int fd)
 	return n > 0 ? strtol(buf, NULL, 10) : 0;
 }
 
-/* sandbox_lock - hold dir's lock for w; a fresh lock file is made locked under a temporary name
- * and renamed into place, so a sweep never sees an unheld lock of a sandbox being born */
-static int sandbox_lock(struct worker *w, const char *dir, const char *name, char *err, size_t errlen)
+/* sandbox_lock - hold dir's lock (*lock: descriptor + 1); a fresh lock file is made locked under
+ * a temporary name and renamed into place, so a sweep never sees an unheld lock of a sandbox
+ * being born */
+static int sandbox_lock(int *lock, const char *dir, const char *name, char *err, size_t errlen)
 {
 	char path[600], tmp[640];
 	snprintf(path, sizeof(path), "%s/" SANDBOX_LOCK, dir);
@@ -89,7 +92,7 @@ static int sandbox_lock(struct worker *w, const char *dir, const char *name, cha
 			unlink(tmp);
 		return -EIO;
 	}
-	w->sandbox_lock = fd + 1;
+	*lock = fd + 1;
 	return 0;
 }
 
@@ -360,68 +363,91 @@ static void sandbox_local_release_later(struct worker *w)
 		sandbox_finish_job(g);
 }
 
-/* sandbox_cpu - the CPU weight of w's sandbox: a pre-start's, or a session's; create: before
+/* sandbox_cpu - the CPU weight of sandbox name: a pre-start's, or a session's; create: before
  * its jail starts (the master alone writes it: policy/cgroup.c) */
-static void sandbox_cpu(struct worker *w, const char *name, bool create)
+static void sandbox_cpu(bool prestart, const char *name, bool create)
 {
 	if (!sb_planned)
 		return;
-	int r = cgroup_cpu_weight(&sb_plan, name, w->prestart, create);
+	int r = cgroup_cpu_weight(&sb_plan, name, prestart, create);
 	if (r != 0 && r != -EOPNOTSUPP)
-		log_warn("sandbox %s: cannot set its CPU weight (%s): %s", name, w->prestart ?
+		log_warn("sandbox %s: cannot set its CPU weight (%s): %s", name, prestart ?
 			 "a pre-start's, low until a session takes it" : "a session's", strerror(-r));
 }
 
-/* sandbox_local_taken - a session took w: its sandbox's weight up to a session's */
-static void sandbox_local_taken(struct worker *w)
+/* ---- starting: off the main loop ---- */
+
+/*
+ * A start (directories, lock, CPU group, the jail's posix_spawn: 20-60 ms on a loaded host)
+ * runs on one long-lived spawner thread when the worker's transport serves other sessions too
+ * (w->mu: the shared server), so that the main loop goes on routing their messages; inline
+ * otherwise (stdio, exec). Long-lived, because a child's parent-death signal is tied to the
+ * thread that started it. While a start runs, w->sandbox_start points at it: it holds a copy
+ * of all it needs, and reaches the worker only under w->mu and only while sst->w is set. The
+ * worker's release clears that (sandbox_local_gone), after which its slot may be closed and
+ * reused; the start then undoes itself: its jail is killed, and its directory, cgroups and
+ * lock go as in a release. Until then its reference to the worker's identity keeps that uid
+ * (the group of the directory and socket) from a new worker. A second REQ_SANDBOX meanwhile
+ * ends the worker (master/monitor.c).
+ */
+struct sandbox_start {
+	struct sandbox_start *next;  /* the spawner's queue */
+	struct worker *w;            /* NULL once the worker is gone (under mu) */
+	pthread_mutex_t *mu;         /* w->mu; NULL: started inline */
+	const struct serve_config *cfg;
+	uint32_t seq;                /* of the REQ_SANDBOX it answers */
+	pid_t wpid;                  /* the worker's, for log lines */
+	const char *want;            /* --claim's kept sandbox, or NULL: a fresh one */
+	bool keep;                   /* --persistent */
+	bool taken;                  /* a session took the worker meanwhile (under mu) */
+	uid_t sock_gid;              /* the worker's uid = gid; 0: it has none of its own */
+	uid_t uid_ref;               /* that uid, referenced (master/identity.c); 0: none */
+	bool has_old;                /* old: the same kept sandbox, wholly released first */
+	struct sandbox_gone old;
+};
+
+static void st_lock(struct sandbox_start *j)
 {
-	if (w->sandbox_name[0])
-		sandbox_cpu(w, w->sandbox_name, false);
+	if (j->mu)
+		pthread_mutex_lock(j->mu);
 }
 
-/* sandbox_local_reaped - the agent died by itself: the worker is told at once (NOTE_SANDBOX) */
-static bool sandbox_local_reaped(struct worker *w, pid_t pid, int status)
+static void st_unlock(struct sandbox_start *j)
 {
-	if (w->sandbox_pid != pid || pid <= 0)
-		return false;
-	char how[96];
-	log_warn("sandbox %s (agent pid %d) %s", w->sandbox_name, (int)pid,
-		 proc_status_text(status, how, sizeof(how)));
-	kill(-pid, SIGKILL); /* whatever it left running */
-	w->sandbox_pid = 0;
-	/* tell the worker now, so it need not wait for an agent that will never answer */
-	struct ipc_buf b;
-	if (w->pid > 0 && w->hello && ipc_pack_note_sandbox(&b, 0, w->sandbox_name, how) == 0)
-		channel_send(w, &b);
-	return true;
+	if (j->mu)
+		pthread_mutex_unlock(j->mu);
 }
 
-/* sandbox_local_spawn - start an agent for worker w in <root>/<name> */
-static int sandbox_local_spawn(struct worker *w, const struct serve_config *cfg, const char *name,
-			char *err, size_t errlen)
+/* sandbox_jail - make <root>/<name> and start its jail: the pid, or a negative errno and why
+ * in err. name, dir: what it chose; *lock: the directory's lock once held (descriptor + 1) */
+static pid_t sandbox_jail(struct sandbox_start *j, bool prestart, char name[64], char dir[512],
+			  int *lock, char *err, size_t errlen)
 {
-	char dir[512], sock[600];
-	bool reuse = name && *name;
-	char fresh[40];
-	if (!reuse) {
+	const struct serve_config *cfg = j->cfg;
+	char sock[600];
+	if (j->has_old)
+		sandbox_finish(&j->old);
+	j->has_old = false;
+	if (j->want) {
+		snprintf(name, 64, "%s", j->want);
+	} else {
 		char rnd[17];
 		random_hex(rnd, 6);
-		snprintf(fresh, sizeof(fresh), "kg-%s", rnd);
-		name = fresh;
+		snprintf(name, 64, "kg-%s", rnd);
 	}
 	for (const char *p = name; *p; p++)
 		if (!(*p == '-' || *p == '_' || (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9'))) {
 			snprintf(err, errlen, "invalid sandbox name \"%s\"", name);
 			return -EINVAL;
 		}
-	snprintf(dir, sizeof(dir), "%s/%s", cfg->sandbox_root, name);
+	snprintf(dir, 512, "%s/%s", cfg->sandbox_root, name);
 	snprintf(sock, sizeof(sock), "%s/sock/agent.sock", dir);
 	if (strlen(sock) >= 108) {
 		snprintf(err, errlen, "sandbox root %s is too long for a unix socket path", cfg->sandbox_root);
 		return -ENAMETOOLONG;
 	}
 	struct stat st;
-	if (reuse && stat(dir, &st) != 0) {
+	if (j->want && stat(dir, &st) != 0) {
 		snprintf(err, errlen, "no kept sandbox named \"%s\" (see `kode-gopher sandboxes list`)", name);
 		return -ENOENT;
 	}
@@ -439,11 +465,11 @@ static int sandbox_local_spawn(struct worker *w, const struct serve_config *cfg,
 		snprintf(err, errlen, "cannot create the sandbox directory %s: %s", dir, strerror(-r));
 		return r;
 	}
-	if ((r = sandbox_lock(w, dir, name, err, errlen)) != 0)
+	if ((r = sandbox_lock(lock, dir, name, err, errlen)) != 0)
 		return r;
 	char kept[620];
 	snprintf(kept, sizeof(kept), "%s/" SANDBOX_KEPT, dir);
-	if (cfg->persistent) {
+	if (j->keep) {
 		int kfd = open(kept, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
 		if (kfd >= 0)
 			close(kfd);
@@ -462,8 +488,8 @@ static int sandbox_local_spawn(struct worker *w, const struct serve_config *cfg,
 	snprintf(maxtmo, sizeof(maxtmo), "%d", cfg->max_timeout_s);
 	const char *level = names[cfg->log_level];
 	char wgid[16];
-	snprintf(wgid, sizeof(wgid), "%u", (unsigned)w->uid); /* 0: the worker has no gid of its own */
-	char *argv[] = { "kode-gopher", "jail", "--dir", dir, "--name", (char *)name,
+	snprintf(wgid, sizeof(wgid), "%u", (unsigned)j->sock_gid);
+	char *argv[] = { "kode-gopher", "jail", "--dir", dir, "--name", name,
 			 "--runtime-dir", (char *)cfg->runtime_dir, "--memory", mem, "--pids", pids,
 			 "--disk", disk,
 			 "--network", (char *)cfg->network, "--log-level", (char *)level,
@@ -477,70 +503,259 @@ static int sandbox_local_spawn(struct worker *w, const struct serve_config *cfg,
 	char *full[96], unit[128], exe[PATH_MAX];
 	const char *path = jail_argv(name, argv, full, sizeof(full) / sizeof(full[0]), unit,
 				     sizeof(unit), exe);
-	/* its CPU group at its weight first, and its name on w, so that a session taking w while
-	 * the jail starts raises the right group */
-	sandbox_cpu(w, name, true);
-	w->sandbox_keep = cfg->persistent;
-	snprintf(w->sandbox_name, sizeof(w->sandbox_name), "%s", name);
-	snprintf(w->sandbox_dir, sizeof(w->sandbox_dir), "%s", dir);
-	/* its own process group: killing the sandbox kills all it started. Started without the
-	 * transport's lock (w->mu): see struct worker */
+	sandbox_cpu(prestart, name, true); /* its CPU group at its weight before the jail enters it */
+	/* its own process group: killing the sandbox kills all it started */
 	struct proc_how how = { .stdout_to_stderr = true, .setsid = true };
-	if (w->mu)
-		pthread_mutex_unlock(w->mu);
 	pid_t pid = proc_spawn(path, full, &how);
-	if (w->mu)
-		pthread_mutex_lock(w->mu);
-	if (pid < 0) {
-		r = (int)pid;
-		snprintf(err, errlen, "cannot start a sandbox: %s", strerror(-r));
-		close(w->sandbox_lock - 1);
-		w->sandbox_lock = 0;
-		w->sandbox_name[0] = w->sandbox_dir[0] = '\0';
-		cgroup_remove(&sb_plan, name);
-		return r;
-	}
-	w->sandbox_pid = pid;
-	log_info("sandbox %s: agent pid %d in %s", name, (int)pid, dir);
-	return 0;
+	if (pid < 0)
+		snprintf(err, errlen, "cannot start a sandbox: %s", strerror((int)-pid));
+	return pid;
 }
 
-/* sandbox_local_answer - serve one REQ_SANDBOX from worker w (master/sandbox.h) */
+/* sandbox_lost - w's jail pid is gone (how): the worker is told at once (NOTE_SANDBOX) */
+static void sandbox_lost(struct worker *w, pid_t pid, const char *how)
+{
+	log_warn("sandbox %s (agent pid %d) %s", w->sandbox_name, (int)pid, how);
+	kill(-pid, SIGKILL); /* whatever it left running */
+	w->sandbox_pid = 0;
+	/* tell the worker now, so it need not wait for an agent that will never answer */
+	struct ipc_buf b;
+	if (w->pid > 0 && w->hello && ipc_pack_note_sandbox(&b, 0, w->sandbox_name, how) == 0)
+		channel_send(w, &b);
+}
+
+/* sandbox_start_detach - w is gone (under w->mu): a start of its still running undoes itself */
+static void sandbox_start_detach(struct worker *w)
+{
+	if (w->sandbox_start) {
+		w->sandbox_start->w = NULL;
+		w->sandbox_start = NULL;
+	}
+}
+
+/* sandbox_start_run - one start, to its answer (ANS_SANDBOX) or, if its worker went meanwhile,
+ * undone */
+static void sandbox_start_run(struct sandbox_start *j)
+{
+	char err[1024] = "", name[64] = "", dir[512] = "";
+	int lock = 0;
+	pid_t pid = -ESRCH;
+	st_lock(j);
+	bool went = !j->w;
+	bool prestart = j->w && j->w->prestart;
+	st_unlock(j);
+	if (!went)
+		pid = sandbox_jail(j, prestart, name, dir, &lock, err, sizeof(err));
+	else
+		log_info("a sandbox for worker pid %d was not started: the worker went while it "
+			 "waited for the spawner", (int)j->wpid);
+	if (went && j->has_old)
+		sandbox_finish(&j->old);
+	st_lock(j);
+	struct worker *w = j->w;
+	bool raise = w && prestart && j->taken;
+	if (w) {
+		w->sandbox_start = NULL;
+		if (pid > 0) {
+			w->sandbox_pid = pid;
+			w->sandbox_lock = lock;
+			w->sandbox_keep = j->keep;
+			snprintf(w->sandbox_name, sizeof(w->sandbox_name), "%s", name);
+			snprintf(w->sandbox_dir, sizeof(w->sandbox_dir), "%s", dir);
+			log_info("sandbox %s: agent pid %d in %s", name, (int)pid, dir);
+		}
+		char sock[600] = "";
+		if (pid > 0)
+			snprintf(sock, sizeof(sock), "%s/sock/agent.sock", dir);
+		struct ipc_buf b;
+		if (ipc_pack_ans_sandbox(&b, j->seq, pid > 0, err, sock, w->sandbox_name,
+					 w->sandbox_dir) == 0)
+			channel_send(w, &b);
+		/* the main loop reaps every child (wait4(-1), under mu): a jail that died before its
+		 * pid was on w went unrecognized; its log lines say why */
+		siginfo_t si;
+		if (pid > 0 && waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) != 0 &&
+		    errno == ECHILD)
+			sandbox_lost(w, pid, "ended as it started");
+	}
+	st_unlock(j);
+	if (raise)
+		sandbox_cpu(false, name, false);
+	if (w && pid > 0) {
+		if (j->uid_ref)
+			identity_unref(j->uid_ref);
+		free(j);
+		return;
+	}
+	/* no sandbox for the worker: what was made goes (a directory only once its lock is ours:
+	 * a kept one another session holds is not touched) */
+	struct sandbox_gone g = { .pid = pid > 0 ? pid : 0, .keep = j->keep || j->want != NULL,
+				  .lock = lock, .worker_uid = j->uid_ref };
+	if (name[0] && (pid > 0 || lock))
+		snprintf(g.name, sizeof(g.name), "%s", name);
+	if (lock)
+		snprintf(g.dir, sizeof(g.dir), "%s", dir);
+	if (pid > 0) {
+		log_info("sandbox %s: its worker (pid %d) went while it started; removing it", name,
+			 (int)j->wpid);
+		kill(-pid, SIGKILL);
+		kill(pid, SIGKILL);
+	}
+	bool here = !j->mu; /* started inline: done when this returns */
+	free(j);
+	struct sandbox_gone *gp = here ? NULL : malloc(sizeof(*gp));
+	if (gp)
+		*gp = g;
+	if (!gp || !later_run(sandbox_finish_job, gp)) {
+		sandbox_finish(&g);
+		free(gp);
+	}
+}
+
+/* the spawner: one long-lived thread and its queue, first in first out */
+static struct {
+	pthread_mutex_t mu;
+	pthread_cond_t work, idle;
+	struct sandbox_start *head, *tail;
+	bool started, busy;
+} sp = { .mu = PTHREAD_MUTEX_INITIALIZER, .work = PTHREAD_COND_INITIALIZER,
+	 .idle = PTHREAD_COND_INITIALIZER };
+
+static void *sp_thread(void *arg)
+{
+	(void)arg;
+	pthread_setname_np(pthread_self(), "kg-spawner"); /* for ps, perf and tests */
+	/* below the main loop (POOL_LOOP_NICE as root), level with the jails it starts */
+	if (setpriority(PRIO_PROCESS, (id_t)gettid(), SPAWNER_NICE) != 0)
+		log_debug("sandbox spawner: cannot set its priority: %s", strerror(errno));
+	pthread_mutex_lock(&sp.mu);
+	for (;;) {
+		while (!sp.head)
+			pthread_cond_wait(&sp.work, &sp.mu);
+		struct sandbox_start *j = sp.head;
+		sp.head = j->next;
+		if (!sp.head)
+			sp.tail = NULL;
+		sp.busy = true;
+		pthread_mutex_unlock(&sp.mu);
+		sandbox_start_run(j);
+		pthread_mutex_lock(&sp.mu);
+		sp.busy = false;
+		if (!sp.head)
+			pthread_cond_broadcast(&sp.idle);
+	}
+	return NULL;
+}
+
+/* sp_queue - j for the spawner; false if there is no spawner (then run it yourself) */
+static bool sp_queue(struct sandbox_start *j)
+{
+	pthread_mutex_lock(&sp.mu);
+	if (!sp.started) {
+		pthread_t t;
+		pthread_attr_t a;
+		pthread_attr_init(&a);
+		pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+		sp.started = pthread_create(&t, &a, sp_thread, NULL) == 0;
+		pthread_attr_destroy(&a);
+	}
+	if (sp.started) {
+		j->next = NULL;
+		if (sp.tail)
+			sp.tail->next = j;
+		else
+			sp.head = j;
+		sp.tail = j;
+		pthread_cond_signal(&sp.work);
+	}
+	pthread_mutex_unlock(&sp.mu);
+	return sp.started;
+}
+
+/* sandbox_local_drain - see master.h */
+void sandbox_local_drain(void)
+{
+	pthread_mutex_lock(&sp.mu);
+	while (sp.head || sp.busy)
+		pthread_cond_wait(&sp.idle, &sp.mu);
+	pthread_mutex_unlock(&sp.mu);
+}
+
+/* sandbox_local_taken - a session took w: its sandbox's weight up to a session's (one still
+ * starting gets it when its jail is up) */
+static void sandbox_local_taken(struct worker *w)
+{
+	if (w->sandbox_start)
+		w->sandbox_start->taken = true;
+	else if (w->sandbox_name[0])
+		sandbox_cpu(false, w->sandbox_name, false);
+}
+
+/* sandbox_local_reaped - the agent died by itself: the worker is told at once (NOTE_SANDBOX) */
+static bool sandbox_local_reaped(struct worker *w, pid_t pid, int status)
+{
+	if (w->sandbox_pid != pid || pid <= 0)
+		return false;
+	char how[96];
+	sandbox_lost(w, pid, proc_status_text(status, how, sizeof(how)));
+	return true;
+}
+
+/* sandbox_local_answer - serve one REQ_SANDBOX from worker w (master/sandbox.h): a release at
+ * once, a spawn by the spawner (the shared server) or here */
 static void sandbox_local_answer(struct worker *w, uint32_t seq, bool spawn, const char *user)
 {
 	const struct serve_config *cfg = w->cfg;
 	(void)user;
-	char err[1024] = "", sock[600] = "";
-	bool ok = false;
-	if (spawn) {
-		/* --claim NAME: the first sandbox is that one, and if it dies it is tried once
-		 * more before the session carries on in a fresh one */
-		const char *want = NULL;
-		if (cfg->claim && w->claim_attempts < 2) {
-			want = cfg->claim;
-			w->claim_attempts++;
-		}
-		/* a second spawn replaces a dead or stuck sandbox: the old one goes first, and
-		 * wholly before a kept one of the same name is locked again */
-		if (want && strcmp(want, w->sandbox_name) == 0)
-			sandbox_local_release(w);
-		else
-			sandbox_local_release_later(w);
-		ok = sandbox_local_spawn(w, cfg, want, err, sizeof(err)) == 0;
-		if (ok)
-			snprintf(sock, sizeof(sock), "%s/sock/agent.sock", w->sandbox_dir);
+	if (!spawn) {
+		sandbox_local_release_later(w);
+		struct ipc_buf b;
+		if (ipc_pack_ans_sandbox(&b, seq, true, "", "", "", "") == 0)
+			channel_send(w, &b);
+		return;
+	}
+	struct sandbox_start *j = calloc(1, sizeof(*j));
+	if (!j) {
+		struct ipc_buf b;
+		if (ipc_pack_ans_sandbox(&b, seq, false, "cannot start a sandbox: out of memory", "",
+					 "", "") == 0)
+			channel_send(w, &b);
+		return;
+	}
+	sandbox_start_detach(w); /* none runs: master/monitor.c ends a worker that asks twice */
+	j->w = w;
+	j->mu = w->mu;
+	j->cfg = cfg;
+	j->seq = seq;
+	j->wpid = w->pid;
+	j->keep = cfg->persistent;
+	j->sock_gid = w->uid;
+	j->uid_ref = w->id_held ? w->uid : 0;
+	if (j->uid_ref)
+		identity_ref(j->uid_ref);
+	/* --claim NAME: the first sandbox is that one, and if it dies it is tried once more
+	 * before the session carries on in a fresh one */
+	if (cfg->claim && w->claim_attempts < 2) {
+		j->want = cfg->claim;
+		w->claim_attempts++;
+	}
+	/* a second spawn replaces a dead or stuck sandbox: the old one goes first, and wholly
+	 * before a kept one of the same name is locked again */
+	if (j->want && strcmp(j->want, w->sandbox_name) == 0) {
+		sandbox_signal(w, &j->old);
+		j->has_old = true;
 	} else {
 		sandbox_local_release_later(w);
-		ok = true;
 	}
-	struct ipc_buf b;
-	if (ipc_pack_ans_sandbox(&b, seq, ok, err, sock, w->sandbox_name, w->sandbox_dir) == 0)
-		channel_send(w, &b);
+	w->sandbox_start = j;
+	if (!j->mu || !sp_queue(j))
+		sandbox_start_run(j);
 }
 
 /* sandbox_local_gone - the worker is gone: kill its sandbox; remove it now or in the background */
 static void sandbox_local_gone(struct worker *w, bool wait)
 {
+	sandbox_start_detach(w);
 	if (wait)
 		sandbox_local_release(w);
 	else

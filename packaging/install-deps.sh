@@ -10,6 +10,7 @@ debs=(build-essential pkg-config libnng-dev libmsgpack-dev libcurl4-openssl-dev 
       curl ca-certificates openssl iproute2 hyperfine
       slirp4netns # each local sandbox's own network (policy/jail.c)
       e2fsprogs   # mke2fs, debugfs: each local sandbox's own disk (policy/volume.c)
+      strace      # holds a sandbox start up on the master's spawner thread (tests/e2e/churn.test.mjs)
       chromium)   # the sign-in test's browser (tests/e2e/signin-browser.test.mjs, with playwright-core)
 missing=()
 for p in "${debs[@]}"; do

@@ -2,11 +2,13 @@
  * churn.test.mjs - session birth and death stay off the other sessions' path (issue 19): the
  * shared server answers a session's requests while another session's sandbox is still being
  * removed, and workers started ahead of need, and their sandboxes, yield the CPU until a session
- * takes them.
+ * takes them. Sandboxes start on the master's spawner thread, not on the main loop: workers
+ * killed and sessions deleted while their sandboxes start leave nothing behind.
  * Run by tests/run.sh (node --test); each test() is one counted result.
  */
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
+import { spawn } from 'node:child_process';
 import os from 'node:os';
 import test from 'node:test';
 
@@ -199,7 +201,7 @@ function leftovers(srv) {
 		.map((p) => /^Uid:\s+(\d+)/m.exec(fs.readFileSync(`/proc/${p}/status`, 'utf8'))?.[1]));
 	const out = fs.readdirSync(srv.sandboxRoot).filter((d) => d.startsWith('kg-') && !live.has(d)).map((d) => `directory ${d}`);
 	const knob = os.userInfo().uid === 0 ? cpuKnob() : null;
-	const started = new Set([...srv.stderr.matchAll(/sandbox (kg-[0-9a-f]+): agent pid/g)].map((m) => m[1]));
+	const started = new Set([...srv.stderr.matchAll(/sandbox (kg-[0-9a-f]+): (?:agent pid|its worker went while it started)/g)].map((m) => m[1]));
 	for (const name of started)
 		if (knob && !live.has(name) && fs.existsSync(`${knob.mnt}/kode-gopher/${name}`))
 			out.push(`cgroup ${knob.mnt}/kode-gopher/${name}`);
@@ -249,5 +251,148 @@ test('http: workers killed as their sandboxes start, and sessions ended at once,
 			await srv.close();
 		else
 			await srv.close().catch(() => {});
+	}
+});
+
+test('http: many sandboxes starting at once: workers killed and sessions deleted while theirs start leave nothing behind; other sessions are served throughout', { ...T, skip: os.userInfo().uid !== 0 && 'as root only (workers are told apart from their jails by uid)' }, async (t) => {
+	// every pre-started worker asks for its sandbox as it starts: eight at once queue on the
+	// master's spawner, so kills and DELETEs land before, during and after their starts
+	const srv = await httpServe(['--workers-min-idle', '8']);
+	const ready = /^kode-gopher: worker s=- /;
+	try {
+		const keep = await srv.connect();
+		let pings = 0;
+		let pinging = true;
+		const pinger = (async () => {
+			while (pinging) {
+				assert.deepEqual(await keep.client.ping(), {}, 'the kept session is served while sandboxes start');
+				pings++;
+			}
+		})();
+		pinger.catch(() => {}); // awaited below; a failure there fails the test
+		const seen = new Set(children(srv.pid));
+		let killed = 0, deleted = 0, withJail = 0;
+		for (let round = 0; round < 3; round++) {
+			// four sessions at once take pre-started workers, whose replacements start together
+			const ss = await Promise.all([0, 1, 2, 3].map(() => srv.connect()));
+			for (const s of ss)
+				seen.add(sessionWorker(srv.pid, s.sessionId));
+			// two of them end at once: their sandboxes may still be starting
+			await Promise.all(ss.slice(0, 2).map((s) => s.transport.terminateSession()));
+			deleted += 2;
+			// the replacements are killed once they have said HELLO (their title: the REQ_SANDBOX
+			// follows at once), most of them while their sandboxes wait on the spawner
+			for (let k = 0; k < 3; k++) {
+				const w = await waitFor(() => children(srv.pid).find((p) => !seen.has(p) && ready.test(cmdline(p) || '')),
+					{ timeout: 60_000, interval: 2, what: 'a new worker' });
+				seen.add(w);
+				const uid = /^Uid:\s+(\d+)/m.exec(fs.readFileSync(`/proc/${w}/status`, 'utf8'))?.[1];
+				withJail += jails(srv.pid).some((j) => j.gid === uid);
+				process.kill(w, 'SIGKILL');
+				killed++;
+			}
+			await Promise.all(ss.slice(2).map((s) => s.transport.terminateSession()));
+			deleted += 2;
+		}
+		await waitFor(() => leftovers(srv).length === 0, { timeout: 120_000, interval: 200, what: `nothing left behind (${leftovers(srv).join(', ')})` });
+		pinging = false;
+		await pinger;
+		assert.ok(pings > 0, 'the kept session was pinged');
+		// the next session works, in a sandbox of its own
+		const next = await srv.connect();
+		const r = await callTool(next.client, 'execute_go_code', { code: 'package snippet\n\nimport "context"\n\nfunc run(ctx context.Context) (any, error) { return 5, nil }\n' });
+		assert.equal(sc(r).result?.value, 5, JSON.stringify(sc(r)));
+		const undone = (srv.stderr.match(/its worker \(pid \d+\) went while it started/g) || []).length;
+		const dropped = (srv.stderr.match(/the worker went while it waited for the spawner/g) || []).length;
+		t.diagnostic(`${killed} workers killed (${withJail} with a jail already), ${deleted} sessions deleted, ${pings} pings answered; starts undone after their worker went: ${undone} running, ${dropped} queued`);
+		assert.doesNotMatch(srv.stderr, /still starting/, 'no worker asked twice');
+	} finally {
+		await srv.close();
+	}
+});
+
+/* spawnerThread - the tid of serve's sandbox spawner (master/sandbox_local.c), or undefined */
+function spawnerThread(pid) {
+	return fs.readdirSync(`/proc/${pid}/task`).find((t) => {
+		try {
+			return fs.readFileSync(`/proc/${pid}/task/${t}/comm`, 'utf8').trim() === 'kg-spawner';
+		} catch {
+			return false;
+		}
+	});
+}
+
+/* holdSpawner - strace the spawner thread alone and hold its next mkdir (a sandbox start's first
+ * step) until release() (strace detaches; the call goes on): a file system that hangs, as NFS
+ * can. held() is true while the thread sits in that call. */
+async function holdSpawner(srv, dir) {
+	const tid = await waitFor(() => spawnerThread(srv.pid), { timeout: 30_000, what: 'the master\'s spawner thread (kg-spawner)' });
+	const out = `${dir}/strace.${tid}.${Date.now()}`;
+	const st = spawn('strace', ['-p', tid, '-e', 'trace=mkdir', '-e', 'inject=mkdir:delay_enter=600000000', '-o', out], { stdio: ['ignore', 'ignore', 'pipe'] });
+	let err = '';
+	st.stderr.on('data', (d) => { err += d; });
+	const exited = new Promise((r) => st.on('exit', r));
+	await waitFor(() => /attached/.test(err) || null, { timeout: 30_000, what: `strace to attach (${err})` });
+	const state = () => /^State:\s+(\S)/m.exec(fs.readFileSync(`/proc/${srv.pid}/task/${tid}/status`, 'utf8'))?.[1];
+	return {
+		held: () => fs.existsSync(out) && /^mkdir\(/m.test(fs.readFileSync(out, 'utf8')) && state() === 't',
+		async release() {
+			st.kill('SIGTERM');
+			await exited;
+		},
+	};
+}
+
+/* gone - pid has exited and been reaped (by serve: what its death sets off has run) */
+const gone = (pid) => !fs.existsSync(`/proc/${pid}`);
+
+test('http: a sandbox start held up on the spawner thread: other sessions are served meanwhile, and its worker killed or its session deleted undo it; nothing is left behind', { ...T, skip: os.userInfo().uid !== 0 && 'as root only (workers are told apart from their jails by uid)' }, async (t) => {
+	const srv = await httpServe(['--workers-min-idle', '1']);
+	const ready = /^kode-gopher: worker s=- /;
+	const tmp = fs.mkdtempSync(`${os.tmpdir()}/kg-churn-`);
+	let hold;
+	try {
+		const keep = await srv.connect();
+		assert.deepEqual(await keep.client.ping(), {});
+		await waitFor(() => leftovers(srv).length === 0 && jails(srv.pid).length === 2 || null, { timeout: 60_000, what: 'both sandboxes up' });
+		const before = new Set(children(srv.pid));
+		hold = await holdSpawner(srv, tmp);
+		// a session takes the idle worker; its replacement's sandbox start hangs in its mkdir
+		const a = await srv.connect();
+		const w1 = await waitFor(() => children(srv.pid).find((p) => !before.has(p) && ready.test(cmdline(p) || '')), { timeout: 60_000, interval: 5, what: 'the replacement worker' });
+		await waitFor(() => hold.held() || null, { timeout: 60_000, what: 'its sandbox start to be held in the spawner' });
+		// the main loop is not the thread that waits: both sessions are answered
+		assert.deepEqual(await keep.client.ping(), {});
+		assert.deepEqual(await a.client.ping(), {});
+		assert.ok(hold.held(), 'the start was still held while the sessions were answered');
+		// a session takes w1, whose sandbox is still starting, and is deleted: w1 leaves; its
+		// replacement w2 asks for a sandbox behind w1's and is killed
+		const b = await srv.connect();
+		assert.equal(sessionWorker(srv.pid, b.sessionId), w1, 'the new session has the worker whose sandbox is held');
+		const w2 = await waitFor(() => children(srv.pid).find((p) => !before.has(p) && p !== w1 && ready.test(cmdline(p) || '')), { timeout: 60_000, interval: 5, what: 'the next replacement worker' });
+		await b.transport.terminateSession();
+		process.kill(w2, 'SIGKILL');
+		await waitFor(() => (gone(w1) && gone(w2)) || null, { timeout: 60_000, what: 'both workers reaped' });
+		assert.ok(hold.held(), 'both went while the start was held');
+		assert.deepEqual(await keep.client.ping(), {});
+		await hold.release();
+		hold = null;
+		await waitFor(() => new RegExp(`its worker \\(pid ${w1}\\) went while it started; removing it`).test(srv.stderr) || null, { timeout: 60_000, what: 'the held start to undo itself' });
+		await waitFor(() => leftovers(srv).length === 0, { timeout: 120_000, interval: 200, what: `nothing left behind (${leftovers(srv).join(', ')})` });
+		// w2's start, queued behind the held one, was dropped unstarted (unless w2 died before its
+		// REQ_SANDBOX was read: then there was none; either way leftovers() found no jail of it)
+		t.diagnostic(new RegExp(`a sandbox for worker pid ${w2} was not started`).test(srv.stderr)
+			? 'the killed worker\'s queued start was dropped' : 'the killed worker died before asking for a sandbox');
+		// the pool goes on: the next session works in a sandbox of its own
+		const next = await srv.connect();
+		const r = await callTool(next.client, 'execute_go_code', { code: 'package snippet\n\nimport "context"\n\nfunc run(ctx context.Context) (any, error) { return 9, nil }\n' });
+		assert.equal(sc(r).result?.value, 9, JSON.stringify(sc(r)));
+		const r2 = await callTool(a.client, 'execute_go_code', { code: 'package snippet\n\nimport "context"\n\nfunc run(ctx context.Context) (any, error) { return 8, nil }\n' });
+		assert.equal(sc(r2).result?.value, 8, JSON.stringify(sc(r2)));
+	} finally {
+		if (hold)
+			await hold.release();
+		await srv.close();
+		fs.rmSync(tmp, { recursive: true, force: true });
 	}
 });

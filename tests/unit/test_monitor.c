@@ -338,6 +338,57 @@ static void test_sandbox_unknown_op(void **st)
 	assert_ended(f);
 }
 
+/* A worker waits for the answer to its REQ_SANDBOX: one sent while the sandbox it asked for is
+ * still starting (on the spawner thread, master/sandbox_local.c) ends it, whatever the op and
+ * phase, and it gets no answer; the start itself is left to undo itself when the worker is
+ * reaped. */
+static void test_sandbox_asked_twice(void **st)
+{
+	static const char *const ops[] = { "spawn", "release" };
+	static const unsigned phases[] = { IPC_PH_IDLE, IPC_PH_SESSION, IPC_PH_ENDING };
+	for (size_t o = 0; o < 2; o++)
+		for (size_t k = 0; k < sizeof(phases) / sizeof(phases[0]); k++) {
+			struct fake *f = *st;
+			if (o || k) {
+				teardown(st);
+				setup(st);
+				f = *st;
+			}
+			struct ipc_buf b;
+			struct ipc_msg m;
+			hello(f);
+			struct sandbox_start *starting = (struct sandbox_start *)&f->w; /* opaque: only set */
+			f->w.sandbox_start = starting;
+			assert_int_equal(ipc_pack_req_sandbox(&b, 2, ops[o], ""), 0);
+			/* the log says which worker and why, in one line */
+			FILE *log = tmpfile();
+			assert_non_null(log);
+			fflush(stderr);
+			int saved = dup(STDERR_FILENO);
+			assert_true(saved >= 0 && dup2(fileno(log), STDERR_FILENO) == STDERR_FILENO);
+			log_init("test", LOG_LVL_ERROR); /* 6 lines: within the site's burst */
+			int r = dispatch(f, phases[k], &b);
+			log_init("test", LOG_LVL_OFF);
+			fflush(stderr);
+			dup2(saved, STDERR_FILENO);
+			close(saved);
+			char line[600] = "", want[80];
+			rewind(log);
+			assert_non_null(fgets(line, sizeof(line), log));
+			fclose(log);
+			assert_int_equal(r, -EPERM);
+			snprintf(want, sizeof(want), "worker pid %d (session ", (int)f->w.pid);
+			assert_non_null(strstr(line, want));
+			assert_non_null(strstr(line, "sent REQ_SANDBOX while the sandbox it asked for is still "
+						   "starting"));
+			assert_non_null(strstr(line, ipc_phase_name(phases[k])));
+			assert_ended(f);
+			assert_ptr_equal(f->w.sandbox_start, starting); /* the monitor leaves it be */
+			assert_int_equal(chan_recv(f->peer, &m, NNG_FLAG_NONBLOCK, NULL), -EAGAIN);
+			f->w.sandbox_start = NULL;
+		}
+}
+
 /* On Kubernetes the worker can only say "spawn" or "release" with no name: every way of naming
  * a claim or an API object ends it, in every phase it may send REQ_SANDBOX. */
 static void test_kube_names_nothing(void **st)
@@ -965,6 +1016,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_bad_state, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_sandbox_named_by_the_worker, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_sandbox_unknown_op, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_sandbox_asked_twice, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_adc_read_by_the_master, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_adc_in_a_mode_without_one, setup, teardown),
 		cmocka_unit_test(test_kube_names_nothing),
