@@ -63,6 +63,7 @@ deps:
 
 runtime: deps
 	@RUNTIME_DIR=$(RUNTIME_DIR) runtime/prepare.sh
+	@RUNTIME_DIR=$(RUNTIME_DIR) runtime/stdplan.sh
 
 test: all unit
 	@BUILD=$(BUILD) RUNTIME_DIR=$(RUNTIME_DIR) tests/run.sh

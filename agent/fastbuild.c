@@ -30,6 +30,7 @@
 
 #include "agent/golex.h"
 #include "agent/runproc.h"
+#include "agent/stdplan.h"
 #include "ipc/fsutil.h"
 #include "ipc/log.h"
 #include "lib/base64.h"
@@ -373,6 +374,9 @@ static bool has_directive(const char *s, size_t len, const char *word)
 	return false;
 }
 
+static int seed(const struct gobuild_env *e, struct fastbuild_call *fc,
+		const struct gobuild_modfiles *m);
+
 #define NOPE(...)                                                        \
 	do {                                                             \
 		snprintf(fc->why, sizeof(fc->why), __VA_ARGS__);         \
@@ -448,7 +452,7 @@ int fastbuild_prepare(const struct gobuild_env *e, const char *app_dir,
 	if (rc < 0)
 		NOPE("the build's key could not be computed");
 	fc->eligible = true;
-	return 0;
+	return seed(e, fc, m);
 }
 
 /* fastbuild_call_free - see fastbuild.h */
@@ -504,6 +508,27 @@ void fastbuild_forget_all(void)
 		plan_free(fb_plans[i]);
 		fb_plans[i] = NULL;
 	}
+	pthread_mutex_unlock(&fb_lock);
+}
+
+/* plan_store - keep pl as key's plan, in place of the least recently used one when full */
+static void plan_store(struct fb_plan *pl, const char *key)
+{
+	memcpy(pl->key, key, sizeof(pl->key));
+	pthread_mutex_lock(&fb_lock);
+	plan_drop(pl->key);
+	int slot = -1;
+	for (int i = 0; i < FASTBUILD_MAX_PLANS; i++) {
+		if (!fb_plans[i]) {
+			slot = i;
+			break;
+		}
+		if (slot < 0 || fb_plans[i]->used < fb_plans[slot]->used)
+			slot = i;
+	}
+	plan_free(fb_plans[slot]);
+	pl->used = ++fb_clock;
+	fb_plans[slot] = pl;
 	pthread_mutex_unlock(&fb_lock);
 }
 
@@ -731,22 +756,46 @@ void fastbuild_capture(const struct gobuild_env *e, const struct fastbuild_call 
 		plan_free(pl);
 		return;
 	}
-	memcpy(pl->key, fc->key, sizeof(pl->key));
+	plan_store(pl, fc->key);
+}
+
+/*
+ * seed - an import set with no plan yet: one from the runtime's standard-library plan, taken
+ * as go build's own importcfg.link would be (agent/stdplan.h), so that a new sandbox's first
+ * standard-library build is direct too. fc->why says why not. 0, or -ENOMEM.
+ */
+static int seed(const struct gobuild_env *e, struct fastbuild_call *fc,
+		const struct gobuild_modfiles *m)
+{
+	if (!e->runtime_dir)
+		return 0;
 	pthread_mutex_lock(&fb_lock);
-	plan_drop(pl->key);
-	int slot = -1;
-	for (int i = 0; i < FASTBUILD_MAX_PLANS; i++) {
-		if (!fb_plans[i]) {
-			slot = i;
-			break;
-		}
-		if (slot < 0 || fb_plans[i]->used < fb_plans[slot]->used)
-			slot = i;
-	}
-	plan_free(fb_plans[slot]);
-	pl->used = ++fb_clock;
-	fb_plans[slot] = pl;
+	bool have = plan_slot(fc->key) >= 0;
 	pthread_mutex_unlock(&fb_lock);
+	if (have)
+		return 0;
+	char *text = NULL, why[300] = "";
+	size_t len = 0;
+	struct fb_plan *pl = NULL;
+	int rc = stdplan_link_cfg(e->runtime_dir, e, &fc->tools, m, fc->imports, fc->nimports,
+				  &text, &len, why, sizeof(why));
+	if (rc == 1 && !(pl = calloc(1, sizeof(*pl))))
+		rc = -ENOMEM;
+	if (rc == 1 && (rc = capture_link(e, pl, text, len, NULL, why, sizeof(why))) == 0 &&
+	    (rc = capture_compile(fc, pl, NULL, 0, why, sizeof(why))) == 0)
+		rc = 1;
+	free(text);
+	if (rc == 1) {
+		plan_store(pl, fc->key);
+		log_debug("a direct build plan for these imports from the runtime's standard-library plan");
+		return 0;
+	}
+	plan_free(pl);
+	if (rc == -ENOMEM)
+		return rc;
+	snprintf(fc->why, sizeof(fc->why), FB_NO_PLAN ", and the runtime's standard-library plan "
+		 "does not apply: %s", why[0] ? why : strerror(-rc));
+	return 0;
 }
 
 /* ---- build ---- */
@@ -837,7 +886,7 @@ bool fastbuild_planned(struct fastbuild_call *fc)
 	pthread_mutex_lock(&fb_lock);
 	bool yes = plan_slot(fc->key) >= 0;
 	pthread_mutex_unlock(&fb_lock);
-	if (!yes)
+	if (!yes && !fc->why[0]) /* (or why the runtime's plan did not apply: seed) */
 		snprintf(fc->why, sizeof(fc->why), FB_NO_PLAN);
 	return yes;
 }

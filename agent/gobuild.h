@@ -36,6 +36,8 @@ struct gobuild_env {
 	const char *gomodcache;
 	const char *gocache;
 	const char *tmpdir;       /* state_dir/tmp */
+	const char *runtime_dir;  /* its standard-library plan seeds the direct path (agent/stdplan.h);
+				   * NULL: none */
 };
 
 struct gobuild_modfiles {

@@ -125,6 +125,7 @@ static int pl_cfg_init(const struct pipeline_config *in, struct pl_cfg *c)
 		.gomodcache = c->gomodcache,
 		.gocache = c->gocache,
 		.tmpdir = c->tmp,
+		.runtime_dir = c->runtime_dir,
 	};
 	return 0;
 }

@@ -88,6 +88,20 @@ test('exec from another directory: absolute paths, a directory, a subdirectory p
 	assert.equal(JSON.parse(j.stdout).result.value, 42);
 });
 
+test('exec of a standard-library program: a new sandbox, and its first build is direct from the runtime\'s plan', T, async () => {
+	// a main package no run has built before (so the binary cache cannot answer)
+	const tag = `${process.pid}-${Date.now()}`;
+	const dir = write('stdplan', {
+		'main.go': `package main\n\nimport (\n\t"fmt"\n\t"strings"\n)\n\nfunc main() { fmt.Println(strings.ToUpper("${tag}")) }\n`,
+	});
+	const j = await kg(['exec', '--json', path.join(dir, 'main.go')]);
+	assert.equal(j.code, 0, j.stderr);
+	const r = JSON.parse(j.stdout);
+	assert.equal(r.stdout, `${tag.toUpperCase()}\n`);
+	assert.equal(r.build_path, 'direct', `${r.build_path_reason} (make runtime writes the runtime's stdplan)`);
+	assert.equal(r.cached_build, false);
+});
+
 test('exec names the user\'s file in diagnostics and in stacks', T, async () => {
 	const dir = write('names', {
 		'myfile.go': 'package main\n\nfunc main() {\n\tvar n int = "x"\n\t_ = n\n}\n',

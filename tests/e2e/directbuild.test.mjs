@@ -1,7 +1,9 @@
 /*
  * directbuild.test.mjs - the direct build path (agent/fastbuild.c) through the real server, the
  * local sandbox and the real Go toolchain: the first call with an import set is built by go
- * build, later calls with the same imports by compile and link directly (build_path "direct"),
+ * build, later calls with the same imports by compile and link directly (build_path "direct");
+ * a standard-library import set is direct from the first call, from the runtime's plan
+ * (runtime/stdplan.sh, agent/stdplan.c; its refusals are in test_pipeline's test_seeded_plan),
  * and each kind of change a call can bring (new imports, helper packages, a build constraint, a
  * GOOS file suffix, embed, code that does not compile) goes back to go build with its reason.
  * The byte-for-byte comparison with go build, and the changes a call cannot bring (a changed
@@ -47,10 +49,8 @@ async function ok(args, value, path, why) {
 	return s;
 }
 
-const FIRST = /not built by go build before/;
-
-test('the first call of an import set is go build; later ones with those imports are direct', T, async () => {
-	await ok({ code: std('a1') }, `${nonce} a1`, 'go build', FIRST);
+test('a standard-library import set is direct from its first call (the runtime\'s plan)', T, async () => {
+	await ok({ code: std('a1') }, `${nonce} a1`, 'direct');
 	await ok({ code: std('a2') }, `${nonce} a2`, 'direct');
 	// the same files again: the binary cache
 	const s = await ok({ code: std('a2') }, `${nonce} a2`, 'cached');
@@ -59,15 +59,15 @@ test('the first call of an import set is go build; later ones with those imports
 	const prog = (n) => `package main\n\nimport "fmt"\n\nfunc main() { fmt.Print(${JSON.stringify(`${nonce} p${n}`)}) }\n`;
 	const [, p1] = await exec({ code: prog(1) });
 	assert.equal(p1.result.kind, 'ok', show(p1));
-	assert.equal(p1.build_path, 'go build', show(p1));
+	assert.equal(p1.build_path, 'direct', show(p1));
 	const [, p2] = await exec({ code: prog(2) });
 	assert.equal(p2.stdout, `${nonce} p2`, show(p2));
 	assert.equal(p2.build_path, 'direct', show(p2));
 });
 
-test('a new import goes to go build once, then that set is direct too', T, async () => {
+test('a new standard import set is direct at once too', T, async () => {
 	const code = (tag) => snippet(`\treturn strings.ToUpper(fmt.Sprint(${JSON.stringify(`${nonce} ${tag}`)})), nil`, ['fmt', 'strings']);
-	await ok({ code: code('b1') }, `${nonce} B1`.toUpperCase(), 'go build', FIRST);
+	await ok({ code: code('b1') }, `${nonce} B1`.toUpperCase(), 'direct');
 	await ok({ code: code('b2') }, `${nonce} B2`.toUpperCase(), 'direct');
 	// the first set is still known
 	await ok({ code: std('b3') }, `${nonce} b3`, 'direct');
@@ -122,9 +122,10 @@ test('code that does not compile: the direct compile fails and go build reports 
 	await ok({ code: std('d1') }, `${nonce} d1`, 'direct');
 });
 
-test('the storage client: the second snippet with its imports links directly and runs', T, async () => {
+test('a module import goes to go build once (not in the runtime\'s plan), then that set is direct', T, async () => {
 	const code = (tag) => snippet(`\tc, err := storage.NewClient(ctx, option.WithoutAuthentication())\n\tif err != nil {\n\t\treturn nil, err\n\t}\n\tdefer c.Close()\n\treturn fmt.Sprintf("%T %s", c, ${JSON.stringify(`${nonce} ${tag}`)}), nil`,
 		['fmt', 'cloud.google.com/go/storage', 'google.golang.org/api/option']);
-	await ok({ code: code('e1') }, `*storage.Client ${nonce} e1`, 'go build', FIRST);
+	await ok({ code: code('e1') }, `*storage.Client ${nonce} e1`, 'go build',
+		/not built by go build before .*cloud\.google\.com\/go\/storage is not a standard package/);
 	await ok({ code: code('e2') }, `*storage.Client ${nonce} e2`, 'direct');
 });

@@ -10,6 +10,7 @@
  * requirements), so only the standard library is needed. GOCACHE is kept between runs in
  * $KG_TEST_GOCACHE (default /tmp/kg-test-gocache) so that only the first run compiles std.
  */
+#include <ctype.h>
 #include <dirent.h>
 #include <elf.h>
 #include <errno.h>
@@ -1235,6 +1236,155 @@ static void test_doc(void **state)
 	json_decref(r);
 }
 
+
+/* plan_edit - the test runtime's stdplan: the pristine copy with one sed expression applied
+ * (NULL: as made), then a new fastbuild memory, so the next call asks the plan again */
+static void plan_edit(const char *sed)
+{
+	char cmd[2400];
+	if (sed)
+		snprintf(cmd, sizeof(cmd), "sed '%s' %s/stdplan.orig > %s/stdplan", sed, runtime_dir,
+			 runtime_dir);
+	else
+		snprintf(cmd, sizeof(cmd), "cp %s/stdplan.orig %s/stdplan", runtime_dir, runtime_dir);
+	assert_int_equal(system(cmd), 0);
+	fastbuild_forget_all();
+}
+
+/* seeded - one fresh standard-library call, with no plan in memory, built by path (why) */
+static void seeded(const char *tag, const char *extra, const char *path, const char *why)
+{
+	json_t *r = NULL;
+	char want[64];
+	snprintf(want, sizeof(want), "direct %s", tag);
+	if (extra && strcmp(extra, "strings") == 0)
+		for (char *p = want + 7; *p; p++) /* the tag, through strings.ToUpper */
+			*p = (char)toupper((unsigned char)*p);
+	run_path(&r, want, "main.go", std_snippet(tag, extra), NULL);
+	expect_path(r, path, why);
+	json_decref(r);
+}
+
+/* test_seeded_plan - the runtime's standard-library plan (runtime/stdplan.sh, agent/stdplan.c):
+ * a sandbox's first standard-library build is direct, byte for byte go build's; anything the
+ * plan names that differs from what the agent sees sends the call to go build */
+static void test_seeded_plan(void **state)
+{
+	(void)state;
+	assert_int_equal(access("runtime/stdplan.sh", X_OK), 0);
+	char priv[600], cmd[4200], p[700];
+	const char *shared = cfg.gocache_dir;
+	snprintf(priv, sizeof(priv), "%s/gocache-seed", root);
+	snprintf(cmd, sizeof(cmd), "if [ -d '%s' ]; then cp -a '%s' '%s'; else mkdir -p '%s'; fi",
+		 shared, shared, priv, priv);
+	assert_int_equal(system(cmd), 0);
+	cfg.gocache_dir = priv;
+	/* the lockfile's go.mod, as a new sandbox has it (an earlier test may have saved one) */
+	snprintf(cmd, sizeof(cmd), "rm -f %s/go.mod %s/go.sum", state_dir, state_dir);
+	assert_int_equal(system(cmd), 0);
+	snprintf(p, sizeof(p), "%s/stamp", runtime_dir);
+	writef(p, "test-runtime-1\n");
+	/* the plan of the packages the generated main and the snippets import (the real one has
+	 * all of std: tests/e2e/exec.test.mjs); the cache is this test's, so go may fill it */
+	snprintf(cmd, sizeof(cmd), "RUNTIME_DIR=%s GOCACHE_DIR=%s GOMODCACHE_DIR=%s "
+		 "STDPLAN_CACHE_WRITABLE=1 STDPLAN_PACKAGES='bytes context encoding/json fmt os "
+		 "os/signal path/filepath runtime/debug strconv syscall time strings' "
+		 "runtime/stdplan.sh && cp %s/stdplan %s/stdplan.orig", runtime_dir, priv, modcache,
+		 runtime_dir, runtime_dir);
+	assert_int_equal(system(cmd), 0);
+	fastbuild_forget_all();
+
+	/* no go build before, and yet direct: for the generated main's imports and with strings */
+	json_t *r = NULL;
+	run_path(&r, "direct s1", "main.go", std_snippet("s1", NULL), NULL);
+	expect_path(r, "direct", NULL);
+	json_decref(r);
+	r = NULL;
+	char direct[900], byhand[900];
+	newest_bin(direct, sizeof(direct));
+	snprintf(byhand, sizeof(byhand), "%s/by-hand-seed", root);
+	go_build_by_hand(byhand);
+	size_t dl, hl;
+	unsigned char *db = slurp(direct, &dl), *hb = slurp(byhand, &hl);
+	assert_int_equal(dl, hl);
+	assert_int_equal(blank_build_ids(db, dl), 2);
+	assert_int_equal(blank_build_ids(hb, hl), 2);
+	assert_int_equal(memcmp(db, hb, dl), 0);
+	free(db);
+	free(hb);
+	unlink(byhand);
+	seeded("s2", "strings", "direct", NULL);
+
+	/* a package the plan does not hold, and one a main package may not import */
+	fastbuild_forget_all();
+	run_path(&r, NULL, "main.go", "package main\n\nimport _ \"archive/tar\"\n\nfunc main() {}\n", NULL);
+	expect_path(r, "go build", "archive/tar is not a standard package");
+	json_decref(r);
+	json_t *req = json_pack("{s:[{s:s,s:s}]}", "files", "path", "main.go", "content",
+				"package main\n\nimport _ \"internal/abi\"\n\nfunc main() {}\n");
+	fastbuild_forget_all();
+	r = pipeline_execute(&cfg, req, NULL, NULL);
+	json_decref(req);
+	expect_kind(r, "build", "build_error");
+	assert_non_null(strstr(reason(r), "internal/abi is not a standard package a main package may import"));
+	assert_non_null(strstr(gets(r, "build_output"), "use of internal package"));
+	json_decref(r);
+
+	/* each thing the plan names, changed */
+	plan_edit("s/^stamp .*/stamp test-runtime-0/");
+	seeded("s4", NULL, "go build", "made for another runtime");
+	plan_edit("s/^version .*/version go1.0/");
+	seeded("s5", NULL, "go build", "is for go1.0");
+	plan_edit("s|^gocache .*|gocache /elsewhere|");
+	seeded("s6", NULL, "go build", "another build cache");
+	plan_edit("s/^flags .*/flags -trimpath/");
+	seeded("s7", NULL, "go build", "other build flags");
+	plan_edit("s/^env CGO_ENABLED=0/env CGO_ENABLED=1/");
+	seeded("s8", NULL, "go build", "another environment");
+	plan_edit("/^tool .*\\/compile /s/ [0-9]*$/ 1/");
+	seeded("s9", NULL, "go build", "compile changed since");
+	plan_edit("/^tool .*\\/link /d");
+	seeded("s10", NULL, "go build", "incomplete");
+	plan_edit("s/^lock .*/lock 00/");
+	seeded("s11", NULL, "go build", "another lockfile");
+	plan_edit("/^pkg fmt /s/ [0-9]* / 1 /");
+	seeded("s12", NULL, "go build", "package fmt is not the one");
+	plan_edit("s|^pkg fmt [^ ]* |pkg fmt /etc/passwd |");
+	seeded("s13", NULL, "go build", "no file for package fmt");
+	plan_edit("s/^kode-gopher std plan v1/kode-gopher std plan v2/");
+	seeded("s14", NULL, "go build", "another version");
+	plan_edit("/^pkg internal\\/bytealg /d"); /* an import of the imports' */
+	seeded("s15", NULL, "go build", "does not name internal/bytealg, an import of");
+	snprintf(cmd, sizeof(cmd), "head -c 300 %s/stdplan.orig > %s/stdplan", runtime_dir, runtime_dir);
+	assert_int_equal(system(cmd), 0);
+	fastbuild_forget_all();
+	seeded("s16", NULL, "go build", "cut short");
+	snprintf(p, sizeof(p), "%s/stdplan", runtime_dir);
+	unlink(p);
+	fastbuild_forget_all();
+	seeded("s17", NULL, "go build", "has no standard-library plan");
+	/* the runtime rebuilt (its stamp) under the plan */
+	plan_edit(NULL);
+	seeded("s18", NULL, "direct", NULL);
+	snprintf(p, sizeof(p), "%s/stamp", runtime_dir);
+	writef(p, "test-runtime-2\n");
+	fastbuild_forget_all();
+	seeded("s19", NULL, "go build", "made for another runtime");
+	writef(p, "test-runtime-1\n");
+	/* a session whose go.mod is no longer the lockfile's */
+	plan_edit(NULL);
+	snprintf(p, sizeof(p), "%s/go.mod", state_dir);
+	writef(p, "module app\n\ngo 1.26\n\n// changed\n");
+	snprintf(p, sizeof(p), "%s/go.sum", state_dir);
+	writef(p, "");
+	seeded("s20", NULL, "go build", "go.mod is not the runtime's lockfile");
+	snprintf(cmd, sizeof(cmd), "rm -f %s/go.mod %s/go.sum %s/stdplan %s/stdplan.orig %s/stamp",
+		 state_dir, state_dir, runtime_dir, runtime_dir, runtime_dir);
+	assert_int_equal(system(cmd), 0);
+	fastbuild_forget_all();
+	cfg.gocache_dir = shared;
+}
+
 /* test_uncovered - the imports go.mod cannot provide, known before any build (issue 17) */
 static void test_uncovered(void **state)
 {
@@ -1280,6 +1430,7 @@ int main(void)
 		cmocka_unit_test(test_tidy_keeps_lockfile_requirements),
 		cmocka_unit_test(test_doc),
 		cmocka_unit_test(test_direct_build),
+		cmocka_unit_test(test_seeded_plan),
 		cmocka_unit_test(test_uncovered),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
