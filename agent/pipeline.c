@@ -1373,7 +1373,7 @@ static json_t *pl_test(const struct pipeline_config *cfg, struct pl_cfg *c, json
 			.keep_tail = true,
 			.merge_stderr = true,
 			.seccomp = c->user_filter,
-			.isolate = true,
+			.launcher = runproc_isolated(),
 		};
 		struct runproc_result rr;
 		rc = runproc_run(&ro, &rr);
@@ -1832,7 +1832,7 @@ json_t *pipeline_execute(const struct pipeline_config *cfg, json_t *req,
 		.err_cap = c.output_cap,
 		.keep_tail = true,
 		.seccomp = c.user_filter,
-		.isolate = true,
+		.launcher = runproc_isolated(),
 	};
 	struct runproc_result rr;
 	clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -25,6 +25,7 @@
 #include "ipc/kubetls.h"
 #include "lib/base64.h"
 #include "lib/rfc3339.h"
+#include "lib/runproc.h"
 #include "lib/secret.h"
 #include "master/kubecfg.h"
 #include "master/master.h"
@@ -322,6 +323,28 @@ static char *kc_exec_info(const char *api)
 	return s;
 }
 
+/* kc_exec_log - the plugin's stderr into our log, a line each (control bytes shown as '?'),
+ * at most KC_EXEC_LOG_LINES of them */
+static void kc_exec_log(const char *cmd, const char *text, size_t len)
+{
+	int lines = 0;
+	for (size_t i = 0; i < len && lines < KC_EXEC_LOG_LINES;) {
+		const char *nl = memchr(text + i, '\n', len - i);
+		size_t n = nl ? (size_t)(nl - (text + i)) : len - i;
+		char line[KC_EXEC_LOG_LINE_CHARS + 1];
+		size_t k = n < KC_EXEC_LOG_LINE_CHARS ? n : KC_EXEC_LOG_LINE_CHARS;
+		for (size_t j = 0; j < k; j++) {
+			unsigned char ch = (unsigned char)text[i + j];
+			line[j] = ch < 0x20 || ch == 0x7f ? '?' : (char)ch;
+		}
+		line[k] = '\0';
+		if (k)
+			log_warn("credential plugin %s: %s%s", cmd, line, k < n ? " [...]" : "");
+		lines += k > 0;
+		i += n + 1;
+	}
+}
+
 /* kc_exec_run - run the plugin, return its stdout (NUL-terminated) or NULL with err */
 static char *kc_exec_run(char *err, size_t errlen)
 {
@@ -386,91 +409,47 @@ static char *kc_exec_run(char *err, size_t errlen)
 			full[nf++] = environ[i];
 	}
 
-	int out[2];
+	/* contained (nothing it starts outlives it), stdin /dev/null, stdout captured up to the
+	 * cap and stderr into our log; over a cap or past the deadline it is killed */
+	struct runproc_opts ro = { .argv = (const char *const *)argv,
+				   .envp = (const char *const *)full,
+				   .timeout_ms = KC_EXEC_TIMEOUT_S * 1000,
+				   .term_signal = SIGTERM,
+				   .grace_ms = KC_EXEC_GRACE_MS,
+				   .out_cap = KC_EXEC_MAX_OUT_BYTES,
+				   .err_cap = KC_EXEC_MAX_ERR_BYTES,
+				   .kill_at_cap = true,
+				   .contain = true };
+	struct runproc_result rr;
 	char *buf = NULL;
-	size_t len = 0;
-	if (pipe2(out, O_CLOEXEC) != 0) {
-		snprintf(err, errlen, "cannot run the credential plugin: %s", strerror(errno));
+	int rc = runproc_run(&ro, &rr);
+	if (rc < 0) {
+		snprintf(err, errlen, "the credential plugin %s cannot be run: %s%s%s", cmd,
+			 strerror(-rc), hint ? ". " : "", hint ? hint : "");
 		goto done;
 	}
-	pid_t parent = getpid(), pid = fork();
-	if (pid == 0) {
-		/* stdout to our pipe, stderr shared (the plugin's complaints reach the log) */
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() != parent)
-			_exit(1);
-		int devnull = open("/dev/null", O_RDONLY);
-		if (devnull >= 0)
-			dup2(devnull, STDIN_FILENO);
-		dup2(out[1], STDOUT_FILENO);
-		sigset_t none;
-		sigemptyset(&none);
-		sigprocmask(SIG_SETMASK, &none, NULL);
-		signal(SIGPIPE, SIG_DFL);
-		closefrom(3);
-		execvpe(argv[0], argv, full);
-		dprintf(STDERR_FILENO, "kode-gopher: cannot run the credential plugin %s: %s\n",
-			argv[0], strerror(errno));
-		_exit(127);
-	}
-	close(out[1]);
-	if (pid < 0) {
-		snprintf(err, errlen, "cannot run the credential plugin: %s", strerror(errno));
-		close(out[0]);
-		goto done;
-	}
-	size_t cap = 0;
-	bool timed_out = false, too_big = false;
-	struct timespec t0;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	for (;;) {
-		long left = KC_EXEC_TIMEOUT_S * 1000L - mono_since_ms(&t0);
-		struct pollfd pf = { .fd = out[0], .events = POLLIN };
-		if (left <= 0 || poll(&pf, 1, (int)left) == 0) {
-			timed_out = true;
-			break;
-		}
-		if (len + 4096 + 1 > cap) {
-			cap = cap ? cap * 2 : 8192;
-			char *b = realloc(buf, cap);
-			if (!b)
-				abort();
-			buf = b;
-		}
-		ssize_t n = read(out[0], buf + len, cap - len - 1);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			break;
-		len += (size_t)n;
-		if (len > KC_EXEC_MAX_OUT_BYTES) {
-			too_big = true;
-			break;
-		}
-	}
-	close(out[0]);
-	if (timed_out || too_big)
-		kill(pid, SIGKILL);
-	int status = 0;
-	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-		;
-	if (buf)
-		buf[len] = '\0';
-	if (timed_out || too_big || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+	kc_exec_log(cmd, rr.err.data, rr.err.len);
+	bool failed = rr.timed_out || rr.over_cap || rr.signal || rr.exit_code != 0;
+	if (failed) {
 		char how[96];
-		if (timed_out)
+		if (rr.timed_out)
 			snprintf(how, sizeof(how), "did not finish within %d s", KC_EXEC_TIMEOUT_S);
-		else if (too_big)
-			snprintf(how, sizeof(how), "wrote more than %u bytes", KC_EXEC_MAX_OUT_BYTES);
+		else if (rr.over_cap)
+			snprintf(how, sizeof(how), "wrote more than %u bytes (stdout) or %u (stderr)",
+				 KC_EXEC_MAX_OUT_BYTES, KC_EXEC_MAX_ERR_BYTES);
+		else if (rr.signal)
+			snprintf(how, sizeof(how), "was killed by signal %d (%s)", rr.signal,
+				 runproc_signame(rr.signal));
 		else
-			proc_status_text(status, how, sizeof(how));
+			snprintf(how, sizeof(how), "exited with status %d", rr.exit_code);
 		snprintf(err, errlen, "the credential plugin %s %s%s%s", cmd, how,
 			 hint ? ". " : " (its messages are in the server's log)", hint ? hint : "");
-		if (buf)
-			OPENSSL_cleanse(buf, len);
-		free(buf);
-		buf = NULL;
+		OPENSSL_cleanse(rr.out.data, rr.out.len);
+	} else {
+		buf = rr.out.data; /* NUL-terminated; the caller cleanses and frees it */
+		rr.out.data = NULL;
 	}
+	runproc_result_free(&rr);
 done:
 	for (size_t i = 0; i < ne; i++)
 		free(envp[i]);

@@ -65,7 +65,11 @@
  * of a dead worker's SandboxClaim. */
 #define KC_MAX_FILE_BYTES (4u * 1024 * 1024)
 #define KC_EXEC_TIMEOUT_S 60
-#define KC_EXEC_MAX_OUT_BYTES (1u * 1024 * 1024)
+#define KC_EXEC_MAX_OUT_BYTES (1u * 1024 * 1024) /* its stdout (the ExecCredential); more: killed */
+#define KC_EXEC_MAX_ERR_BYTES (64u * 1024)       /* its stderr, for our log; more: killed */
+#define KC_EXEC_GRACE_MS 2000                    /* after SIGTERM at the deadline, before SIGKILL */
+#define KC_EXEC_LOG_LINES 20                     /* lines of its stderr we log */
+#define KC_EXEC_LOG_LINE_CHARS 300               /* bytes of each line we log */
 #define KC_DELETE_TIMEOUT_MS 15000
 
 /* ---- the worker's outgoing requests ---- */
@@ -142,8 +146,8 @@
 #define GOBUILD_DOC_TIMEOUT_MS 60000
 #define GOBUILD_GRACE_MS 2000
 
-/* ---- the agent's child processes (agent/runproc.c) ---- */
-#define RUNPROC_DEFAULT_CAP_BYTES (1024 * 1024)
+/* ---- child processes run by lib/runproc.c (the agent's, the master's credential plugin) ---- */
+#define RUNPROC_DEFAULT_CAP_BYTES (1024 * 1024) /* of stdout and of stderr, when a run names none */
 /* After a run, how long we wait for its process group's leftovers to be reaped. */
 #define RUNPROC_REAP_WAIT_MS 3000
 /* After the main child is gone and its group killed, how long we still wait for pipe EOF: a

@@ -924,8 +924,16 @@ static void test_exec_plugin_fails(void **st)
 	/* a command that does not exist */
 	c.kubeconfig = plugin_config("execfail/config3", "kg-test-no-such-plugin",
 				     "      installHint: get kg-test-no-such-plugin\n");
-	assert_refused(&c, NULL, "kg-test-no-such-plugin exited with status 127. get kg-test-no-such-plugin",
+	assert_refused(&c, NULL, "the credential plugin kg-test-no-such-plugin cannot be run: No such "
+		       "file or directory. get kg-test-no-such-plugin", NULL);
+	/* a plugin flooding its output is stopped at the cap, on stdout or on stderr */
+	write_file("execfail/flood.sh", "#!/bin/sh\nexec yes ExecCredential\n", 0700);
+	c.kubeconfig = plugin_config("execfail/config7", path_in("execfail/flood.sh"), "");
+	assert_refused(&c, NULL, "flood.sh wrote more than 1048576 bytes (stdout) or 65536 (stderr)",
 		       NULL);
+	write_file("execfail/flood2.sh", "#!/bin/sh\nexec yes complaint >&2\n", 0700);
+	c.kubeconfig = plugin_config("execfail/config8", path_in("execfail/flood2.sh"), "");
+	assert_refused(&c, NULL, "flood2.sh wrote more than", NULL);
 	/* output that is not an ExecCredential */
 	write_file("execfail/junk.sh", "#!/bin/sh\necho 'hello'\n", 0700);
 	c.kubeconfig = plugin_config("execfail/config4", path_in("execfail/junk.sh"), "");
@@ -939,6 +947,46 @@ static void test_exec_plugin_fails(void **st)
 	c.kubeconfig = plugin_config("execfail/config6", path_in("execfail/fail.sh"),
 				     "      interactiveMode: Always\n");
 	assert_refused(&c, NULL, "wants a terminal (interactiveMode Always)", NULL);
+}
+
+/* count_marker - processes whose command line holds "7777." and digits */
+static int count_marker(const char *digits)
+{
+	char cmd[256];
+	snprintf(cmd, sizeof(cmd), "grep -l -a -e '7777[.]%s' /proc/[0-9]*/cmdline 2>/dev/null | wc -l",
+		 digits);
+	FILE *p = popen(cmd, "r");
+	int n = -1;
+	if (p) {
+		if (fscanf(p, "%d", &n) != 1)
+			n = -1;
+		pclose(p);
+	}
+	return n;
+}
+
+/* A plugin that prints its credential and leaves helpers behind, one holding its stdout in a
+ * session of its own: the credential is taken when the plugin exits (not when the last holder
+ * of the pipe closes it, at the 60 s deadline), and no helper is left running */
+static void test_exec_plugin_leaves_nothing(void **st)
+{
+	(void)st;
+	char digits[16], script[1024];
+	snprintf(digits, sizeof(digits), "%06d", (int)(getpid() % 1000000));
+	snprintf(script, sizeof(script),
+		 "#!/bin/sh\n"
+		 "setsid sleep 7777.%s1 &\n"
+		 "(setsid sleep 7777.%s2 >/dev/null 2>&1 &)\n"
+		 "echo '{\"kind\": \"ExecCredential\", \"status\": {\"token\": \"left-behind\"}}'\n",
+		 digits, digits);
+	write_file("execleft/plugin.sh", script, 0700);
+	struct serve_config c = kcfg();
+	c.kubeconfig = plugin_config("execleft/config", path_in("execleft/plugin.sh"), "");
+	struct kube_run r;
+	load_ok(&c, NULL, &r);
+	assert_bytes(r.ans->token, "left-behind");
+	kube_run_free(&r);
+	assert_int_equal(count_marker(digits), 0);
 }
 
 static void test_kubeconfig_env_list(void **st)
@@ -1170,6 +1218,7 @@ int main(void)
 		cmocka_unit_test(test_refused_user_kinds),
 		cmocka_unit_test(test_exec_plugin_token),
 		cmocka_unit_test(test_exec_plugin_fails),
+		cmocka_unit_test(test_exec_plugin_leaves_nothing),
 		cmocka_unit_test(test_kubeconfig_env_list),
 		cmocka_unit_test(test_in_cluster),
 		/* found while these tests were written, fixed since */

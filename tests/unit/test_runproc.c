@@ -1,7 +1,9 @@
 /*
- * test_runproc.c - unit tests for agent/runproc.c: exit codes, signals, deadlines that kill the
- * whole process group, capped capture (head + marker + tail) with bounded memory, stdin from
- * /dev/null, a clean environment and no leaked descriptors.
+ * test_runproc.c - unit tests for lib/runproc.c and agent/runproc.c's launcher: exit codes,
+ * signals, deadlines that kill the whole process group, capped capture (head + marker + tail)
+ * with bounded memory, a child killed at the cap, stdin from /dev/null, a clean environment and
+ * no leaked descriptors; contained runs (the master's credential plugin) and isolated ones (the
+ * agent's user program) leave no process behind, however the child tries.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -386,6 +388,119 @@ static int count_marker(const char *digits)
 	return n;
 }
 
+/* marker_digits - this test process's marker digits (unique per run of the tests) */
+static const char *marker_digits(char *buf, size_t cap)
+{
+	snprintf(buf, cap, "%06d", (int)(getpid() % 1000000));
+	return buf;
+}
+
+/* Contained: every way a shell has to leave a process behind, each holding the output pipe or
+ * not, and the run still ends when the main child does, with nothing left. */
+static void test_contain_leaves_nothing(void **state)
+{
+	(void)state;
+	char digits[16], script[1024];
+	marker_digits(digits, sizeof(digits));
+	const char *m = digits;
+	snprintf(script, sizeof(script),
+		 /* fork then exit (holds stdout), setsid (its own group), double fork (reparented
+		  * past the shell), a child that closed its output and ignores hangup and term, a
+		  * grandchild of a setsid child, a stopped one */
+		 "sleep 7777.%s1 & setsid sleep 7777.%s2 & (setsid sleep 7777.%s3 &) ; "
+		 "(exec >&- 2>&- </dev/null; trap '' HUP TERM; exec sleep 7777.%s4) & "
+		 "setsid sh -c 'sleep 7777.%s5 & sleep 7777.%s6' & "
+		 "(sleep 7777.%s7 & kill -STOP $!) ; echo started",
+		 m, m, m, m, m, m, m);
+	struct runproc_opts o = { .timeout_ms = 60000, .contain = true };
+	struct runproc_result r;
+	assert_int_equal(run_sh(script, &o, &r), 0);
+	assert_false(r.timed_out);
+	assert_int_equal(r.exit_code, 0);
+	assert_string_equal(r.out.data, "started\n");
+	assert_int_equal(count_marker(digits), 0);
+	runproc_result_free(&r);
+}
+
+/* Contained, at the deadline: a child that ignores SIGTERM and its escaped helpers all go */
+static void test_contain_deadline(void **state)
+{
+	(void)state;
+	char digits[16], script[512];
+	marker_digits(digits, sizeof(digits));
+	snprintf(script, sizeof(script),
+		 "(setsid sleep 7777.%s8 &); sleep 7777.%s9 & trap '' TERM; echo up; "
+		 "while :; do sleep 1; done", digits, digits);
+	struct runproc_opts o = { .timeout_ms = 300, .term_signal = SIGTERM, .grace_ms = 100,
+				  .contain = true };
+	struct runproc_result r;
+	assert_int_equal(run_sh(script, &o, &r), 0);
+	assert_true(r.timed_out);
+	assert_int_equal(r.signal, SIGKILL);
+	assert_int_equal(count_marker(digits), 0);
+	runproc_result_free(&r);
+	/* SIGTERM reaches the program through the reaper, and its own status is reported */
+	assert_int_equal(run_sh("trap 'exit 3' TERM; echo up; while :; do sleep 1; done", &o, &r), 0);
+	assert_true(r.timed_out);
+	assert_int_equal(r.exit_code, 3);
+	assert_int_equal(r.signal, 0);
+	assert_string_equal(r.out.data, "up\n");
+	runproc_result_free(&r);
+}
+
+/* Contained: status, signal, stdin /dev/null, an exec failure, like a plain run */
+static void test_contain_status(void **state)
+{
+	(void)state;
+	struct runproc_opts o = { .contain = true };
+	struct runproc_result r;
+	assert_int_equal(run_sh("cat; echo out; echo err >&2; exit 7", &o, &r), 0);
+	assert_int_equal(r.exit_code, 7);
+	assert_string_equal(r.out.data, "out\n");
+	assert_string_equal(r.err.data, "err\n");
+	runproc_result_free(&r);
+	assert_int_equal(run_sh("kill -SEGV $$", &o, &r), 0);
+	assert_int_equal(r.signal, SIGSEGV);
+	assert_int_equal(r.exit_code, -1);
+	runproc_result_free(&r);
+	const char *argv[] = { "/nonexistent/kg", NULL };
+	struct runproc_opts bad = { .argv = argv, .contain = true };
+	assert_int_equal(runproc_run(&bad, &r), -ENOENT);
+	const char *argv2[] = { "kg-no-such-command-anywhere", NULL };
+	struct runproc_opts bad2 = { .argv = argv2, .envp = test_env, .contain = true };
+	assert_int_equal(runproc_run(&bad2, &r), -ENOENT);
+}
+
+/* kill_at_cap: a flood on stdout or on stderr is killed at the cap, not read to its end (the
+ * child would otherwise run until its deadline), contained or not */
+static void test_kill_at_cap(void **state)
+{
+	(void)state;
+	for (int contain = 0; contain <= 1; contain++) {
+		struct runproc_opts o = { .out_cap = 4096, .err_cap = 4096, .kill_at_cap = true,
+					  .contain = contain };
+		struct runproc_result r;
+		assert_int_equal(run_sh("exec yes flood", &o, &r), 0);
+		assert_true(r.over_cap);
+		assert_false(r.timed_out);
+		assert_int_equal(r.signal, SIGKILL);
+		assert_true(r.out.truncated);
+		assert_int_equal(r.out.len, 4096);
+		runproc_result_free(&r);
+		/* on stderr, from a grandchild, with the main child waiting */
+		assert_int_equal(run_sh("(yes flood >&2) & wait", &o, &r), 0);
+		assert_true(r.over_cap);
+		assert_true(r.err.truncated);
+		runproc_result_free(&r);
+		/* exactly at the cap is not over it */
+		assert_int_equal(run_sh("head -c 4096 /dev/zero", &o, &r), 0);
+		assert_false(r.over_cap);
+		assert_int_equal(r.exit_code, 0);
+		assert_int_equal(r.out.len, 4096);
+		runproc_result_free(&r);
+	}
+}
+
 static void test_isolated_leaves_nothing(void **state)
 {
 	(void)state;
@@ -399,7 +514,7 @@ static void test_isolated_leaves_nothing(void **state)
 		 "sleep %s1 & setsid sleep %s2 & (setsid sleep %s3 &) ; "
 		 "(trap '' HUP TERM; exec sleep %s4) & echo $$; ls /proc | grep -c '^[0-9]'",
 		 marker, marker, marker, marker);
-	struct runproc_opts o = { .isolate = true, .timeout_ms = 20000 };
+	struct runproc_opts o = { .launcher = runproc_isolated(), .timeout_ms = 20000 };
 	struct runproc_result r;
 	assert_int_equal(run_sh(script, &o, &r), 0);
 	assert_int_equal(r.exit_code, 0);
@@ -414,7 +529,7 @@ static void test_isolated_status_and_tmp(void **state)
 	(void)state;
 	if (!iso_ready())
 		skip();
-	struct runproc_opts o = { .isolate = true };
+	struct runproc_opts o = { .launcher = runproc_isolated() };
 	struct runproc_result r;
 	/* a /tmp of its own: what it writes is not on the host's, and is gone afterwards */
 	assert_int_equal(run_sh("echo x > /tmp/kg-runproc-iso && ls /tmp; exit 7", &o, &r), 0);
@@ -436,7 +551,7 @@ static void test_isolated_status_and_tmp(void **state)
 	runproc_result_free(&r);
 	/* an exec failure is still an error of runproc_run */
 	const char *argv[] = { "/nonexistent/kg", NULL };
-	struct runproc_opts bad = { .argv = argv, .isolate = true };
+	struct runproc_opts bad = { .argv = argv, .launcher = runproc_isolated() };
 	assert_int_equal(runproc_run(&bad, &r), -ENOENT);
 }
 
@@ -460,6 +575,10 @@ int main(void)
 		cmocka_unit_test(test_exec_failure),
 		cmocka_unit_test(test_rusage),
 		cmocka_unit_test(test_watch_cancel),
+		cmocka_unit_test(test_contain_leaves_nothing),
+		cmocka_unit_test(test_contain_deadline),
+		cmocka_unit_test(test_contain_status),
+		cmocka_unit_test(test_kill_at_cap),
 		cmocka_unit_test(test_isolated_leaves_nothing),
 		cmocka_unit_test(test_isolated_status_and_tmp),
 	};
