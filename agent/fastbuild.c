@@ -974,7 +974,11 @@ int fastbuild_build(const struct gobuild_env *e, struct fastbuild_call *fc, cons
 	cargv[na++] = fc->tools.version;
 	if (ncpu > 1)
 		cargv[na++] = cflag;
-	cargv[na++] = GOBUILD_MAIN_GCFLAGS;
+	char gcbuf[64];
+	snprintf(gcbuf, sizeof(gcbuf), "%s", GOBUILD_MAIN_GCFLAGS);
+	for (char *save = NULL, *tok = strtok_r(gcbuf, " ", &save); tok && na < 24;
+	     tok = strtok_r(NULL, " ", &save))
+		cargv[na++] = tok;
 	cargv[na++] = "-nolocalimports";
 	cargv[na++] = "-importcfg";
 	cargv[na++] = ccfg;

@@ -33,7 +33,7 @@
 /* Everything but the inputs that decides what `go build` produces; part of the cache key so a
  * change of flags here invalidates old binaries. */
 static const char gobuild_flags_tag[] =
-	"kode-gopher bin v3\0go build -trimpath -buildvcs=false -ldflags=" GOBUILD_LDFLAGS
+	"kode-gopher bin v4\0go build -trimpath -buildvcs=false -ldflags=" GOBUILD_LDFLAGS
 	" -gcflags=" GOBUILD_MAIN_GCFLAGS "\0CGO_ENABLED=0 GOFLAGS=-mod=mod";
 
 /* gobuild_build_flags - see gobuild.h */

@@ -24,10 +24,12 @@
 #define GOBUILD_DEFAULT_PROXY "https://proxy.golang.org,direct"
 /* the linker flags of every build: no symbol table, no DWARF */
 #define GOBUILD_LDFLAGS      "-s -w"
-/* the compiler flags of the main package (never its dependencies): no inlining, which cuts
- * the compile of a main package that instantiates many generics (the Cloud clients) by about
- * a third; the trade is in docs/snippets-and-results.md */
-#define GOBUILD_MAIN_GCFLAGS "-l"
+/* the compiler flags of the main package (never its dependencies), split at spaces: no
+ * inlining, which cuts the compile of a main package that instantiates many generics (the
+ * Cloud clients) by about a third, and no DWARF, which the link's -w drops anyway (what `go
+ * run` gives its main package; about a fifth less compile again); the trades are in
+ * docs/snippets-and-results.md */
+#define GOBUILD_MAIN_GCFLAGS "-l -dwarf=false"
 
 struct gobuild_env {
 	const char *go_bin;       /* "go" or an absolute path */

@@ -50,7 +50,7 @@ kg_env() {
 
 # The agent's build flags (agent/gobuild.c, gobuild_build_flags); -gcflags names the main
 # package only, so std's files are those of `go list -trimpath`.
-flags=(-trimpath -buildvcs=false "-ldflags=-s -w" -gcflags=-l)
+flags=(-trimpath -buildvcs=false "-ldflags=-s -w" "-gcflags=-l -dwarf=false")
 
 # list - what go build links for std and the modinfo line of a std-only main, into $work
 list() {

@@ -818,8 +818,9 @@ static int blank_build_ids(unsigned char *b, size_t n)
 	return k;
 }
 
-/* go_build_by_hand - go build in app_dir with the agent's flags and environment, to out */
-static void go_build_by_hand(const char *out)
+/* go_build_by_hand - go build in app_dir with the agent's flags and environment, to out;
+ * gcflags, when not NULL, stands for the agent's -gcflags= flag */
+static void go_build_by_hand(const char *out, const char *gcflags)
 {
 	struct gobuild_env e = { .go_bin = cfg.go_bin ? cfg.go_bin : "go", .path = getenv("PATH"),
 				 .gocache = cfg.gocache_dir, .gomodcache = modcache };
@@ -835,7 +836,7 @@ static void go_build_by_hand(const char *out)
 	argv[na++] = e.go_bin;
 	argv[na++] = "build";
 	for (const char *const *f = gobuild_build_flags; *f; f++)
-		argv[na++] = *f;
+		argv[na++] = gcflags && strncmp(*f, "-gcflags=", 9) == 0 ? gcflags : *f;
 	argv[na++] = "-o";
 	argv[na++] = out;
 	argv[na++] = ".";
@@ -894,7 +895,7 @@ static void test_direct_build(void **state)
 	char direct[900], byhand[900];
 	newest_bin(direct, sizeof(direct));
 	snprintf(byhand, sizeof(byhand), "%s/by-hand", root);
-	go_build_by_hand(byhand);
+	go_build_by_hand(byhand, NULL);
 	size_t dl, hl;
 	unsigned char *db = slurp(direct, &dl), *hb = slurp(byhand, &hl);
 	assert_int_equal(dl, hl);
@@ -902,6 +903,14 @@ static void test_direct_build(void **state)
 	assert_int_equal(blank_build_ids(db, dl), 2);
 	assert_int_equal(blank_build_ids(hb, hl), 2);
 	assert_int_equal(memcmp(db, hb, dl), 0);
+	free(hb);
+	unlink(byhand);
+	/* and the main package was compiled without DWARF (-dwarf=false, as go run does): with
+	 * only -l the same source links to other bytes */
+	go_build_by_hand(byhand, "-gcflags=-l");
+	hb = slurp(byhand, &hl);
+	assert_int_equal(blank_build_ids(hb, hl), 2);
+	assert_true(hl != dl || memcmp(db, hb, dl) != 0);
 	free(db);
 	free(hb);
 	unlink(byhand);
@@ -1303,7 +1312,7 @@ static void test_seeded_plan(void **state)
 	char direct[900], byhand[900];
 	newest_bin(direct, sizeof(direct));
 	snprintf(byhand, sizeof(byhand), "%s/by-hand-seed", root);
-	go_build_by_hand(byhand);
+	go_build_by_hand(byhand, NULL);
 	size_t dl, hl;
 	unsigned char *db = slurp(direct, &dl), *hb = slurp(byhand, &hl);
 	assert_int_equal(dl, hl);
