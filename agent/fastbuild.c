@@ -869,6 +869,9 @@ static int run_tool(const char *const *argv, char **env, const char *cwd, const 
 		snprintf(why, whylen, "%s could not be started (%s)", what, strerror(-rc));
 		return rc;
 	}
+	/* where a direct build's time goes, for `serve --log-level debug` */
+	log_debug("%s: %ld ms, CPU %ld ms user + %ld ms system", what, r.wall_ms, r.user_ms,
+		  r.sys_ms);
 	if (r.exit_code != 0 || r.timed_out) {
 		snprintf(why, whylen, "%s %s (%.*s)", what, r.timed_out ? "timed out" : "failed",
 			 (int)strcspn(r.out.data ? r.out.data : "", "\n"), r.out.data ? r.out.data : "");
