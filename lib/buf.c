@@ -67,13 +67,3 @@ void buf_wipe_free(struct buf *b)
 		OPENSSL_cleanse(b->data, b->cap);
 	buf_free(b);
 }
-
-/* buf_sink_write - see buf.h */
-size_t buf_sink_write(char *p, size_t size, size_t n, void *sink)
-{
-	struct buf_sink *s = sink;
-	int r = buf_add(&s->b, p, size * n, s->max);
-	if (r == -EFBIG)
-		s->too_big = true;
-	return r == 0 ? size * n : 0;
-}

@@ -23,15 +23,4 @@ int buf_reserve(struct buf *b, size_t n);
 void buf_free(struct buf *b);
 void buf_wipe_free(struct buf *b);
 
-/* struct buf_sink - a buf and its limit, as a libcurl transfer collects an answer */
-struct buf_sink {
-	struct buf b;
-	size_t max;
-	bool too_big; /* the answer passed max (the transfer was stopped) */
-};
-
-/* buf_sink_write - a CURLOPT_WRITEFUNCTION for a struct buf_sink as CURLOPT_WRITEDATA; 0 (which
- * stops the transfer) past max or out of memory */
-size_t buf_sink_write(char *p, size_t size, size_t n, void *sink);
-
 #endif

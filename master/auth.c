@@ -18,7 +18,6 @@
  * (master/tokenstore.c: auth_store_dump and auth_store_load at the end of this file).
  */
 #include <ctype.h>
-#include <curl/curl.h>
 #include <errno.h>
 #include <limits.h>
 #include <openssl/crypto.h>
@@ -33,7 +32,9 @@
 #include <strings.h>
 
 #include "lib/base64.h"
+#include "lib/http_client.h"
 #include "lib/random.h"
+#include "lib/secret.h"
 #include "master/auth.h"
 #include "master/tokenstore.h"
 #include "master/usertoken.h"
@@ -755,25 +756,19 @@ static const char *query(struct MHD_Connection *c, const char *key, bool *dup)
 static enum MHD_Result redirect_to(struct MHD_Connection *c, const char *uri, const char *k1, const char *v1,
 				   const char *state)
 {
-	char *e1 = NULL, *es = NULL, *ei = NULL, *loc = NULL;
-	CURL *h = curl_easy_init();
+	char *loc = NULL;
+	char *e1 = http_escape(v1), *es = state ? http_escape(state) : NULL;
+	char *ei = http_escape(A.public_url);
 	enum MHD_Result q = MHD_NO;
-	if (h) {
-		e1 = curl_easy_escape(h, v1, 0);
-		es = state ? curl_easy_escape(h, state, 0) : NULL;
-		ei = curl_easy_escape(h, A.public_url, 0);
-	}
 	if (e1 && ei && asprintf(&loc, "Location: %s%c%s=%s%s%s&iss=%s\n", uri, strchr(uri, '?') ? '&' : '?', k1, e1,
 				 es ? "&state=" : "", es ? es : "", ei) >= 0) {
 		q = respond(c, 302, NULL, NULL, loc);
 		explicit_bzero(loc, strlen(loc));
 	}
 	free(loc);
-	curl_free(e1);
-	curl_free(es);
-	curl_free(ei);
-	if (h)
-		curl_easy_cleanup(h);
+	secret_free(e1); /* the code */
+	free(es);
+	free(ei);
 	return q;
 }
 

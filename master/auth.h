@@ -120,7 +120,7 @@ int oidc_refresh(const char *refresh_token, struct oidc_grant *g, char *why, siz
 int oidc_check_claims(const json_t *claims, const char *issuer, const char *client_id, const char *nonce,
 		      const char *allowed_domains, const char *allowed_users, time_t now,
 		      struct oidc_identity *id, char *why, size_t cap);
-/* oidc_fetch - one request with libcurl under the AUTH_FETCH_ limits: GET, or POST of a form
+/* oidc_fetch - one request (lib/http_client.c) under the AUTH_FETCH_ limits: GET, or POST of a form
  * with HTTP Basic client authentication; the body is NUL-terminated */
 int oidc_fetch(const char *url, const char *form, const char *user, const char *pass, long *status,
 	       char **body, size_t *len);
@@ -137,9 +137,6 @@ struct oidc_fetch_opts {
 long auth_cache_seconds(const char *cache_control);
 int oidc_fetch_opts(const char *url, const struct oidc_fetch_opts *o, const char *form, const char *user,
 		    const char *pass, long *status, char **body, size_t *len);
-/* oidc_addr_public - not loopback, private, link-local, CGNAT, multicast or reserved */
-struct sockaddr;
-bool oidc_addr_public(const struct sockaddr *sa);
 
 /* ---- master/auth.c: what master/http.c calls ---- */
 

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "ipc/log.h"
+#include "lib/http_client.h"
 #include "lib/rfc3339.h"
 #include "master/kube_api.h"
 #include "master/kubecfg.h"
@@ -28,9 +29,10 @@ void kube_api_cancel_on(const bool *flag)
 	kube_cancel = flag;
 }
 
-static int kube_xferinfo(void *ud, curl_off_t a, curl_off_t b, curl_off_t c, curl_off_t d)
+/* kube_abort - polled during a transfer: kube_api_stop, or this thread's cancel flag */
+static bool kube_abort(void *ud)
 {
-	(void)ud, (void)a, (void)b, (void)c, (void)d;
+	(void)ud;
 	return __atomic_load_n(&kube_stopped, __ATOMIC_SEQ_CST) ||
 	       (kube_cancel && __atomic_load_n(kube_cancel, __ATOMIC_SEQ_CST));
 }
@@ -48,7 +50,6 @@ struct kube_xfer {
 	char *rv_out;
 	size_t rv_cap;
 	long status;
-	CURL *h;
 };
 
 /* kube_watch_line - one watch event: hand it to fn, or its verdict */
@@ -93,13 +94,13 @@ int kube_watch_lines(char *buf, size_t *len, kube_watch_fn fn, void *ctx, char *
 	return 0;
 }
 
-static size_t kube_write(char *p, size_t size, size_t nmemb, void *ud)
+/* kube_data - the answer as it arrives: collected, and a watch's whole lines handed out */
+static int kube_data(void *ud, const struct http_response *r, const char *p, size_t n)
 {
 	struct kube_xfer *x = ud;
-	size_t n = size * nmemb;
 	if (x->len + n > KUBE_MAX_ANSWER_BYTES) {
 		x->too_big = true;
-		return 0;
+		return -EFBIG;
 	}
 	if (x->len + n + 1 > x->cap) {
 		size_t cap = x->cap ? x->cap : 4096;
@@ -107,26 +108,21 @@ static size_t kube_write(char *p, size_t size, size_t nmemb, void *ud)
 			cap *= 2;
 		char *b = realloc(x->buf, cap);
 		if (!b)
-			return 0;
+			return -ENOMEM;
 		x->buf = b;
 		x->cap = cap;
 	}
 	memcpy(x->buf + x->len, p, n);
 	x->len += n;
 	x->buf[x->len] = '\0';
-	if (!x->fn)
-		return n;
-	if (!x->status)
-		curl_easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &x->status);
-	if (x->status != 200)
-		return n;
-	/* a watch: hand out whole lines */
-	int r = kube_watch_lines(x->buf, &x->len, x->fn, x->ctx, x->rv_out, x->rv_cap);
-	if (r) {
-		x->stop = r;
+	x->status = r->status;
+	if (!x->fn || x->status != 200)
 		return 0;
-	}
-	return n;
+	/* a watch: hand out whole lines */
+	int e = kube_watch_lines(x->buf, &x->len, x->fn, x->ctx, x->rv_out, x->rv_cap);
+	if (e)
+		x->stop = e;
+	return e;
 }
 
 /* kube_status_error - a non-2xx answer as an errno and a sentence naming the server's reason */
@@ -163,66 +159,50 @@ static int kube_perform(const char *method, const char *path, const char *ctype,
 			const char *body, long timeout_ms, bool refresh, struct kube_xfer *x,
 			char *err, size_t errlen)
 {
-	char url[4096], cerr[CURL_ERROR_SIZE] = "", ct[128];
-	CURL *h = curl_easy_init();
-	if (!h) {
-		snprintf(err, errlen, "libcurl could not create a handle");
-		return -ENOMEM;
+	char url[4096], ct[128];
+	snprintf(ct, sizeof(ct), "Content-Type: %s", ctype ? ctype : "application/json");
+	const char *hdr[] = { "Accept: application/json", body ? ct : NULL, NULL };
+	struct http_request q = {
+		.method = method, .body = body, .body_len = body ? strlen(body) : 0, .headers = hdr,
+		.protocols = "https,http", .connect_timeout_ms = KUBE_CONNECT_TIMEOUT_MS,
+		.timeout_ms = timeout_ms, .on_data = kube_data, .abort = kube_abort, .ctx = x,
+	};
+	struct kubecfg_cred c;
+	int r = kubecfg_request(&q, &c, refresh, url, sizeof(url), path, err, errlen);
+	if (r != 0)
+		return r;
+	struct http_response a;
+	int e = http_perform(&q, &a);
+	kubecfg_cred_free(&c);
+	if (!x->status)
+		x->status = a.status;
+	if (x->stop) {
+		r = x->stop;
+	} else if (a.fail == HTTP_FAIL_ABORTED) {
+		snprintf(err, errlen, "%s %s was cut short: nobody waits for it any more",
+			 method, path);
+		r = -ECANCELED;
+	} else if (a.fail == HTTP_FAIL_TIMEOUT && x->fn && x->status == 200) {
+		r = 0; /* our own deadline for the watch */
+	} else if (a.fail == HTTP_FAIL_TIMEOUT) {
+		snprintf(err, errlen, "the Kubernetes API server at %s did not answer %s %s "
+			 "within %ld ms", kubecfg_server(), method, path, timeout_ms);
+		r = -ETIMEDOUT;
+	} else if (x->too_big) {
+		snprintf(err, errlen, "the Kubernetes API server's answer to %s %s is larger "
+			 "than %u bytes", method, path, KUBE_MAX_ANSWER_BYTES);
+		r = -EIO;
+	} else if (e == -ENOMEM) {
+		snprintf(err, errlen, "out of memory for %s %s", method, path);
+		r = -ENOMEM;
+	} else if (e != 0) {
+		snprintf(err, errlen, "the Kubernetes API server at %s is unreachable: %s",
+			 kubecfg_server(), a.detail[0] ? a.detail : a.err);
+		r = -EHOSTUNREACH;
+	} else if (x->status < 200 || x->status > 299) {
+		r = kube_status_error(x, method, path, err, errlen);
 	}
-	x->h = h;
-	struct curl_slist *hdr = curl_slist_append(NULL, "Accept: application/json");
-	if (body) {
-		snprintf(ct, sizeof(ct), "Content-Type: %s", ctype ? ctype : "application/json");
-		hdr = curl_slist_append(hdr, ct);
-	}
-	int r = kubecfg_apply(h, &hdr, refresh, url, sizeof(url), path, err, errlen);
-	if (r == 0) {
-		curl_easy_setopt(h, CURLOPT_URL, url);
-		curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
-		curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
-		curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-		curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "https,http");
-		curl_easy_setopt(h, CURLOPT_ERRORBUFFER, cerr);
-		curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)KUBE_CONNECT_TIMEOUT_MS);
-		curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms);
-		curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, kube_write);
-		curl_easy_setopt(h, CURLOPT_WRITEDATA, x);
-		curl_easy_setopt(h, CURLOPT_USERAGENT, "kode-gopher/" KG_VERSION);
-		curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, kube_xferinfo);
-		curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
-		if (body) {
-			curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
-			curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(body));
-		}
-		CURLcode cc = curl_easy_perform(h);
-		if (!x->status)
-			curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &x->status);
-		if (x->stop) {
-			r = x->stop;
-		} else if (cc == CURLE_ABORTED_BY_CALLBACK) {
-			snprintf(err, errlen, "%s %s was cut short: nobody waits for it any more",
-				 method, path);
-			r = -ECANCELED;
-		} else if (cc == CURLE_OPERATION_TIMEDOUT && x->fn && x->status == 200) {
-			r = 0; /* our own deadline for the watch */
-		} else if (cc == CURLE_OPERATION_TIMEDOUT) {
-			snprintf(err, errlen, "the Kubernetes API server at %s did not answer %s %s "
-				 "within %ld ms", kubecfg_server(), method, path, timeout_ms);
-			r = -ETIMEDOUT;
-		} else if (x->too_big) {
-			snprintf(err, errlen, "the Kubernetes API server's answer to %s %s is larger "
-				 "than %u bytes", method, path, KUBE_MAX_ANSWER_BYTES);
-			r = -EIO;
-		} else if (cc != CURLE_OK) {
-			snprintf(err, errlen, "the Kubernetes API server at %s is unreachable: %s",
-				 kubecfg_server(), cerr[0] ? cerr : curl_easy_strerror(cc));
-			r = -EHOSTUNREACH;
-		} else if (x->status < 200 || x->status > 299) {
-			r = kube_status_error(x, method, path, err, errlen);
-		}
-	}
-	curl_slist_free_all(hdr);
-	curl_easy_cleanup(h);
+	http_response_free(&a);
 	return r;
 }
 

@@ -1,5 +1,5 @@
 /*
- * kube_api.h - the master's Kubernetes API client (libcurl + jansson), with the server's own
+ * kube_api.h - the master's Kubernetes API client (lib/http_client.c + jansson), with the server's own
  * credential from master/kubecfg.c. Only the master talks to the API server: workers ask it for
  * their sandbox (REQ_SANDBOX), and master/sandbox_kube.c makes these calls for that worker's
  * own claim. Everything here is safe to call from any thread.
@@ -21,7 +21,6 @@
 #ifndef KG_MASTER_KUBE_API_H
 #define KG_MASTER_KUBE_API_H
 
-#include <curl/curl.h>
 #include <jansson.h>
 #include <stdbool.h>
 

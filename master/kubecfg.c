@@ -18,12 +18,11 @@
 #include <time.h>
 #include <unistd.h>
 #include <yaml.h>
-#include <curl/curl.h>
 
 #include "ipc/fsutil.h"
 #include "ipc/ipc.h"
-#include "ipc/kubetls.h"
 #include "lib/base64.h"
+#include "lib/http_client.h"
 #include "lib/rfc3339.h"
 #include "lib/runproc.h"
 #include "lib/secret.h"
@@ -856,24 +855,24 @@ void kubecfg_cred_free(struct kubecfg_cred *c)
 	memset(c, 0, sizeof(*c));
 }
 
-/* kubecfg_apply - see kubecfg.h */
-int kubecfg_apply(CURL *h, struct curl_slist **hdr, bool refresh, char *url, size_t urlcap,
-		  const char *path, char *err, size_t errlen)
+/* kubecfg_request - see kubecfg.h */
+int kubecfg_request(struct http_request *q, struct kubecfg_cred *c, bool refresh, char *url,
+		    size_t urlcap, const char *path, char *err, size_t errlen)
 {
-	struct kubecfg_cred c;
-	if (kubecfg_current(&c, refresh, err, errlen) != 0)
+	if (kubecfg_current(c, refresh, err, errlen) != 0)
 		return -EACCES;
-	struct kube_tls t = { c.ca, c.ca_len, c.cert, c.cert_len, c.key, c.key_len, c.token,
-			      c.insecure };
-	int r = kube_tls_apply(h, &t, hdr);
-	if (r != 0)
-		snprintf(err, errlen, "out of memory building a request");
-	else if ((size_t)snprintf(url, urlcap, "%s%s", c.server, path) >= urlcap) {
+	if ((size_t)snprintf(url, urlcap, "%s%s", c->server, path) >= urlcap) {
 		snprintf(err, errlen, "the request path is too long");
-		r = -EINVAL;
+		kubecfg_cred_free(c);
+		return -EINVAL;
 	}
-	kubecfg_cred_free(&c);
-	return r;
+	q->url = url;
+	q->ca_blob = c->ca, q->ca_len = c->ca_len;
+	q->cert_blob = c->cert, q->cert_len = c->cert_len;
+	q->key_blob = c->key, q->key_len = c->key_len;
+	q->bearer = c->token;
+	q->insecure = c->insecure;
+	return 0;
 }
 
 const char *kubecfg_server(void)

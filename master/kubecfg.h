@@ -12,7 +12,6 @@
 #ifndef KG_MASTER_KUBECFG_H
 #define KG_MASTER_KUBECFG_H
 
-#include <curl/curl.h>
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -41,11 +40,12 @@ struct kubecfg_cred {
 int kubecfg_current(struct kubecfg_cred *c, bool refresh, char *err, size_t errlen);
 void kubecfg_cred_free(struct kubecfg_cred *c);
 
-/* kubecfg_apply - put the API server's TLS settings and the current credential on h (the
- * Authorization header onto *hdr), and its URL for path into url; 0, or a negative errno
- * (-EACCES: no credential) with err set */
-int kubecfg_apply(CURL *h, struct curl_slist **hdr, bool refresh, char *url, size_t urlcap,
-		  const char *path, char *err, size_t errlen);
+/* kubecfg_request - the API server's URL for path into url (q->url points to it), and its TLS
+ * settings and the current credential onto q, pointing into *c: kubecfg_cred_free(c) after the
+ * request. 0, or a negative errno (-EACCES: no credential) with err set and nothing to free */
+struct http_request;
+int kubecfg_request(struct http_request *q, struct kubecfg_cred *c, bool refresh, char *url,
+		    size_t urlcap, const char *path, char *err, size_t errlen);
 const char *kubecfg_server(void);
 const char *kubecfg_namespace(void);
 bool kubecfg_in_cluster(void);

@@ -5,12 +5,11 @@
  * token that decide who they are and whether they may use this server.
  *
  * Called by master/auth.c from the HTTP connection threads (so the key set has a lock). Every
- * request goes out through libcurl under the AUTH_FETCH_ limits, to https:// URLs or, for the
+ * request goes out through lib/http_client.c under the AUTH_FETCH_ limits, to https:// URLs or, for the
  * tests' provider, plain http:// on a loopback address. Nothing here logs a code, a token or
  * the client secret.
  */
 #include <ctype.h>
-#include <curl/curl.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -24,6 +23,7 @@
 
 #include "ipc/ipc.h"
 #include "lib/buf.h"
+#include "lib/http_client.h"
 #include "lib/secret.h"
 #include "master/auth.h"
 #include "policy/limits.h"
@@ -68,53 +68,6 @@ static bool oidc_url_ok(const char *u)
 	return false;
 }
 
-bool oidc_addr_public(const struct sockaddr *sa)
-{
-	if (sa->sa_family == AF_INET) {
-		uint32_t a = ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr);
-		static const struct { uint32_t net, mask; } no[] = {
-			{ 0x00000000, 0xff000000 }, { 0x0a000000, 0xff000000 }, { 0x64400000, 0xffc00000 },
-			{ 0x7f000000, 0xff000000 }, { 0xa9fe0000, 0xffff0000 }, { 0xac100000, 0xfff00000 },
-			{ 0xc0000000, 0xffffff00 }, { 0xc0000200, 0xffffff00 }, { 0xc0a80000, 0xffff0000 },
-			{ 0xc6120000, 0xfffe0000 }, { 0xc6336400, 0xffffff00 }, { 0xcb007100, 0xffffff00 },
-			{ 0xe0000000, 0xe0000000 }, /* multicast, reserved, broadcast */
-		};
-		for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++)
-			if ((a & no[i].mask) == no[i].net)
-				return false;
-		return true;
-	}
-	if (sa->sa_family != AF_INET6)
-		return false;
-	const uint8_t *b = ((const struct sockaddr_in6 *)sa)->sin6_addr.s6_addr;
-	static const uint8_t mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
-	static const uint8_t nat64[12] = { 0, 0x64, 0xff, 0x9b };
-	if (memcmp(b, mapped, 12) == 0 || memcmp(b, nat64, 12) == 0) {
-		struct sockaddr_in v4 = { .sin_family = AF_INET };
-		memcpy(&v4.sin_addr, b + 12, 4);
-		return oidc_addr_public((const struct sockaddr *)&v4);
-	}
-	static const uint8_t zero[15] = { 0 };
-	if (memcmp(b, zero, 15) == 0) /* :: and ::1 */
-		return false;
-	if ((b[0] & 0xfe) == 0xfc || (b[0] == 0xfe && (b[1] & 0xc0) == 0x80) || b[0] == 0xff ||
-	    (b[0] == 0x20 && b[1] == 0x01 && b[2] == 0x0d && b[3] == 0xb8))
-		return false; /* unique local, link-local, multicast, documentation */
-	return true;
-}
-
-/* fetch_socket - libcurl is about to connect: only to public addresses */
-static curl_socket_t fetch_socket(void *cls, curlsocktype purpose, struct curl_sockaddr *a)
-{
-	(void)cls;
-	(void)purpose;
-	if (!oidc_addr_public(&a->addr)) {
-		log_warn("refused to fetch from a non-public address");
-		return CURL_SOCKET_BAD;
-	}
-	return socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
-}
-
 int oidc_fetch(const char *url, const char *form, const char *user, const char *pass, long *status,
 	       char **body, size_t *len)
 {
@@ -130,58 +83,39 @@ int oidc_fetch_opts(const char *url, const struct oidc_fetch_opts *o, const char
 	*status = 0;
 	if (o->https_only ? strncmp(url, "https://", 8) != 0 : !oidc_url_ok(url))
 		return -EINVAL;
-	CURL *h = curl_easy_init();
-	if (!h)
+	/* RFC 6749 2.3.1: the id and secret are form-encoded before Basic's base64 */
+	char *eu = user && pass ? http_escape(user) : NULL, *ep = user && pass ? http_escape(pass) : NULL;
+	if (user && pass && (!eu || !ep)) {
+		secret_free(eu);
+		secret_free(ep);
 		return -ENOMEM;
-	struct buf_sink b = { .max = o->max_bytes };
-	struct curl_slist *hdr = curl_slist_append(NULL, "Accept: application/json");
-	char *eu = NULL, *ep = NULL;
-	curl_easy_setopt(h, CURLOPT_URL, url);
-	curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
-	curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
-	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)o->timeout_ms);
-	curl_easy_setopt(h, CURLOPT_MAXFILESIZE, (long)o->max_bytes);
-	if (oidc.ca_file)
-		curl_easy_setopt(h, CURLOPT_CAINFO, oidc.ca_file);
-	if (o->public_only) {
+	}
+	const char *const hdr[] = { "Accept: application/json", NULL };
+	struct http_request q = {
+		.url = url, .body = form, .body_len = form ? strlen(form) : 0, .headers = hdr,
+		.timeout_ms = o->timeout_ms, .max_bytes = o->max_bytes, .ca_file = oidc.ca_file,
 		/* the client chose this URL: no proxy (the address check must see the real peer) */
-		curl_easy_setopt(h, CURLOPT_PROXY, "");
-		curl_easy_setopt(h, CURLOPT_OPENSOCKETFUNCTION, fetch_socket);
+		.public_only = o->public_only, .user = eu, .pass = ep,
+		.want_header = o->cache_control ? "Cache-Control" : NULL,
+	};
+	struct http_response r;
+	int rc = http_perform(&q, &r);
+	secret_free(eu);
+	secret_free(ep);
+	*status = r.status;
+	if (o->cache_control)
+		snprintf(o->cache_control, 256, "%s", r.header);
+	if (rc != 0) {
+		if (r.fail == HTTP_FAIL_ADDRESS)
+			log_warn("refused to fetch from a non-public address: %s", r.err);
+		else
+			log_debug("%s", r.err);
+		http_response_free(&r);
+		return rc == -EFBIG ? -EFBIG : -EIO;
 	}
-	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, buf_sink_write);
-	curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
-	curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
-	curl_easy_setopt(h, CURLOPT_USERAGENT, "kode-gopher/" KG_VERSION);
-	if (form)
-		curl_easy_setopt(h, CURLOPT_POSTFIELDS, form);
-	if (user && pass) {
-		/* RFC 6749 2.3.1: the id and secret are form-encoded before Basic's base64 */
-		eu = curl_easy_escape(h, user, 0);
-		ep = curl_easy_escape(h, pass, 0);
-		curl_easy_setopt(h, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC);
-		curl_easy_setopt(h, CURLOPT_USERNAME, eu);
-		curl_easy_setopt(h, CURLOPT_PASSWORD, ep);
-	}
-	CURLcode rc = curl_easy_perform(h);
-	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
-	if (o->cache_control) {
-		struct curl_header *cc = NULL;
-		o->cache_control[0] = '\0';
-		if (rc == CURLE_OK && curl_easy_header(h, "Cache-Control", 0, CURLH_HEADER, -1, &cc) == CURLHE_OK)
-			snprintf(o->cache_control, 256, "%s", cc->value);
-	}
-	curl_free(eu);
-	curl_free(ep);
-	curl_slist_free_all(hdr);
-	curl_easy_cleanup(h);
-	if (rc != CURLE_OK || b.too_big) {
-		buf_free(&b.b);
-		return b.too_big || rc == CURLE_FILESIZE_EXCEEDED ? -EFBIG : -EIO;
-	}
-	*body = b.b.data ? b.b.data : strdup("");
-	*len = b.b.len;
-	return *body ? 0 : -ENOMEM;
+	*body = r.body.data; /* NUL-terminated, "" when empty */
+	*len = r.body.len;
+	return 0;
 }
 
 /* oidc_get_json - GET a JSON object */
@@ -266,7 +200,7 @@ static int oidc_load_jwks(char *err, size_t cap)
 
 int oidc_init(const struct serve_config *cfg, char *err, size_t cap)
 {
-	curl_global_init(CURL_GLOBAL_DEFAULT);
+	http_global_init();
 	oidc.allowed_domains = cfg->allowed_domains;
 	oidc.allowed_users = cfg->allowed_users;
 	oidc.ca_file = cfg->oauth_ca_file;
@@ -322,9 +256,6 @@ void oidc_shutdown(void)
 char *oidc_authorize_url(const char *redirect_uri, const char *state, const char *nonce,
 			 const char *code_challenge)
 {
-	CURL *h = curl_easy_init();
-	if (!h)
-		return NULL;
 	/* --credentials user: the Cloud scopes too, and a refresh token for them (Google gives one
 	 * with access_type=offline, and again on a later sign-in only with prompt=consent; other
 	 * providers with OpenID Connect's offline_access scope) */
@@ -332,8 +263,8 @@ char *oidc_authorize_url(const char *redirect_uri, const char *state, const char
 	char scope[sizeof(oidc.cloud_scopes) + 40];
 	snprintf(scope, sizeof(scope), "openid email%s%s%s", cloud ? " " : "", oidc.cloud_scopes,
 		 cloud && !google ? " offline_access" : "");
-	char *cid = curl_easy_escape(h, oidc.client_id, 0), *ru = curl_easy_escape(h, redirect_uri, 0);
-	char *sc = curl_easy_escape(h, scope, 0);
+	char *cid = http_escape(oidc.client_id), *ru = http_escape(redirect_uri);
+	char *sc = http_escape(scope);
 	char *out = NULL;
 	if (cid && ru && sc &&
 	    asprintf(&out, "%s%cresponse_type=code&client_id=%s&redirect_uri=%s&scope=%s"
@@ -342,10 +273,9 @@ char *oidc_authorize_url(const char *redirect_uri, const char *state, const char
 		     ru, sc, state, nonce, code_challenge,
 		     cloud && google ? "&access_type=offline&prompt=consent" : "") < 0)
 		out = NULL;
-	curl_free(cid);
-	curl_free(ru);
-	curl_free(sc);
-	curl_easy_cleanup(h);
+	free(cid);
+	free(ru);
+	free(sc);
 	return out;
 }
 
@@ -495,19 +425,13 @@ void oidc_grant_clear(struct oidc_grant *g)
 int oidc_refresh(const char *refresh_token, struct oidc_grant *g, char *why, size_t cap)
 {
 	memset(g, 0, sizeof(*g));
-	CURL *h = curl_easy_init();
-	char *er = h ? curl_easy_escape(h, refresh_token, 0) : NULL;
+	char *er = http_escape(refresh_token);
 	char *form = NULL, *body = NULL;
 	size_t len;
 	long status;
 	if (er && asprintf(&form, "grant_type=refresh_token&refresh_token=%s", er) < 0)
 		form = NULL;
-	if (er) {
-		explicit_bzero(er, strlen(er));
-		curl_free(er);
-	}
-	if (h)
-		curl_easy_cleanup(h);
+	secret_free(er);
 	int r = form ? oidc_fetch(oidc.token_endpoint, form, oidc.client_id, oidc.client_secret, &status,
 				   &body, &len) : -ENOMEM;
 	if (form) {
@@ -545,8 +469,7 @@ int oidc_sign_in(const char *code, const char *verifier, const char *redirect_ur
 {
 	if (grant)
 		memset(grant, 0, sizeof(*grant));
-	CURL *h = curl_easy_init();
-	char *ec = h ? curl_easy_escape(h, code, 0) : NULL, *er = h ? curl_easy_escape(h, redirect_uri, 0) : NULL;
+	char *ec = http_escape(code), *er = http_escape(redirect_uri);
 	char *form = NULL, *body = NULL;
 	size_t len;
 	long status;
@@ -554,10 +477,8 @@ int oidc_sign_in(const char *code, const char *verifier, const char *redirect_ur
 	if (ec && er && asprintf(&form, "grant_type=authorization_code&code=%s&redirect_uri=%s&code_verifier=%s",
 				 ec, er, verifier) < 0)
 		form = NULL;
-	curl_free(ec);
-	curl_free(er);
-	if (h)
-		curl_easy_cleanup(h);
+	secret_free(ec);
+	free(er);
 	if (!form || oidc_fetch(oidc.token_endpoint, form, oidc.client_id, oidc.client_secret, &status,
 				&body, &len) != 0) {
 		snprintf(why, cap, "the sign-in provider did not answer; try again");

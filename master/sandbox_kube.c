@@ -40,11 +40,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <curl/curl.h>
 #include <openssl/crypto.h>
 
 #include "ipc/chan.h"
 #include "ipc/ipc.h"
+#include "lib/http_client.h"
 #include "master/kube_api.h"
 #include "master/kubecfg.h"
 #include "master/master.h"
@@ -752,13 +752,15 @@ static void kb_reply(struct kb_conn *c, int status, const char *reason, const ch
 	free(body);
 }
 
-/* kb_head - the upstream answer's status line and type, once, before its first byte */
-static bool kb_head(struct kb_conn *c, CURL *h)
+/* kb_head - the upstream answer's status line and type, once, before its first byte (the
+ * type as lib/http_client.c gives it: a plain media type, so no header can be smuggled in) */
+static bool kb_head(struct kb_conn *c, const struct http_response *r)
 {
 	if (c->head_sent)
 		return true;
 	c->head_sent = true;
-	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &c->status);
+	c->status = r->status;
+	snprintf(c->ctype, sizeof(c->ctype), "%s", r->content_type);
 	char head[300];
 	int n = snprintf(head, sizeof(head), "HTTP/1.1 %ld Relayed\r\n%s%s%sTransfer-Encoding: "
 			 "chunked\r\nConnection: close\r\n\r\n", c->status,
@@ -766,50 +768,26 @@ static bool kb_head(struct kb_conn *c, CURL *h)
 	return kb_write_all(c, head, (size_t)n);
 }
 
-struct kb_up {
-	struct kb_conn *c;
-	CURL *h;
-};
-
-static size_t kb_up_header(char *b, size_t size, size_t n, void *ud)
+/* kb_up_data - a piece of the agent's answer, sent on to the worker as a chunk */
+static int kb_up_data(void *ud, const struct http_response *r, const char *b, size_t len)
 {
-	struct kb_conn *c = ((struct kb_up *)ud)->c;
-	size_t len = size * n;
-	if (len > 13 && strncasecmp(b, "Content-Type:", 13) == 0) {
-		const char *v = b + 13;
-		size_t vl = len - 13;
-		while (vl && (*v == ' ' || *v == '\t'))
-			v++, vl--;
-		while (vl && (v[vl - 1] == '\r' || v[vl - 1] == '\n' || v[vl - 1] == ' '))
-			vl--;
-		/* only a plain media type goes back: no header can be smuggled in */
-		if (vl < sizeof(c->ctype) && strcspn(v, "\r\n") >= vl)
-			snprintf(c->ctype, sizeof(c->ctype), "%.*s", (int)vl, v);
-	}
-	return len;
-}
-
-static size_t kb_up_write(char *b, size_t size, size_t n, void *ud)
-{
-	struct kb_up *u = ud;
-	size_t len = size * n;
+	struct kb_conn *c = ud;
 	char chunk[32];
 	int cl = snprintf(chunk, sizeof(chunk), "%zx\r\n", len);
 	if (!len)
 		return 0;
-	if (!kb_head(u->c, u->h) || !kb_write_all(u->c, chunk, (size_t)cl) ||
-	    !kb_write_all(u->c, b, len) || !kb_write_all(u->c, "\r\n", 2))
-		return 0;
-	return len;
+	if (!kb_head(c, r) || !kb_write_all(c, chunk, (size_t)cl) || !kb_write_all(c, b, len) ||
+	    !kb_write_all(c, "\r\n", 2))
+		return -EPIPE;
+	return 0;
 }
 
-/* kb_up_progress - the worker hung up: stop the upstream request */
-static int kb_up_progress(void *ud, curl_off_t a, curl_off_t b, curl_off_t c2, curl_off_t d)
+/* kb_up_abort - the worker hung up: stop the upstream request */
+static bool kb_up_abort(void *ud)
 {
-	(void)a, (void)b, (void)c2, (void)d;
-	struct kb_conn *c = ((struct kb_up *)ud)->c;
+	struct kb_conn *c = ud;
 	struct pollfd pf = { .fd = c->fd, .events = POLLRDHUP };
-	return poll(&pf, 1, 0) > 0 && (pf.revents & (POLLRDHUP | POLLHUP | POLLERR)) ? 1 : 0;
+	return poll(&pf, 1, 0) > 0 && (pf.revents & (POLLRDHUP | POLLHUP | POLLERR));
 }
 
 /* kb_read_request - the request's head (and what came with it) into buf; its length, or -1 */
@@ -927,7 +905,7 @@ static void kb_relay_one(struct kb_conn *c)
 	}
 
 	/* where to: the claim's pod as it is now */
-	char target[sizeof(p->target)], url[4096], hbuf[128], cerr[CURL_ERROR_SIZE] = "", err[512] = "";
+	char target[sizeof(p->target)], url[4096], hbuf[128] = "", err[512] = "";
 	pthread_mutex_lock(&p->mu);
 	bool ready = p->ready && !p->gone, proxy = p->proxy;
 	snprintf(target, sizeof(target), "%s", p->target);
@@ -936,70 +914,54 @@ static void kb_relay_one(struct kb_conn *c)
 		kb_reply(c, 503, "Service Unavailable", "this session holds no Ready SandboxClaim");
 		goto out;
 	}
-	CURL *h = curl_easy_init();
-	struct curl_slist *hdr = curl_slist_append(NULL, "Expect:");
-	if (!h) {
-		kb_reply(c, 502, "Bad Gateway", "the relay could not make a request");
-		curl_slist_free_all(hdr);
-		goto out;
-	}
-	if (ctype)
-		hdr = curl_slist_append(hdr, "Content-Type: application/json");
-	if (secret[0]) {
+	/* the relay reads no 100-continue; the worker's secret goes on as the agent's bearer, or
+	 * through the API server's proxy in a header of its own (the proxy's Authorization is the
+	 * master's credential) */
+	if (secret[0])
 		snprintf(hbuf, sizeof(hbuf), proxy ? "X-Kode-Gopher-Secret: %s" : "Authorization: Bearer %s",
 			 secret);
-		hdr = curl_slist_append(hdr, hbuf);
-		OPENSSL_cleanse(hbuf, sizeof(hbuf));
-		OPENSSL_cleanse(secret, sizeof(secret));
-	}
-	int r = 0;
+	OPENSSL_cleanse(secret, sizeof(secret));
+	const char *hdr[4] = { "Expect:", NULL, NULL, NULL };
+	int nh = 1;
+	if (ctype)
+		hdr[nh++] = "Content-Type: application/json";
+	if (hbuf[0])
+		hdr[nh++] = hbuf;
+	bool post = strcmp(method, "POST") == 0;
+	struct http_request q = {
+		.url = url, .method = method, .body = post ? body : NULL, .body_len = post ? blen : 0,
+		.headers = hdr, .no_proxy = true, .protocols = proxy ? "https" : "http",
+		.connect_timeout_ms = KB_RELAY_CONNECT_MS, .stall_s = KB_RELAY_STALL_S,
+		.keepalive_idle_s = KB_RELAY_KEEPALIVE_S, .keepalive_intvl_s = KB_RELAY_KEEPALIVE_S,
+		.on_data = kb_up_data, .abort = kb_up_abort, .ctx = c,
+	};
+	struct kubecfg_cred kc;
+	int r = 0, e = -EIO;
 	char upath[sizeof(target) + 64];
 	snprintf(upath, sizeof(upath), "%s%s", target, path);
 	if (proxy)
-		r = kubecfg_apply(h, &hdr, false, url, sizeof(url), upath, err, sizeof(err));
+		r = kubecfg_request(&q, &kc, false, url, sizeof(url), upath, err, sizeof(err));
 	else
 		snprintf(url, sizeof(url), "%s", upath);
-	CURLcode cc = CURLE_FAILED_INIT;
-	struct kb_up u = { c, h };
+	struct http_response a = { 0 };
 	if (r == 0) {
-		curl_easy_setopt(h, CURLOPT_URL, url);
-		curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
-		curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
-		curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-		curl_easy_setopt(h, CURLOPT_PROXY, "");
-		curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, proxy ? "https" : "http");
-		curl_easy_setopt(h, CURLOPT_ERRORBUFFER, cerr);
-		curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)KB_RELAY_CONNECT_MS);
-		curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
-		curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, (long)KB_RELAY_STALL_S);
-		curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
-		curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, kb_up_header);
-		curl_easy_setopt(h, CURLOPT_HEADERDATA, &u);
-		curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, kb_up_write);
-		curl_easy_setopt(h, CURLOPT_WRITEDATA, &u);
-		curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, kb_up_progress);
-		curl_easy_setopt(h, CURLOPT_XFERINFODATA, &u);
-		curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
-		curl_easy_setopt(h, CURLOPT_USERAGENT, "kode-gopher/" KG_VERSION);
-		if (strcmp(method, "POST") == 0) {
-			curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
-			curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)blen);
-		}
-		cc = curl_easy_perform(h);
+		e = http_perform(&q, &a);
+		if (proxy)
+			kubecfg_cred_free(&kc);
 	}
-	if (cc == CURLE_OK) {
-		if (kb_head(c, h))
+	OPENSSL_cleanse(hbuf, sizeof(hbuf));
+	if (r == 0 && e == 0) {
+		if (kb_head(c, &a))
 			kb_write_all(c, "0\r\n\r\n", 5);
 	} else if (!c->head_sent && !c->broken) {
 		/* nothing of an answer yet: the pod is not there (as the proxy's own 502 says) */
 		char msg[800];
 		snprintf(msg, sizeof(msg), "the relay could not reach the sandbox's agent: %s",
-			 r ? err : cerr[0] ? cerr : curl_easy_strerror(cc));
+			 r ? err : a.detail[0] ? a.detail : a.err);
 		kb_reply(c, 502, "Bad Gateway", msg);
 	}
 	/* else: a truncated chunked answer tells the worker the pod went away mid-answer */
-	curl_slist_free_all(hdr);
-	curl_easy_cleanup(h);
+	http_response_free(&a);
 out:
 	if (body) {
 		OPENSSL_cleanse(body, blen < 256 ? blen : 256); /* a /claim body carries the secret */

@@ -81,12 +81,18 @@
 #define AC_DOC_TIMEOUT_MS 120000L
 #define AC_DOC_MAX_ANSWER_BYTES (8u * 1024 * 1024)
 #define AC_TOKEN_TIMEOUT_MS 10000L
+/* TCP keep-alive to an agent reached over TCP (idle, then between probes), and the receive
+ * buffer for a /files read */
+#define AC_KEEPALIVE_IDLE_S 30L
+#define AC_KEEPALIVE_INTVL_S 10L
+#define AC_READ_BUFFER_BYTES (512L * 1024)
 
 /* To token endpoints (Google's, a service account's, IAM): an answer, the whole request,
  * connecting. */
 #define CR_HTTP_MAX_BYTES (1u << 20)
 #define CR_TIMEOUT_MS 30000L
 #define CR_CONNECT_TIMEOUT_MS 10000L
+#define CR_HTTP_MAX_HEADERS 4 /* extra header lines one token request sends */
 
 /* ---- artifacts and the session's files (agent/artifacts.c, worker/call.c, worker/resources.c) ----
  * Both sides hold them: the agent picks what a result embeds, and the worker, which fetches the
@@ -112,6 +118,7 @@
 #define KB_RELAY_READ_TIMEOUT_S 30       /* for the request to arrive */
 #define KB_RELAY_CONNECT_MS 10000
 #define KB_RELAY_STALL_S 90              /* the agent sends a heartbeat every 10 s */
+#define KB_RELAY_KEEPALIVE_S 60          /* TCP keep-alive probes to the pod (idle, interval) */
 
 /* ---- the master's Kubernetes API client (master/kube_api.c): connecting, an answer ---- */
 #define KUBE_CONNECT_TIMEOUT_MS 10000

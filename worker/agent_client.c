@@ -2,7 +2,7 @@
  * agent_client.c - the worker's side of the agent's HTTP API: claim, health, execute, doc.
  *
  * Called by the worker's sandbox backends; the server is agent/server.c and the protocol is in
- * docs/agent-api.md. One libcurl easy handle per call: calls are seconds long and one at a
+ * docs/agent-api.md. One request of lib/http_client.c (a libcurl handle of its own) per call: calls are seconds long and one at a
  * time, so connection reuse would buy nothing and would make "the sandbox died" harder to see.
  *
  * The /execute answer is an NDJSON stream parsed as it arrives, so progress reaches the model
@@ -11,7 +11,6 @@
  */
 #include "worker/agent_client.h"
 
-#include <curl/curl.h>
 #include <errno.h>
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
@@ -26,6 +25,7 @@
 #include "agent/artifacts.h"
 #include "ipc/log.h"
 #include "lib/buf.h"
+#include "lib/http_client.h"
 #include "lib/mono.h"
 #include "policy/limits.h"
 
@@ -34,9 +34,8 @@ static const char ac_died[] = "the sandbox stopped responding in the middle of t
 
 enum ac_kind { AC_CLAIM, AC_HEALTH, AC_EXECUTE, AC_DOC, AC_READ };
 
-/* One transfer's state, shared with the curl callbacks. */
+/* One transfer's state, shared with the http_client callbacks. */
 struct ac_xfer {
-	CURL *h;
 	enum ac_kind kind;
 	long status;            /* HTTP status, known from the first body byte */
 	int rc;                 /* set when a callback aborts the transfer */
@@ -189,67 +188,57 @@ static int ac_stream_end(struct ac_xfer *x, char *err, size_t errlen)
 	return 0;
 }
 
-/* ac_write - curl write callback: stream for a 200 /execute, collect otherwise */
-static size_t ac_write(char *p, size_t size, size_t nmemb, void *ud)
+/* ac_data - the answer as it arrives: stream for a 200 /execute, collect otherwise; 0, or the
+ * verdict that stops the transfer */
+static int ac_data(void *ud, const struct http_response *r, const char *p, size_t n)
 {
 	struct ac_xfer *x = ud;
-	size_t n = size * nmemb;
 	if (!x->status) {
-		curl_easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &x->status);
-		if (x->kind == AC_EXECUTE && x->status == 200) {
-			char *ct = NULL;
-			curl_easy_getinfo(x->h, CURLINFO_CONTENT_TYPE, &ct);
-			if (!ct || strncasecmp(ct, "application/x-ndjson", 20) != 0) {
-				ac_fail(x, -EPROTO, "the sandbox answered /execute with %s instead "
-					"of an NDJSON stream", ct ? ct : "no content type");
-				return 0;
-			}
+		x->status = r->status;
+		const char *ct = r->content_type[0] ? r->content_type : NULL;
+		if (x->kind == AC_EXECUTE && x->status == 200 &&
+		    (!ct || strncasecmp(ct, "application/x-ndjson", 20) != 0)) {
+			ac_fail(x, -EPROTO, "the sandbox answered /execute with %s instead of an "
+				"NDJSON stream", ct ? ct : "no content type");
+			return x->rc;
 		}
 		if (x->kind == AC_READ) {
-			char *ct = NULL;
-			curl_off_t cl = -1;
-			curl_easy_getinfo(x->h, CURLINFO_CONTENT_TYPE, &ct);
-			snprintf(x->ctype, sizeof(x->ctype), "%s", ct ? ct : "");
+			snprintf(x->ctype, sizeof(x->ctype), "%s", r->content_type);
 			/* one allocation for the piece, not a doubling from 4 KiB */
-			curl_easy_getinfo(x->h, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl);
+			long long cl = r->content_length;
 			if (x->status == 200 && cl > 0 && (size_t)cl <= x->max &&
 			    buf_reserve(&x->ans, (size_t)cl) < 0) {
 				ac_fail(x, -ENOMEM, "out of memory reading the sandbox's answer");
-				return 0;
+				return x->rc;
 			}
 		}
 	}
 	if (x->kind == AC_EXECUTE && x->status == 200)
-		return ac_feed(x, p, n) == 0 ? n : 0;
+		return ac_feed(x, p, n) == 0 ? 0 : x->rc ? x->rc : -EPROTO;
 
 	size_t max = x->status == 200 ? x->max : AGENT_CLIENT_MAX_LINE;
 	if (x->ans.len + n > max) {
 		if (x->status != 200)
-			return n; /* an error sentence: its head is enough */
+			return 0; /* an error sentence: its head is enough */
 		ac_fail(x, -EPROTO, "the sandbox's answer is larger than %zu bytes", max);
-		return 0;
+		return x->rc;
 	}
 	if (buf_add(&x->ans, p, n, max) < 0) {
 		ac_fail(x, -ENOMEM, "out of memory reading the sandbox's answer");
-		return 0;
+		return x->rc;
 	}
-	return n;
+	return 0;
 }
 
 
-/* ac_xferinfo - curl progress callback: a cancelled call ends its stream itself (POST /cancel
- * kills what runs and the agent sends its result); one that does not within
+/* ac_abort - polled during the transfer: a cancelled call ends its stream itself (POST
+ * /cancel kills what runs and the agent sends its result); one that does not within
  * AGENT_CLIENT_CANCEL_GRACE_MS is cut here */
-static int ac_xferinfo(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
-		       curl_off_t ulnow)
+static bool ac_abort(void *ud)
 {
 	struct ac_xfer *x = ud;
-	(void)dltotal;
-	(void)dlnow;
-	(void)ultotal;
-	(void)ulnow;
 	if (!x->cancel || !*x->cancel)
-		return 0;
+		return false;
 	long long now = mono_ms();
 	if (!x->cancel_seen_ms)
 		x->cancel_seen_ms = now;
@@ -262,21 +251,20 @@ static const char *ac_where(const struct agent_endpoint *ep)
 	return ep->unix_path ? ep->unix_path : ep->base_url ? ep->base_url : "(no address)";
 }
 
-/* ac_transport_error - a curl failure as a negative errno and a sentence */
-static int ac_transport_error(const struct agent_endpoint *ep, struct ac_xfer *x, CURLcode cc,
-			      const char *detail, long timeout_ms, char *err, size_t errlen)
+/* ac_transport_error - a failed transfer as a negative errno and a sentence */
+static int ac_transport_error(const struct agent_endpoint *ep, struct ac_xfer *x,
+			      const struct http_response *r, int e, long timeout_ms, char *err,
+			      size_t errlen)
 {
-	const char *what = detail[0] ? detail : curl_easy_strerror(cc);
-	long oserr = 0;
-	switch (cc) {
-	case CURLE_COULDNT_CONNECT:
-		curl_easy_getinfo(x->h, CURLINFO_OS_ERRNO, &oserr);
-		if (oserr == ENOENT) {
+	const char *what = r->detail[0] ? r->detail : r->err;
+	switch (r->fail) {
+	case HTTP_FAIL_CONNECT:
+		if (e == -ENOENT) {
 			snprintf(err, errlen, "no sandbox agent is listening at %s (the socket does "
 				 "not exist): the sandbox is gone", ac_where(ep));
 			return -ENOENT;
 		}
-		if (oserr == EHOSTUNREACH || oserr == ENETUNREACH) {
+		if (e == -EHOSTUNREACH) {
 			snprintf(err, errlen, "the sandbox at %s is unreachable: %s", ac_where(ep),
 				 what);
 			return -EHOSTUNREACH;
@@ -284,11 +272,11 @@ static int ac_transport_error(const struct agent_endpoint *ep, struct ac_xfer *x
 		snprintf(err, errlen, "the sandbox's agent at %s refused the connection: %s",
 			 ac_where(ep), what);
 		return -ECONNREFUSED;
-	case CURLE_COULDNT_RESOLVE_HOST:
+	case HTTP_FAIL_RESOLVE:
 		snprintf(err, errlen, "cannot resolve the sandbox address %s: %s", ac_where(ep),
 			 what);
 		return -EHOSTUNREACH;
-	case CURLE_OPERATION_TIMEDOUT:
+	case HTTP_FAIL_TIMEOUT:
 		if (x->kind == AC_EXECUTE && x->status) {
 			snprintf(err, errlen, "%s: nothing arrived for %d seconds", ac_died,
 				 AGENT_CLIENT_STALL_S);
@@ -297,18 +285,14 @@ static int ac_transport_error(const struct agent_endpoint *ep, struct ac_xfer *x
 		snprintf(err, errlen, "the sandbox at %s did not answer within %ld ms",
 			 ac_where(ep), timeout_ms ? timeout_ms : AC_CONNECT_TIMEOUT_MS);
 		return -ETIMEDOUT;
-	case CURLE_SEND_ERROR:
-	case CURLE_RECV_ERROR:
-	case CURLE_GOT_NOTHING:
-	case CURLE_PARTIAL_FILE:
-	case CURLE_HTTP2:        /* through the API server's pod proxy (HTTP/2), the pod's end */
-	case CURLE_HTTP2_STREAM: /* shows as a stream reset */
+	case HTTP_FAIL_BROKEN: /* through the API server's pod proxy (HTTP/2), a stream reset */
 		snprintf(err, errlen, "%s (%s)", ac_died, what);
 		return -EPIPE;
-	case CURLE_OUT_OF_MEMORY:
-		snprintf(err, errlen, "out of memory talking to the sandbox");
-		return -ENOMEM;
 	default:
+		if (e == -ENOMEM) {
+			snprintf(err, errlen, "out of memory talking to the sandbox");
+			return -ENOMEM;
+		}
 		snprintf(err, errlen, "talking to the sandbox at %s failed: %s", ac_where(ep),
 			 what);
 		return -EIO;
@@ -400,88 +384,56 @@ static int ac_proxy_error(struct ac_xfer *x, char *err, size_t errlen)
 static int ac_call(const struct agent_endpoint *ep, const char *path, const char *body,
 		   size_t bodylen, long timeout_ms, struct ac_xfer *x, char *err, size_t errlen)
 {
-	char url[512], auth[128], cerr[CURL_ERROR_SIZE] = "";
+	char url[512], auth[128] = "";
 	const char *base = ep->base_url ? ep->base_url : "http://localhost";
 	if ((size_t)snprintf(url, sizeof(url), "%s%s", base, path) >= sizeof(url)) {
 		snprintf(err, errlen, "the sandbox address %s is too long", base);
 		return -EINVAL;
 	}
-	x->h = curl_easy_init();
-	if (!x->h) {
-		snprintf(err, errlen, "libcurl could not create a handle");
-		return -ENOMEM;
-	}
 	x->err = err;
 	x->errlen = errlen;
 
-	struct curl_slist *hdr = NULL, *h2;
-	int rc = 0;
+	const char *hdr[4];
+	int nh = 0;
 	if (body)
-		hdr = curl_slist_append(hdr, "Content-Type: application/json");
+		hdr[nh++] = "Content-Type: application/json";
 	if (ep->secret[0]) {
 		snprintf(auth, sizeof(auth), "Authorization: Bearer %s", ep->secret);
-		h2 = curl_slist_append(hdr, auth);
-		hdr = h2 ? h2 : hdr;
-		OPENSSL_cleanse(auth, sizeof(auth));
-	}
-	if (body && !hdr) {
-		rc = -ENOMEM;
-		snprintf(err, errlen, "out of memory building the request");
-		goto out;
-	}
-
-	CURL *h = x->h;
-	curl_easy_setopt(h, CURLOPT_URL, url);
-	if (ep->unix_path)
-		curl_easy_setopt(h, CURLOPT_UNIX_SOCKET_PATH, ep->unix_path);
-	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
-	curl_easy_setopt(h, CURLOPT_PROXY, ""); /* never send a sandbox secret through a proxy */
-	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, cerr);
-	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,
-			 timeout_ms && timeout_ms < AC_CONNECT_TIMEOUT_MS ? timeout_ms
-									  : AC_CONNECT_TIMEOUT_MS);
-	if (timeout_ms)
-		curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms);
-	if (x->kind == AC_EXECUTE) {
-		/* no overall deadline (the agent bounds the run); a silent stream is a dead one */
-		curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
-		curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, (long)AGENT_CLIENT_STALL_S);
-	}
-	if (!ep->unix_path) {
-		curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
-		curl_easy_setopt(h, CURLOPT_TCP_KEEPIDLE, 30L);
-		curl_easy_setopt(h, CURLOPT_TCP_KEEPINTVL, 10L);
+		hdr[nh++] = auth;
 	}
 	if (ep->relay) /* the master's relay reads the body only after its head: no waiting */
-		hdr = curl_slist_append(hdr, "Expect:") ?: hdr;
-	if (hdr)
-		curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
-	if (body) {
-		curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
-		curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)bodylen);
-	}
-	if (x->kind == AC_READ) /* a piece of up to 2 MiB: fewer, bigger reads */
-		curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 512L * 1024);
-	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, ac_write);
-	curl_easy_setopt(h, CURLOPT_WRITEDATA, x);
-	if (x->cancel) {
-		curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, ac_xferinfo);
-		curl_easy_setopt(h, CURLOPT_XFERINFODATA, x);
-		curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
-	}
-
-	CURLcode cc = curl_easy_perform(h);
+		hdr[nh++] = "Expect:";
+	hdr[nh] = NULL;
+	struct http_request q = {
+		.url = url, .body = body, .body_len = body ? bodylen : 0, .headers = hdr,
+		.unix_socket = ep->unix_path,
+		.no_proxy = true, /* never send a sandbox secret through a proxy */
+		.connect_timeout_ms = timeout_ms && timeout_ms < AC_CONNECT_TIMEOUT_MS
+					      ? timeout_ms : AC_CONNECT_TIMEOUT_MS,
+		.timeout_ms = timeout_ms,
+		/* /execute: no overall deadline (the agent bounds the run); a silent stream is a
+		 * dead one */
+		.stall_s = x->kind == AC_EXECUTE ? AGENT_CLIENT_STALL_S : 0,
+		.keepalive_idle_s = ep->unix_path ? 0 : AC_KEEPALIVE_IDLE_S,
+		.keepalive_intvl_s = AC_KEEPALIVE_INTVL_S,
+		/* a piece of up to 2 MiB: fewer, bigger reads */
+		.buffer_size = x->kind == AC_READ ? AC_READ_BUFFER_BYTES : 0,
+		.on_data = ac_data, .abort = x->cancel ? ac_abort : NULL, .ctx = x,
+	};
+	struct http_response r;
+	int e = http_perform(&q, &r);
+	OPENSSL_cleanse(auth, sizeof(auth));
+	int rc = 0;
 	if (x->rc) {
 		rc = x->rc;
-	} else if (cc == CURLE_ABORTED_BY_CALLBACK && x->cancel && *x->cancel) {
+	} else if (r.fail == HTTP_FAIL_ABORTED && x->cancel && *x->cancel) {
 		snprintf(err, errlen, "the call was cancelled");
 		rc = -ECANCELED;
-	} else if (cc != CURLE_OK) {
-		rc = ac_transport_error(ep, x, cc, cerr, timeout_ms, err, errlen);
+	} else if (e != 0) {
+		rc = ac_transport_error(ep, x, &r, e, timeout_ms, err, errlen);
 	} else {
 		if (!x->status)
-			curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &x->status);
+			x->status = r.status;
 		if (x->status != 200 && ep->relay && (x->status == 502 || x->status == 503 ||
 						      ac_is_kube_status(x))) {
 			rc = ac_proxy_error(x, err, errlen);
@@ -493,10 +445,7 @@ static int ac_call(const struct agent_endpoint *ep, const char *path, const char
 	}
 	if (rc < 0 && rc != -EBUSY && rc != -EALREADY)
 		log_debug("%s %s: %s", path, ac_where(ep), err);
-out:
-	curl_slist_free_all(hdr);
-	curl_easy_cleanup(x->h);
-	x->h = NULL;
+	http_response_free(&r);
 	return rc;
 }
 

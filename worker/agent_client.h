@@ -1,13 +1,13 @@
 /*
- * agent_client.h - the worker's client for the agent's HTTP API (libcurl).
+ * agent_client.h - the worker's client for the agent's HTTP API (lib/http_client.c).
  *
  * Called by the worker's sandbox backends (local jail: unix socket; Kubernetes: pod IP) to
  * claim a sandbox, check its health, and make execute and doc calls. The protocol is in
  * docs/agent-api.md; the server is agent/server.c.
  *
- * The process must call curl_global_init(CURL_GLOBAL_DEFAULT) once before the first call (the
- * worker's main does, before it starts any thread). Each call uses its own easy handle, never
- * installs signal handlers (CURLOPT_NOSIGNAL), and may run on any thread.
+ * The process must call http_global_init() once before the first call (the worker's main does,
+ * before it starts any thread). Each call is a request of its own, never installs signal
+ * handlers, and may run on any thread.
  *
  * Errors are negative errno values with a sentence in err:
  *   -ENOENT, -ECONNREFUSED, -EHOSTUNREACH   nobody listens there: the sandbox is gone

@@ -12,7 +12,6 @@
  */
 #include "worker/creds.h"
 
-#include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -32,6 +31,7 @@
 #include "ipc/log.h"
 #include "lib/base64.h"
 #include "lib/buf.h"
+#include "lib/http_client.h"
 #include "lib/mono.h"
 #include "lib/rfc3339.h"
 #include "lib/secret.h"
@@ -672,13 +672,6 @@ struct cr_http {
 	long status;
 };
 
-/* cr_http_write - curl's write callback: collect up to CR_HTTP_MAX_BYTES bytes */
-static size_t cr_http_write(char *p, size_t size, size_t n, void *arg)
-{
-	struct cr_http *h = arg;
-	return buf_add(&h->b, p, size * n, CR_HTTP_MAX_BYTES) == 0 ? size * n : 0;
-}
-
 /* cr_http_free - wipe (answers hold tokens) and free */
 static void cr_http_free(struct cr_http *h)
 {
@@ -689,14 +682,9 @@ static void cr_http_free(struct cr_http *h)
 /* cr_host_of - the host of a URL, for sentences (never the path or query) */
 static void cr_host_of(const char *url, char *out, size_t cap)
 {
-	snprintf(out, cap, "?");
-	CURLU *u = curl_url();
-	char *host = NULL;
-	if (u && curl_url_set(u, CURLUPART_URL, url, 0) == CURLUE_OK &&
-	    curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK && host)
-		cr_printable(out, cap, host, 255);
-	curl_free(host);
-	curl_url_cleanup(u);
+	char host[300];
+	http_url_host(url, host, sizeof(host));
+	cr_printable(out, cap, host, 255);
 }
 
 /* cr_plain_ok - plain http only to this machine or a metadata server on the link */
@@ -726,52 +714,35 @@ static int cr_http(const char *url, const char *ctype, const char *body,
 			 "https:// endpoint (plain http is only for this machine)", host);
 		return -EINVAL;
 	}
-	CURL *e = curl_easy_init();
-	if (!e) {
-		snprintf(err, errlen, "out of memory");
-		return -ENOMEM;
-	}
-	char cerr[CURL_ERROR_SIZE] = "";
-	struct curl_slist *hl = NULL;
+	const char *hl[CR_HTTP_MAX_HEADERS + 3];
+	size_t nh = 0;
 	char ct[128];
 	if (body) {
 		snprintf(ct, sizeof(ct), "Content-Type: %s", ctype);
-		hl = curl_slist_append(hl, ct);
+		hl[nh++] = ct;
 	}
-	for (size_t i = 0; headers && headers[i]; i++)
-		hl = curl_slist_append(hl, headers[i]);
-	hl = curl_slist_append(hl, "Expect:");
-	curl_easy_setopt(e, CURLOPT_URL, url);
-	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, https ? "https" : "http");
-	curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
-	curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, CR_TIMEOUT_MS);
-	curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, CR_CONNECT_TIMEOUT_MS);
-	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, cerr);
-	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, cr_http_write);
-	curl_easy_setopt(e, CURLOPT_WRITEDATA, h);
-	curl_easy_setopt(e, CURLOPT_HTTPHEADER, hl);
-	curl_easy_setopt(e, CURLOPT_USERAGENT, "kode-gopher/" KG_VERSION);
+	for (size_t i = 0; headers && headers[i] && nh < CR_HTTP_MAX_HEADERS + 1; i++)
+		hl[nh++] = headers[i];
+	hl[nh++] = "Expect:";
+	hl[nh] = NULL;
 	/* the convention Go, OpenSSL and Python share for an extra or private CA: read at
 	 * start-up (creds_load_ca), else from the file */
 	const char *ca = getenv("SSL_CERT_FILE");
-	if (cr_ca.len) {
-		struct curl_blob blob = { cr_ca.data, cr_ca.len, CURL_BLOB_NOCOPY };
-		curl_easy_setopt(e, CURLOPT_CAINFO_BLOB, &blob);
-	} else if (ca && *ca) {
-		curl_easy_setopt(e, CURLOPT_CAINFO, ca);
-	}
-	if (body) {
-		curl_easy_setopt(e, CURLOPT_POSTFIELDS, body);
-		curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
-	}
-	CURLcode rc = curl_easy_perform(e);
-	curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &h->status);
-	curl_easy_cleanup(e);
-	curl_slist_free_all(hl);
-	if (rc != CURLE_OK) {
-		char why[CURL_ERROR_SIZE];
-		cr_printable(why, sizeof(why), cerr[0] ? cerr : curl_easy_strerror(rc), 200);
+	struct http_request q = {
+		.url = url, .body = body, .body_len = body ? strlen(body) : 0, .headers = hl,
+		.protocols = https ? "https" : "http", .timeout_ms = CR_TIMEOUT_MS,
+		.connect_timeout_ms = CR_CONNECT_TIMEOUT_MS, .max_bytes = CR_HTTP_MAX_BYTES,
+		.ca_blob = cr_ca.len ? cr_ca.data : NULL, .ca_len = cr_ca.len,
+		.ca_file = !cr_ca.len && ca && *ca ? ca : NULL,
+	};
+	struct http_response r;
+	int rc = http_perform(&q, &r);
+	h->status = r.status;
+	h->b = r.body; /* cr_http_free wipes it */
+	if (rc != 0) {
+		char why[sizeof(r.detail)];
+		cr_printable(why, sizeof(why), rc == -EFBIG ? "the answer is larger than 1 MiB" :
+			     r.detail[0] ? r.detail : r.err, 200);
 		snprintf(err, errlen, "cannot reach %.200s: %.200s", host, why);
 		cr_http_free(h);
 		return -EIO;
@@ -782,13 +753,12 @@ static int cr_http(const char *url, const char *ctype, const char *body,
 /* cr_form - append "&name=value" (value URL-encoded) to a growing form body */
 static int cr_form(char **body, const char *name, const char *value)
 {
-	char *enc = curl_easy_escape(NULL, value, 0);
+	char *enc = http_escape(value);
 	if (!enc)
 		return -ENOMEM;
 	char *next = NULL;
 	int n = asprintf(&next, "%s%s%s=%s", *body ? *body : "", *body ? "&" : "", name, enc);
-	OPENSSL_cleanse(enc, strlen(enc));
-	curl_free(enc);
+	secret_free(enc);
 	if (n < 0)
 		return -ENOMEM;
 	secret_free(*body);
@@ -1013,18 +983,12 @@ static int cr_host_get(const struct creds *c, const char *path, struct cr_http *
 	return rc;
 }
 
-/* cr_escape - URL-encode (malloc'd via curl) */
-static char *cr_escape(const char *s)
-{
-	return curl_easy_escape(NULL, s, 0);
-}
-
 /* cr_host_token - the host's metadata server: an access token for scopes, or an ID token */
 static int cr_host_token(const struct creds *c, const char *scopes, const char *audience,
 			 bool full, bool licenses, struct cr_minted *m, int *status, char *err,
 			 size_t errlen)
 {
-	char *q = cr_escape(audience ? audience : scopes);
+	char *q = http_escape(audience ? audience : scopes);
 	char path[3000];
 	if (!q)
 		return -ENOMEM;
@@ -1033,7 +997,7 @@ static int cr_host_token(const struct creds *c, const char *scopes, const char *
 			 "&format=%s%s", q, full ? "full" : "standard", licenses ? "&licenses=TRUE" : "");
 	else
 		snprintf(path, sizeof(path), "instance/service-accounts/default/token?scopes=%s", q);
-	curl_free(q);
+	free(q);
 	struct cr_http h;
 	int rc = cr_host_get(c, path, &h, err, errlen);
 	if (rc < 0) {

@@ -13,7 +13,6 @@
  * Exit status: 0 normal end, 1 handled fatal error, IPC_EXIT_CONFIG when this machine does not
  * let a worker lock itself down (the master then stops starting workers), anything else a crash.
  */
-#include <curl/curl.h>
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
@@ -23,6 +22,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "lib/http_client.h"
 #include "policy/landlock.h"
 #include "policy/privdrop.h"
 #include "policy/seccomp.h"
@@ -287,7 +287,7 @@ int worker_main(int argc, char **argv)
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_cond_init(&s->cv, NULL);
 	s->mcp_log_level = 4; /* "warning" until the client says otherwise (logging/setLevel) */
-	if (curl_global_init(CURL_GLOBAL_DEFAULT) != 0 || chan_dial(&s->sock, url) != 0)
+	if (http_global_init() != 0 || chan_dial(&s->sock, url) != 0)
 		return 1;
 	if (ccfg.mode != CREDS_NONE && !(s->creds = creds_new(&ccfg)))
 		return 1;

@@ -25,6 +25,7 @@
 #include <cmocka.h>
 
 #include "lib/base64.h"
+#include "lib/http_client.h"
 #include "master/auth.h"
 #include "master/tokenstore.h"
 
@@ -310,7 +311,7 @@ static void test_public_addresses(void **state)
 			a4->sin_family = AF_INET;
 			assert_int_equal(inet_pton(AF_INET, cases[i].a, &a4->sin_addr), 1);
 		}
-		if (oidc_addr_public((struct sockaddr *)&ss) != cases[i].pub)
+		if (http_addr_public((struct sockaddr *)&ss) != cases[i].pub)
 			fail_msg("%s should be %s", cases[i].a, cases[i].pub ? "public" : "refused");
 	}
 }

@@ -301,15 +301,6 @@ static void test_buf(void **state)
 	assert_int_equal(b.cap, 5001);
 	assert_int_equal(buf_reserve(&b, (size_t)-1), -ENOMEM);
 	buf_free(&b);
-
-	struct buf_sink sink = { .max = 8 };
-	assert_int_equal(buf_sink_write("abcd", 1, 4, &sink), 4);
-	assert_int_equal(buf_sink_write("ef", 2, 1, &sink), 2);
-	assert_false(sink.too_big);
-	assert_int_equal(buf_sink_write("ghi", 1, 3, &sink), 0); /* stops the transfer */
-	assert_true(sink.too_big);
-	assert_string_equal(sink.b.data, "abcdef");
-	buf_free(&sink.b);
 }
 
 static void test_secret_free(void **state)
