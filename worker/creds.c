@@ -740,9 +740,11 @@ static int cr_http(const char *url, const char *ctype, const char *body,
 	h->status = r.status;
 	h->b = r.body; /* cr_http_free wipes it */
 	if (rc != 0) {
-		char why[sizeof(r.detail)];
-		cr_printable(why, sizeof(why), rc == -EFBIG ? "the answer is larger than 1 MiB" :
-			     r.detail[0] ? r.detail : r.err, 200);
+		/* libcurl's words or the client's own, never the URL's path or query */
+		char why[sizeof(r.detail)], big[64];
+		snprintf(big, sizeof(big), "the answer is larger than %u bytes", CR_HTTP_MAX_BYTES);
+		cr_printable(why, sizeof(why), rc == -EFBIG ? big : r.detail[0] ? r.detail :
+			     "the request could not be sent", 200);
 		snprintf(err, errlen, "cannot reach %.200s: %.200s", host, why);
 		cr_http_free(h);
 		return -EIO;
