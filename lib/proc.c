@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -12,8 +13,11 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include "lib/mono.h"
 
 /* proc_status_text - see proc.h */
 const char *proc_status_text(int status, char *buf, size_t cap)
@@ -97,4 +101,80 @@ pid_t proc_spawn(const char *path, char *const argv[], const struct proc_how *ho
 	posix_spawnattr_destroy(&a);
 	free(envp);
 	return r ? -r : pid;
+}
+
+/* pidfd - a descriptor that becomes readable when pid ends; -1 with errno */
+static int pidfd(pid_t pid)
+{
+	return (int)syscall(SYS_pidfd_open, pid, 0);
+}
+
+/* ms_left - milliseconds from now to end (mono_ms), at least 0 */
+static int ms_left(int64_t end)
+{
+	int64_t ms = end - mono_ms();
+	return ms < 0 ? 0 : ms > 1 << 30 ? 1 << 30 : (int)ms;
+}
+
+/* proc_wait_exit - see proc.h */
+int proc_wait_exit(pid_t pid, int timeout_ms, int *status)
+{
+	int st = 0;
+	pid_t got = waitpid(pid, &st, WNOHANG);
+	if (got == 0 && timeout_ms > 0) {
+		int fd = pidfd(pid);
+		int64_t end = mono_ms() + timeout_ms;
+		if (fd >= 0) {
+			struct pollfd p = { .fd = fd, .events = POLLIN };
+			while (poll(&p, 1, ms_left(end)) < 0 && errno == EINTR)
+				;
+			close(fd);
+		} else {
+			/* no pidfds (Linux < 5.3): look again every millisecond */
+			while (ms_left(end) > 0 && (got = waitpid(pid, &st, WNOHANG)) == 0)
+				usleep(1000);
+		}
+		if (got == 0)
+			got = waitpid(pid, &st, WNOHANG);
+	}
+	if (got < 0 && errno != ECHILD)
+		return -errno;
+	if (got > 0 && status)
+		*status = st;
+	return got != 0;
+}
+
+/* proc_wait_gone - see proc.h */
+size_t proc_wait_gone(const pid_t *pids, size_t n, int timeout_ms)
+{
+	struct pollfd p[64];
+	size_t left = 0, unwatched = 0;
+	for (size_t i = 0; i < n; i++) {
+		int fd = left < sizeof(p) / sizeof(p[0]) ? pidfd(pids[i]) : -1;
+		if (fd >= 0)
+			p[left++] = (struct pollfd){ .fd = fd, .events = POLLIN };
+		else if (errno != ESRCH)
+			unwatched++; /* (counted as running: the caller's own check decides) */
+	}
+	int64_t end = mono_ms() + timeout_ms;
+	size_t running = left;
+	while (running && ms_left(end) > 0) {
+		int r = poll(p, (nfds_t)left, ms_left(end));
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		running = 0;
+		for (size_t i = 0; i < left; i++) {
+			if (p[i].fd >= 0 && p[i].revents) {
+				close(p[i].fd);
+				p[i].fd = -1; /* poll skips it from now on */
+			}
+			running += p[i].fd >= 0;
+		}
+	}
+	for (size_t i = 0; i < left; i++)
+		if (p[i].fd >= 0)
+			close(p[i].fd);
+	return running + unwatched;
 }

@@ -27,6 +27,15 @@ pid_t proc_spawn(const char *path, char *const argv[], const struct proc_how *ho
 /* the spawning process's pid, for proc_child_enter */
 #define PROC_PARENT_ENV "KG_SPAWN_PARENT"
 
+/* proc_wait_exit - wait at most timeout_ms for the child pid to end (on its pidfd, not by
+ * sleeping) and reap it into *status (may be NULL). 1 when it ended (or was reaped elsewhere),
+ * 0 when it still runs, a negative errno on failure. */
+int proc_wait_exit(pid_t pid, int timeout_ms, int *status);
+
+/* proc_wait_gone - wait at most timeout_ms for the processes pids[0..n) (any, not only
+ * children) to end, on their pidfds; returns how many still run */
+size_t proc_wait_gone(const pid_t *pids, size_t n, int timeout_ms);
+
 /* proc_child_enter - first thing in main(): a child of proc_spawn dies with its parent (the
  * parent-death signal; an exit if the parent is already gone) */
 void proc_child_enter(void);

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "ipc/fsutil.h"
+#include "lib/proc.h"
 #include "master/master.h"
 #include "master/sandbox.h"
 #include "policy/cgroup.h"
@@ -298,7 +299,15 @@ static void sandbox_finish(struct sandbox_gone *g)
 {
 	if (g->pid > 0)
 		waitpid(g->pid, NULL, 0); /* ECHILD when the main loop reaped it first */
-	/* the jail's pid namespace empties a moment after its init dies */
+	/* the jail's pid namespace empties a moment after its init dies: wait for the processes
+	 * still in its groups on their pidfds, then remove the groups (the loop is for a process
+	 * the wait could not watch) */
+	if (sb_planned && g->name[0]) {
+		pid_t left[64];
+		size_t n = cgroup_procs(&sb_plan, g->name, left, sizeof(left) / sizeof(left[0]));
+		if (n)
+			proc_wait_gone(left, n, SANDBOX_CGROUP_RM_WAIT_MS);
+	}
 	for (int ms = 0; sb_planned && g->name[0] && !cgroup_remove(&sb_plan, g->name); ms += 5) {
 		if (ms >= SANDBOX_CGROUP_RM_WAIT_MS) {
 			log_warn("sandbox %s: its cgroups still hold processes %d ms after it was killed; "

@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "lib/proc.h"
 #include "master/master.h"
 #include "master/sandbox.h"
 #include "master/monitor.h"
@@ -269,14 +270,8 @@ void spawn_stop(struct worker *w, int grace_ms, bool wait)
 		if (w->hello && ipc_pack_req_shutdown(&b, 0, "the server is shutting down") == 0)
 			chan_send_flags(w->sock, &b, NNG_FLAG_NONBLOCK);
 		int status;
-		pid_t got = 0;
-		for (int waited = 0; waited < grace_ms; waited += 10) {
-			got = waitpid(w->pid, &status, WNOHANG);
-			if (got != 0)
-				break;
-			usleep(10000);
-		}
-		if (got == 0) {
+		/* on its pidfd: a worker that leaves at once is seen at once, not at the next 10 ms */
+		if (proc_wait_exit(w->pid, grace_ms, &status) == 0) {
 			kill(w->pid, SIGKILL);
 			waitpid(w->pid, &status, 0);
 		}

@@ -605,6 +605,44 @@ int cgroup_cpu_weight(const struct cgroup_plan *p, const char *name, bool presta
 	return put(dir, knob, v);
 }
 
+/* procs_add - the pids of dir/cgroup.procs not in pids[0..n) yet; the new count */
+static size_t procs_add(const char *dir, pid_t *pids, size_t n, size_t max)
+{
+	char path[CGROUP_PATH_MAX + 16];
+	if ((size_t)snprintf(path, sizeof(path), "%s/cgroup.procs", dir) >= sizeof(path))
+		return n;
+	FILE *f = fopen(path, "re");
+	long v;
+	while (f && n < max && fscanf(f, "%ld", &v) == 1) {
+		size_t i = 0;
+		while (i < n && pids[i] != (pid_t)v)
+			i++;
+		if (i == n && v > 0)
+			pids[n++] = (pid_t)v;
+	}
+	if (f)
+		fclose(f);
+	return n;
+}
+
+/* cgroup_procs - see cgroup.h */
+size_t cgroup_procs(const struct cgroup_plan *p, const char *name, pid_t *pids, size_t max)
+{
+	char dir[CGROUP_PATH_MAX];
+	size_t n = 0;
+	bool v2 = false;
+	for (int k = 0; k < CGROUP_NKINDS; k++) {
+		if (p->how[k] == CGROUP_V1 &&
+		    (size_t)snprintf(dir, sizeof(dir), "%s/" CGROUP_SUBTREE "/%s", p->v1[k], name) < sizeof(dir))
+			n = procs_add(dir, pids, n, max);
+		v2 = v2 || p->how[k] == CGROUP_V2;
+	}
+	if (v2 && p->root &&
+	    (size_t)snprintf(dir, sizeof(dir), "%s/" CGROUP_SUBTREE "/%s", p->v2, name) < sizeof(dir))
+		n = procs_add(dir, pids, n, max);
+	return n;
+}
+
 /* cgroup_remove - see cgroup.h */
 bool cgroup_remove(const struct cgroup_plan *p, const char *name)
 {

@@ -106,6 +106,10 @@ void cgroup_enter(const struct cgroup_plan *p, const char *name, const struct cg
  * scope, at the default weight), else 0 or a negative errno. */
 int cgroup_cpu_weight(const struct cgroup_plan *p, const char *name, bool prestart, bool create);
 
+/* cgroup_procs - the processes in sandbox name's groups (their cgroup.procs, each listed once),
+ * at most max into pids; how many */
+size_t cgroup_procs(const struct cgroup_plan *p, const char *name, pid_t *pids, size_t max);
+
 /* cgroup_remove - after the jail's processes are gone: remove its groups (best effort); true
  * when nothing of them is left */
 bool cgroup_remove(const struct cgroup_plan *p, const char *name);

@@ -22,6 +22,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <linux/magic.h>
 #include <grp.h>
 #include <limits.h>
 #include <openssl/rand.h>
@@ -36,6 +37,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -266,12 +268,25 @@ static void bind_file_ro(const char *path)
 	bind(path, at(path), false);
 }
 
+/* nlink_counts_subdirs - the file system under fd keeps a directory's link count at 2 plus its
+ * subdirectories (ext4, xfs, tmpfs: not btrfs, whose directories have 1, nor overlayfs) */
+static bool nlink_counts_subdirs(int fd)
+{
+	struct statfs sf;
+	if (fstatfs(fd, &sf) != 0)
+		return false;
+	return sf.f_type == EXT4_SUPER_MAGIC || sf.f_type == XFS_SUPER_MAGIC ||
+	       sf.f_type == TMPFS_MAGIC;
+}
+
 /* skeleton - mirror the base cache's directories (not module contents) into the upper layer.
  * Overlayfs checks permissions against the merged directory, whose owner comes from the upper
  * layer when the directory exists there: without this, the sandbox's uid could not add a new
  * module or cache entry under the base's root-owned directories. Module version directories
- * (name@version) are complete and stay read-only; download @v directories take new versions. */
-static void skeleton(int lower, int upper, int depth)
+ * (name@version) are complete and stay read-only; download @v directories take new versions.
+ * A directory whose link count says it has no subdirectories is not read (leaves): the build
+ * cache's 256 directories of entries were most of the walk (issue 17). */
+static void skeleton(int lower, int upper, int depth, bool counted)
 {
 	DIR *d = fdopendir(dup(lower));
 	if (!d || depth > 32) {
@@ -290,10 +305,14 @@ static void skeleton(int lower, int upper, int depth)
 			continue;
 		if (at_v)
 			continue;
+		struct stat st;
+		if (counted && fstatat(lower, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    S_ISDIR(st.st_mode) && st.st_nlink == 2)
+			continue;
 		int l = openat(lower, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 		int u = openat(upper, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 		if (l >= 0 && u >= 0)
-			skeleton(l, u, depth + 1);
+			skeleton(l, u, depth + 1, counted);
 		if (l >= 0)
 			close(l);
 		if (u >= 0)
@@ -313,7 +332,7 @@ static void overlay(const char *base, const char *dir, const char *which, const 
 	int l = open(base, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	int u = open(upper, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (l >= 0 && u >= 0)
-		skeleton(l, u, 0);
+		skeleton(l, u, 0, nlink_counts_subdirs(l));
 	if (l >= 0)
 		close(l);
 	if (u >= 0)

@@ -10,6 +10,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 #include <errno.h>
@@ -17,6 +19,7 @@
 #include "lib/base64.h"
 #include "lib/buf.h"
 #include "lib/mono.h"
+#include "lib/proc.h"
 #include "lib/rfc3339.h"
 #include "lib/secret.h"
 
@@ -311,6 +314,52 @@ static void test_secret_free(void **state)
 	secret_free(strdup(""));
 }
 
+/* blocked_child - a child that exits with code once the write end of *fd is closed (other: a
+ * descriptor the child must not hold, or -1) */
+static pid_t blocked_child(int fd[2], int code, int other)
+{
+	assert_int_equal(pipe(fd), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		close(fd[1]);
+		if (other >= 0)
+			close(other);
+		char c;
+		while (read(fd[0], &c, 1) > 0)
+			;
+		_exit(code);
+	}
+	close(fd[0]);
+	return pid;
+}
+
+/* test_proc_wait - proc_wait_exit and proc_wait_gone see an end when it happens (pidfds), and
+ * never report a running process as ended: each child runs until the test closes its pipe */
+static void test_proc_wait(void **state)
+{
+	(void)state;
+	int a[2], b[2];
+	pid_t pa = blocked_child(a, 7, -1), pb = blocked_child(b, 0, a[1]);
+	int st = -1;
+	assert_int_equal(proc_wait_exit(pa, 0, &st), 0);
+	assert_int_equal(proc_wait_exit(pa, 20, &st), 0);
+	pid_t both[2] = { pa, pb };
+	assert_int_equal(proc_wait_gone(both, 2, 0), 2);
+	assert_int_equal(proc_wait_gone(both, 2, 20), 2);
+	close(a[1]);
+	assert_int_equal(proc_wait_exit(pa, 60000, &st), 1);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 7);
+	/* reaped already: ended, not an error */
+	assert_int_equal(proc_wait_exit(pa, 60000, NULL), 1);
+	/* pb still runs (a zombie pa is gone from the list: reaped, no pidfd) */
+	assert_int_equal(proc_wait_gone(both, 2, 20), 1);
+	close(b[1]);
+	assert_int_equal(proc_wait_gone(both, 2, 60000), 0);
+	assert_int_equal(proc_wait_exit(pb, 60000, &st), 1);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -323,6 +372,7 @@ int main(void)
 		cmocka_unit_test(test_mono),
 		cmocka_unit_test(test_buf),
 		cmocka_unit_test(test_secret_free),
+		cmocka_unit_test(test_proc_wait),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
