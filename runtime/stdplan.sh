@@ -48,9 +48,17 @@ kg_env() {
 		GOPROXY=off GOSUMDB=off GOMODCACHE="$GOMODCACHE_DIR" GOCACHE="$GOCACHE_DIR" "$@")
 }
 
-# The agent's build flags (agent/gobuild.c, gobuild_build_flags); -gcflags names the main
-# package only, so std's files are those of `go list -trimpath`.
-flags=(-trimpath -buildvcs=false "-ldflags=-s -w" "-gcflags=-l -dwarf=false")
+# The agent's build flags (agent/gobuild.c, gobuild_build_flags), from agent/gobuild.h's two
+# defines, read there so that they are written in one place; -gcflags names the main package
+# only, so std's files are those of `go list -trimpath`.
+flag_define() {
+	sed -n "s/^#define $1 *\"\\([^\"]*\\)\".*/\\1/p" "$here/../agent/gobuild.h"
+}
+ldflags=$(flag_define GOBUILD_LDFLAGS)
+gcflags=$(flag_define GOBUILD_MAIN_GCFLAGS)
+[ -n "$ldflags" ] && [ -n "$gcflags" ] ||
+	die "agent/gobuild.h does not define GOBUILD_LDFLAGS and GOBUILD_MAIN_GCFLAGS as strings."
+flags=(-trimpath -buildvcs=false "-ldflags=$ldflags" "-gcflags=$gcflags")
 
 # list - what go build links for std and the modinfo line of a std-only main, into $work
 list() {
