@@ -639,8 +639,8 @@ static bool jail_net_attach(struct jail_net_sync *ns, pid_t init)
 	return write(ns->go[1], "g", 1) == 1;
 }
 
-/* jail_net_enter - B, first thing: a network namespace of its own, configured by A's
- * slirp4netns; then loopback up and the host's addresses unreachable */
+/* jail_net_enter - B, first thing: a network namespace of its own, for A's slirp4netns to
+ * configure (jail_net_ready waits for it) */
 static void jail_net_enter(const struct jail_opts *o, struct jail_net_sync *ns)
 {
 	if (o->network != JAIL_NET_ON)
@@ -651,6 +651,15 @@ static void jail_net_enter(const struct jail_opts *o, struct jail_net_sync *ns)
 		die("a network namespace for the sandbox: %s", strerror(errno));
 	if (write(ns->made[1], "m", 1) != 1)
 		die("tell the jail the network namespace is made: %s", strerror(errno));
+}
+
+/* jail_net_ready - B, once its file system is built (slirp4netns sets the namespace up
+ * meanwhile, 10-35 ms): wait until it has, then loopback up and the host's addresses
+ * unreachable */
+static void jail_net_ready(const struct jail_opts *o, struct jail_net_sync *ns)
+{
+	if (o->network != JAIL_NET_ON)
+		return;
 	char c;
 	ssize_t got;
 	do
@@ -687,6 +696,7 @@ static int jail_init(const struct jail_opts *o, bool memcg, bool own_uid,
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	jail_net_enter(o, ns);
 	jail_fs(o);
+	jail_net_ready(o, ns);
 	sethostname("kode-gopher-sandbox", 19);
 	/* a new network namespace starts with its loopback down; we still hold CAP_NET_ADMIN over
 	 * it, and programs and the metadata-server emulator want 127.0.0.0/8 */
