@@ -373,10 +373,12 @@ int http_perform(const struct http_request *q, struct http_response *r)
 	int rc = 0;
 	if (cc != CURLE_OK || x.too_big || x.stopped) {
 		rc = hc_fail(&x, cc, cerr);
-	} else if (q->want_header) {
-		struct curl_header *v = NULL;
-		if (curl_easy_header(h, q->want_header, 0, CURLH_HEADER, -1, &v) == CURLHE_OK)
-			snprintf(r->header, sizeof(r->header), "%s", v->value);
+	} else {
+		for (size_t i = 0; q->want_headers && q->want_headers[i] && i < HTTP_WANT_HEADERS_MAX; i++) {
+			struct curl_header *v = NULL;
+			if (curl_easy_header(h, q->want_headers[i], 0, CURLH_HEADER, -1, &v) == CURLHE_OK)
+				snprintf(r->header[i], sizeof(r->header[i]), "%s", v->value);
+		}
 	}
 	if (rc == 0 && !q->on_data && !r->body.data && buf_reserve(&r->body, 1) != 0) {
 		r->fail = HTTP_FAIL_OTHER;

@@ -20,6 +20,7 @@
 #include <sys/socket.h>
 
 #include "lib/buf.h"
+#include "policy/limits.h"
 
 struct http_response;
 
@@ -59,7 +60,9 @@ struct http_request {
 	bool insecure;
 	const char *bearer;          /* "Authorization: Bearer <bearer>", or NULL */
 	const char *user, *pass;     /* HTTP Basic, sent as given (both or neither) */
-	const char *want_header;     /* copy this answer header's value into r->header */
+	/* answer headers to copy into r->header[i], at most HTTP_WANT_HEADERS_MAX names,
+	 * NULL-terminated */
+	const char *const *want_headers;
 	http_data_fn on_data;        /* stream the answer to it instead of collecting it */
 	http_abort_fn abort;
 	void *ctx;                   /* for on_data and abort */
@@ -86,7 +89,7 @@ struct http_response {
 	struct buf body;         /* the answer (not with on_data), NUL-terminated */
 	char content_type[128];  /* "" if none, or if it holds a control character */
 	long long content_length; /* -1 if not announced */
-	char header[256];        /* want_header's value, "" if absent */
+	char header[HTTP_WANT_HEADERS_MAX][256]; /* want_headers' values, "" if absent */
 	enum http_fail fail;
 	int os_errno;            /* HTTP_FAIL_CONNECT: the connect's errno, when known */
 	char detail[256];        /* libcurl's own words for a failure, "" if none */

@@ -96,7 +96,7 @@ int oidc_fetch_opts(const char *url, const struct oidc_fetch_opts *o, const char
 		.timeout_ms = o->timeout_ms, .max_bytes = o->max_bytes, .ca_file = oidc.ca_file,
 		/* the client chose this URL: no proxy (the address check must see the real peer) */
 		.public_only = o->public_only, .user = eu, .pass = ep,
-		.want_header = o->cache_control ? "Cache-Control" : NULL,
+		.want_headers = (const char *const[]){ "Cache-Control", NULL },
 	};
 	struct http_response r;
 	int rc = http_perform(&q, &r);
@@ -104,7 +104,7 @@ int oidc_fetch_opts(const char *url, const struct oidc_fetch_opts *o, const char
 	secret_free(ep);
 	*status = r.status;
 	if (o->cache_control)
-		snprintf(o->cache_control, 256, "%s", r.header);
+		snprintf(o->cache_control, 256, "%s", r.header[0]);
 	if (rc != 0) {
 		if (r.fail == HTTP_FAIL_ADDRESS)
 			log_warn("refused to fetch from a non-public address: %s", r.err);

@@ -3,7 +3,8 @@
  * each with its unit (Dovecot names its settings; so do we). Read by the master (spawn.c,
  * pool.c, stdio.c, http.c, kubecfg.c, sandbox_local.c) and the worker (main.c, agent_client.c,
  * creds.c, call.c, resources.c) and the agent (artifacts.c, pipeline.c, gobuild.c, runproc.c,
- * server.c, metadata_server.c): a timeout, cap or backoff is named here, not in its file.
+ * server.c, metadata_server.c), and lib/http_client.h: a timeout, cap or backoff is named here,
+ * not in its file.
  */
 #ifndef KG_POLICY_LIMITS_H
 #define KG_POLICY_LIMITS_H
@@ -108,6 +109,9 @@
 /* the header line before a /files read's bytes (application/x-kode-gopher-file) */
 #define ARTIFACTS_PIECE_HEAD_BYTES (16u * 1024)
 
+
+/* ---- every outgoing request (lib/http_client.c) ---- */
+#define HTTP_WANT_HEADERS_MAX 4 /* answer headers one request may ask to be handed back */
 
 /* ---- the master's Kubernetes backend (master/sandbox_kube.c): one API call, a deletion, and
  * each request a worker's relay forwards ---- */

@@ -4,7 +4,7 @@
  *
  * Each test starts the server in-process on a socket in a temporary directory with a table of
  * fake handlers (so the HTTP layer is tested without Go), then talks to it with agent_client or,
- * for requests the client never makes, with plain libcurl. A small hand-written HTTP responder
+ * for requests the client never makes, with lib/http_client.c directly. A small hand-written HTTP responder
  * sends the client broken streams. test_real_pipeline runs the real pipeline behind the server
  * with a standard-library-only runtime directory; it is skipped when pipeline.c is not linked
  * in or `go` is not on PATH.
@@ -15,7 +15,6 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -37,6 +36,7 @@
 #include "agent/runproc.h"
 #include "agent/server.h"
 #include "ipc/log.h"
+#include "lib/http_client.h"
 #include "worker/agent_client.h"
 
 /* Resolved only when agent/pipeline.c is part of the link. */
@@ -196,7 +196,7 @@ static int fx_teardown(void **state)
 	return 0;
 }
 
-/* ---- plain libcurl, for requests agent_client never sends ---- */
+/* ---- lib/http_client.c directly, for requests agent_client never sends ---- */
 
 struct raw {
 	long status;
@@ -208,84 +208,29 @@ struct raw {
 	char www[64];
 };
 
-/* raw_body - collect the body */
-static size_t raw_body(char *p, size_t sz, size_t n, void *ud)
-{
-	struct raw *r = ud;
-	r->body = realloc(r->body, r->len + sz * n + 1);
-	memcpy(r->body + r->len, p, sz * n);
-	r->len += sz * n;
-	r->body[r->len] = '\0';
-	return sz * n;
-}
-
-/* raw_header - keep the headers the tests look at */
-static size_t raw_header(char *p, size_t sz, size_t n, void *ud)
-{
-	struct raw *r = ud;
-	size_t len = sz * n;
-	static const struct {
-		const char *name;
-		size_t off;
-	} keep[] = {
-		{ "Content-Type:", offsetof(struct raw, ctype) },
-		{ "Allow:", offsetof(struct raw, allow) },
-		{ "Transfer-Encoding:", offsetof(struct raw, te) },
-		{ "WWW-Authenticate:", offsetof(struct raw, www) },
-	};
-	for (size_t i = 0; i < sizeof(keep) / sizeof(keep[0]); i++) {
-		size_t kl = strlen(keep[i].name);
-		if (len > kl && strncasecmp(p, keep[i].name, kl) == 0) {
-			char *dst = (char *)r + keep[i].off;
-			size_t vl = len - kl;
-			const char *v = p + kl;
-			while (vl && *v == ' ') {
-				v++;
-				vl--;
-			}
-			while (vl && (v[vl - 1] == '\r' || v[vl - 1] == '\n'))
-				vl--;
-			if (vl > 63)
-				vl = 63;
-			memcpy(dst, v, vl);
-			dst[vl] = '\0';
-		}
-	}
-	return len;
-}
-
-/* raw_req - one request over the unix socket; returns the curl code */
-static CURLcode raw_req(const char *sock, const char *method, const char *path,
-			const char *secret, const char *body, size_t len, struct raw *r)
+/* raw_req - one request over the unix socket through lib/http_client.c (not through the
+ * agent_client under test); 0, or the client's negative errno */
+static int raw_req(const char *sock, const char *method, const char *path,
+		   const char *secret, const char *body, size_t len, struct raw *r)
 {
 	memset(r, 0, sizeof(*r));
-	char url[256], auth[400];
+	char url[256];
 	snprintf(url, sizeof(url), "http://localhost%s", path);
-	CURL *h = curl_easy_init();
-	struct curl_slist *hdr = curl_slist_append(NULL, "Content-Type: application/json");
-	if (secret) {
-		snprintf(auth, sizeof(auth), "Authorization: Bearer %s", secret);
-		hdr = curl_slist_append(hdr, auth);
-	}
-	curl_easy_setopt(h, CURLOPT_URL, url);
-	curl_easy_setopt(h, CURLOPT_UNIX_SOCKET_PATH, sock);
-	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(h, CURLOPT_TIMEOUT, 20L);
-	curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
-	curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
-	if (body) {
-		curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
-		curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
-	}
-	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, raw_body);
-	curl_easy_setopt(h, CURLOPT_WRITEDATA, r);
-	curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, raw_header);
-	curl_easy_setopt(h, CURLOPT_HEADERDATA, r);
-	CURLcode cc = curl_easy_perform(h);
-	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &r->status);
-	curl_slist_free_all(hdr);
-	curl_easy_cleanup(h);
-	return cc;
+	const char *hdr[] = { "Content-Type: application/json", NULL };
+	const char *want[] = { "Allow", "Transfer-Encoding", "WWW-Authenticate", NULL };
+	struct http_request q = { .url = url, .method = method, .body = body, .body_len = len,
+				  .headers = hdr, .bearer = secret, .unix_socket = sock,
+				  .timeout_ms = 20000, .want_headers = want };
+	struct http_response a;
+	int e = http_perform(&q, &a);
+	r->status = a.status;
+	r->body = a.body.data; /* taken over: the tests free it */
+	r->len = a.body.len;
+	snprintf(r->ctype, sizeof(r->ctype), "%.*s", (int)sizeof(r->ctype) - 1, a.content_type);
+	snprintf(r->allow, sizeof(r->allow), "%.*s", (int)sizeof(r->allow) - 1, a.header[0]);
+	snprintf(r->te, sizeof(r->te), "%.*s", (int)sizeof(r->te) - 1, a.header[1]);
+	snprintf(r->www, sizeof(r->www), "%.*s", (int)sizeof(r->www) - 1, a.header[2]);
+	return e;
 }
 
 /* raw_error_has - the body is {"error": sentence} and the sentence contains want */
@@ -396,13 +341,13 @@ static void test_health(void **state)
 	assert_int_equal(agent_client_health(&x->ep, 2000, err, sizeof(err)), 0);
 
 	struct raw r;
-	assert_int_equal(raw_req(x->sock, "GET", "/health", NULL, NULL, 0, &r), CURLE_OK);
+	assert_int_equal(raw_req(x->sock, "GET", "/health", NULL, NULL, 0, &r), 0);
 	assert_int_equal(r.status, 200);
 	assert_string_equal(r.body, "{\"ok\":true,\"claimed\":false,\"busy\":false}\n");
 	free(r.body);
 
 	claim(x);
-	assert_int_equal(raw_req(x->sock, "GET", "/health", NULL, NULL, 0, &r), CURLE_OK);
+	assert_int_equal(raw_req(x->sock, "GET", "/health", NULL, NULL, 0, &r), 0);
 	assert_string_equal(r.body, "{\"ok\":true,\"claimed\":true,\"busy\":false}\n");
 	free(r.body);
 	assert_int_equal(agent_client_health(&x->ep, 2000, err, sizeof(err)), 0);
@@ -416,12 +361,12 @@ static void test_claim_once(void **state)
 	struct raw r;
 
 	assert_int_equal(raw_req(x->sock, "POST", "/claim", NULL, "{\"secret\":\"short\"}", 18, &r),
-			 CURLE_OK);
+			 0);
 	raw_error_has(&r, 400, "32 to 256 visible ASCII");
 	free(r.body);
 	const char *spaced = "{\"secret\":\"aaaaaaaaaaaaaaaa aaaaaaaaaaaaaaaaaaaaaaa\"}";
 	assert_int_equal(raw_req(x->sock, "POST", "/claim", NULL, spaced, strlen(spaced), &r),
-			 CURLE_OK);
+			 0);
 	raw_error_has(&r, 400, "visible ASCII");
 	free(r.body);
 
@@ -433,7 +378,7 @@ static void test_claim_once(void **state)
 
 	char body[128];
 	int n = snprintf(body, sizeof(body), "{\"secret\":\"%s\"}", x->ep.secret);
-	assert_int_equal(raw_req(x->sock, "POST", "/claim", NULL, body, (size_t)n, &r), CURLE_OK);
+	assert_int_equal(raw_req(x->sock, "POST", "/claim", NULL, body, (size_t)n, &r), 0);
 	raw_error_has(&r, 409, "this sandbox is already claimed");
 	free(r.body);
 
@@ -480,12 +425,12 @@ static void test_auth(void **state)
 	snprintf(longer, sizeof(longer), "%sX", x->ep.secret);
 	char *body = json_dumps(req, JSON_COMPACT);
 	assert_int_equal(raw_req(x->sock, "POST", "/execute", longer, body, strlen(body), &r),
-			 CURLE_OK);
+			 0);
 	raw_error_has(&r, 401, "does not match");
 	assert_string_equal(r.www, "Bearer");
 	free(r.body);
 	assert_int_equal(raw_req(x->sock, "POST", "/execute", NULL, body, strlen(body), &r),
-			 CURLE_OK);
+			 0);
 	raw_error_has(&r, 401, "Authorization");
 	free(r.body);
 	free(body);
@@ -518,7 +463,7 @@ static void test_execute_stream(void **state)
 	char *body = json_dumps(req, JSON_COMPACT);
 	struct raw r;
 	assert_int_equal(raw_req(x->sock, "POST", "/execute", x->ep.secret, body, strlen(body), &r),
-			 CURLE_OK);
+			 0);
 	assert_int_equal(r.status, 200);
 	assert_string_equal(r.ctype, "application/x-ndjson");
 	assert_string_equal(r.te, "chunked");
@@ -726,7 +671,7 @@ static void test_files_read(void **state)
 	int bl = snprintf(body, sizeof(body), "{\"op\":\"read\",\"path\":\"out/chart.png\","
 			  "\"length\":0}");
 	assert_int_equal(raw_req(x->sock, "POST", "/files", x->ep.secret, body, (size_t)bl, &r),
-			 CURLE_OK);
+			 0);
 	raw_error_has(&r, 200, "length must be 1 to");
 	free(r.body);
 
@@ -881,11 +826,11 @@ static void test_busy(void **state)
 	struct raw r;
 	char *body = json_dumps(req, JSON_COMPACT);
 	assert_int_equal(raw_req(x->sock, "POST", "/execute", x->ep.secret, body, strlen(body), &r),
-			 CURLE_OK);
+			 0);
 	raw_error_has(&r, 409, "busy");
 	free(r.body);
 	free(body);
-	assert_int_equal(raw_req(x->sock, "GET", "/health", NULL, NULL, 0, &r), CURLE_OK);
+	assert_int_equal(raw_req(x->sock, "GET", "/health", NULL, NULL, 0, &r), 0);
 	assert_string_equal(r.body, "{\"ok\":true,\"claimed\":true,\"busy\":true}\n");
 	free(r.body);
 
@@ -907,40 +852,40 @@ static void test_errors(void **state)
 	struct raw r;
 	claim(x);
 
-	assert_int_equal(raw_req(x->sock, "GET", "/nope", NULL, NULL, 0, &r), CURLE_OK);
+	assert_int_equal(raw_req(x->sock, "GET", "/nope", NULL, NULL, 0, &r), 0);
 	raw_error_has(&r, 404, "no such endpoint");
 	free(r.body);
-	assert_int_equal(raw_req(x->sock, "POST", "/nope", x->ep.secret, "{}", 2, &r), CURLE_OK);
+	assert_int_equal(raw_req(x->sock, "POST", "/nope", x->ep.secret, "{}", 2, &r), 0);
 	raw_error_has(&r, 404, "no such endpoint");
 	free(r.body);
-	assert_int_equal(raw_req(x->sock, "GET", "/execute", x->ep.secret, NULL, 0, &r), CURLE_OK);
+	assert_int_equal(raw_req(x->sock, "GET", "/execute", x->ep.secret, NULL, 0, &r), 0);
 	raw_error_has(&r, 405, "takes POST");
 	assert_string_equal(r.allow, "POST");
 	free(r.body);
-	assert_int_equal(raw_req(x->sock, "POST", "/health", NULL, "{}", 2, &r), CURLE_OK);
+	assert_int_equal(raw_req(x->sock, "POST", "/health", NULL, "{}", 2, &r), 0);
 	raw_error_has(&r, 405, "takes GET");
 	assert_string_equal(r.allow, "GET, HEAD");
 	free(r.body);
 
 	const char *bad = "{\"files\": [";
 	assert_int_equal(raw_req(x->sock, "POST", "/execute", x->ep.secret, bad, strlen(bad), &r),
-			 CURLE_OK);
+			 0);
 	raw_error_has(&r, 400, "not valid JSON");
 	free(r.body);
 	assert_int_equal(raw_req(x->sock, "POST", "/execute", x->ep.secret, "[1]", 3, &r),
-			 CURLE_OK);
+			 0);
 	raw_error_has(&r, 400, "must be a JSON object");
 	free(r.body);
 	assert_int_equal(raw_req(x->sock, "POST", "/execute", x->ep.secret, "{} x", 4, &r),
-			 CURLE_OK);
+			 0);
 	raw_error_has(&r, 400, "not valid JSON");
 	free(r.body);
-	assert_int_equal(raw_req(x->sock, "POST", "/doc", x->ep.secret, "", 0, &r), CURLE_OK);
+	assert_int_equal(raw_req(x->sock, "POST", "/doc", x->ep.secret, "", 0, &r), 0);
 	raw_error_has(&r, 400, "empty");
 	free(r.body);
 	const char *dup = "{\"package\":\"a\",\"package\":\"b\"}";
 	assert_int_equal(raw_req(x->sock, "POST", "/doc", x->ep.secret, dup, strlen(dup), &r),
-			 CURLE_OK);
+			 0);
 	raw_error_has(&r, 400, "duplicate");
 	free(r.body);
 
@@ -950,12 +895,12 @@ static void test_errors(void **state)
 	huge[0] = '{';
 	huge[big - 1] = '}';
 	assert_int_equal(raw_req(x->sock, "POST", "/execute", x->ep.secret, huge, big, &r),
-			 CURLE_OK);
+			 0);
 	raw_error_has(&r, 413, "larger than");
 	free(r.body);
 	/* exactly at the limit is accepted (and is valid JSON) */
 	assert_int_equal(raw_req(x->sock, "POST", "/execute", x->ep.secret, huge, big - 1, &r),
-			 CURLE_OK);
+			 0);
 	assert_int_equal(r.status, 400); /* "{   ...   " without the closing brace */
 	free(r.body);
 	free(huge);
@@ -1177,7 +1122,7 @@ static void test_heartbeat(void **state)
 	char *body = json_dumps(req, JSON_COMPACT);
 	struct raw r;
 	assert_int_equal(raw_req(x->sock, "POST", "/execute", x->ep.secret, body, strlen(body), &r),
-			 CURLE_OK);
+			 0);
 	assert_non_null(strstr(r.body, "{\"event\":\"heartbeat\"}\n"));
 	free(r.body);
 	free(body);
@@ -1461,7 +1406,7 @@ int main(void)
 	alarm(300);
 	signal(SIGPIPE, SIG_IGN);
 	log_init("test", LOG_LVL_ERROR);
-	curl_global_init(CURL_GLOBAL_DEFAULT);
+	http_global_init();
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_socket_mode, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_health, fx_setup, fx_teardown),
@@ -1485,6 +1430,5 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_real_pipeline, fx_setup, fx_teardown),
 	};
 	int failed = cmocka_run_group_tests(tests, NULL, NULL);
-	curl_global_cleanup();
 	return failed;
 }

@@ -3,7 +3,7 @@
  * agent/metadata_server.c): the request -> response function on every path the libraries ask,
  * the refusals (no Metadata-Flavor, X-Forwarded-For, other paths and methods, broken
  * encodings), the run's view and its token cache, and the listener with a real HTTP client
- * (libcurl), including a token fetched from "the worker" through the event channel.
+ * (lib/http_client.c), including a token fetched from "the worker" through the event channel.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,7 +12,6 @@
 #include <string.h>
 
 #include <cmocka.h>
-#include <curl/curl.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -21,6 +20,7 @@
 #include <unistd.h>
 
 #include "agent/metadata.h"
+#include "lib/http_client.h"
 
 #define CLOUD "https://www.googleapis.com/auth/cloud-platform"
 
@@ -352,47 +352,22 @@ struct got {
 	char ctype[64];
 };
 
-static size_t got_body(char *p, size_t s, size_t n, void *arg)
-{
-	struct got *g = arg;
-	g->body = realloc(g->body, g->len + s * n + 1);
-	memcpy(g->body + g->len, p, s * n);
-	g->len += s * n;
-	g->body[g->len] = '\0';
-	return s * n;
-}
-
-static size_t got_header(char *p, size_t s, size_t n, void *arg)
-{
-	struct got *g = arg;
-	if (strncasecmp(p, "Metadata-Flavor: ", 17) == 0)
-		sscanf(p + 17, "%31[^\r\n]", g->flavor);
-	if (strncasecmp(p, "Content-Type: ", 14) == 0)
-		sscanf(p + 14, "%63[^\r\n]", g->ctype);
-	return s * n;
-}
-
 /* http_get - GET http://host/path with or without the flavor header; returns the status */
 static long http_get(const char *host, const char *path, bool flavor, struct got *g)
 {
 	memset(g, 0, sizeof(*g));
 	char url[512];
 	snprintf(url, sizeof(url), "http://%s%s", host, path);
-	CURL *h = curl_easy_init();
-	struct curl_slist *hl = flavor ? curl_slist_append(NULL, "Metadata-Flavor: Google") : NULL;
-	curl_easy_setopt(h, CURLOPT_URL, url);
-	curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
-	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, got_body);
-	curl_easy_setopt(h, CURLOPT_WRITEDATA, g);
-	curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, got_header);
-	curl_easy_setopt(h, CURLOPT_HEADERDATA, g);
-	curl_easy_setopt(h, CURLOPT_PROXY, "");
-	curl_easy_setopt(h, CURLOPT_TIMEOUT, 60L);
-	long status = 0;
-	if (curl_easy_perform(h) == CURLE_OK)
-		curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
-	curl_slist_free_all(hl);
-	curl_easy_cleanup(h);
+	const char *hl[] = { flavor ? "Metadata-Flavor: Google" : NULL, NULL };
+	const char *want[] = { "Metadata-Flavor", NULL };
+	struct http_request q = { .url = url, .headers = hl, .no_proxy = true, .timeout_ms = 60000,
+				  .want_headers = want };
+	struct http_response a;
+	long status = http_perform(&q, &a) == 0 ? a.status : 0;
+	g->body = a.body.data; /* taken over: the tests free it */
+	g->len = a.body.len;
+	snprintf(g->flavor, sizeof(g->flavor), "%.*s", (int)sizeof(g->flavor) - 1, a.header[0]);
+	snprintf(g->ctype, sizeof(g->ctype), "%.*s", (int)sizeof(g->ctype) - 1, a.content_type);
 	return status;
 }
 
@@ -510,7 +485,7 @@ static void test_listener_error(void **st)
 
 int main(void)
 {
-	curl_global_init(CURL_GLOBAL_DEFAULT);
+	http_global_init();
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_refusals),
 		cmocka_unit_test(test_paths),
