@@ -27,7 +27,7 @@
 /* the compiler flags of the main package (never its dependencies), split at spaces: no
  * inlining, which cuts the compile of a main package that instantiates many generics (the
  * Cloud clients) by about a third, and no DWARF, which the link's -w drops anyway (what `go
- * run` gives its main package; about a fifth less compile again); the trades are in
+ * run` gives its main package; about a quarter less compile again); the trades are in
  * docs/snippets-and-results.md */
 #define GOBUILD_MAIN_GCFLAGS "-l -dwarf=false"
 
