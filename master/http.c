@@ -623,7 +623,8 @@ static int retry_after(void)
 	double now = mono_s(), best = HTTP_RETRY_AFTER_MAX_S;
 	for (int i = 0; i < pool.nslots; i++) {
 		const struct slot *s = &pool.slots[i];
-		if (s->state == SLOT_ENDING || s->state == SLOT_CLOSING || s->state == SLOT_STARTING)
+		if (s->state == SLOT_ENDING || s->state == SLOT_CLOSING || s->state == SLOT_SPAWNING ||
+		    s->state == SLOT_STARTING)
 			best = 1;
 		else if (s->state == SLOT_SESSION && s->inflight == 0 && !s->busy) {
 			double left = s->last_active + pool_idle_limit(s) - now;

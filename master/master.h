@@ -181,9 +181,6 @@ void sandbox_local_limits(const struct serve_config *cfg);
 int sandbox_local_probe(const struct serve_config *cfg, FILE *out);
 /* sandbox_local_plan - the plan sandbox_local_limits made, or NULL */
 const struct cgroup_plan *sandbox_local_plan(void);
-/* sandbox_local_drain - wait until the spawner has no start left (a shutdown: the workers are
- * gone, so each start undoes itself; what that leaves to do is later_drain's) */
-void sandbox_local_drain(void);
 /* sandbox_local_sweep - remove what sessions that ended without releasing (killed) left in
  * root: only directories with a lock file nobody holds and no kept marker */
 void sandbox_local_sweep(const char *root);
@@ -193,6 +190,13 @@ void sandbox_local_sweep(const char *root);
 bool later_run(void (*fn)(void *), void *arg);
 /* later_drain - wait until every queued job is done (in parallel when many: a shutdown) */
 void later_drain(void);
+/* later_spawn - queue fn(arg) for a spawner, a long-lived thread (nice SPAWNER_NICE) that
+ * starts the shared server's children in order: its workers (kg-workers) or their sandboxes
+ * (kg-sandboxes); false if it could not be queued (then run it yourself) */
+enum later_spawner { LATER_WORKERS, LATER_SANDBOXES };
+bool later_spawn(enum later_spawner which, void (*fn)(void *), void *arg);
+/* later_spawn_drain - wait until the spawners have nothing left to do (a shutdown) */
+void later_spawn_drain(void);
 
 /* master/sig.c: handlers only set flags and poke a pipe */
 int sig_init(void);

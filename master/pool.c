@@ -139,6 +139,7 @@ int pool_init(const struct serve_config *cfg)
 {
 	pool.cfg = cfg;
 	pthread_mutex_init(&pool.mu, NULL);
+	pthread_mutex_init(&pool.reap_mu, NULL);
 	pthread_cond_init(&pool.idle_cv, NULL);
 	pool.nslots = cfg->max_workers;
 	pool.slots = calloc((size_t)pool.nslots, sizeof(*pool.slots));
@@ -157,26 +158,56 @@ int pool_init(const struct serve_config *cfg)
 	return 0;
 }
 
-/* slot_spawn - start a worker ahead of need (under mu, which it drops around the fork: only
- * the main loop acts on a starting slot, so HTTP threads keep serving meanwhile) */
-static void slot_spawn(int i)
+struct slot_start {
+	struct slot *s;
+	unsigned n;
+};
+
+/* slot_spawn_job - start a slot's worker (the spawner thread, without mu: the slot is
+ * SLOT_SPAWNING, which nothing else touches), then hand it to the main loop */
+static void slot_spawn_job(void *arg)
 {
-	struct slot *s = &pool.slots[i];
-	memset(s, 0, sizeof(*s));
-	s->state = SLOT_STARTING;
-	s->w.recv_fd = -1;
-	unsigned n = ++pool.nspawned;
-	pthread_mutex_unlock(&pool.mu);
-	int r = spawn_worker(&s->w, pool.cfg, pool.rundir, n, "-");
+	struct slot_start *j = arg;
+	struct slot *s = j->s;
+	pthread_mutex_lock(&pool.reap_mu);
+	int r = spawn_worker(&s->w, pool.cfg, pool.rundir, j->n, "-");
 	pthread_mutex_lock(&pool.mu);
+	pthread_mutex_unlock(&pool.reap_mu);
+	free(j);
 	if (r != 0) {
 		log_error("cannot start a worker; trying again later");
 		spawn_start_failed(&pool.throttle);
 		s->state = SLOT_FREE;
+	} else {
+		s->w.mu = &pool.mu; /* its sandbox starts on the spawner (master/sandbox_local.c) */
+		s->opened = mono_s();
+		s->state = SLOT_STARTING;
+	}
+	pthread_mutex_unlock(&pool.mu);
+	pool_wake(); /* a channel to poll, a child perhaps to reap */
+}
+
+/* slot_spawn - start a worker ahead of need, on the spawner thread (under mu): posix_spawn
+ * returns only once the child has exec'd, which took 2-100 ms of the main loop under load */
+static void slot_spawn(int i)
+{
+	struct slot *s = &pool.slots[i];
+	memset(s, 0, sizeof(*s));
+	s->state = SLOT_SPAWNING;
+	s->w.recv_fd = -1;
+	struct slot_start *j = malloc(sizeof(*j));
+	if (!j) {
+		spawn_start_failed(&pool.throttle);
+		s->state = SLOT_FREE;
 		return;
 	}
-	s->w.mu = &pool.mu; /* a jail's start drops it (master/sandbox_local.c) */
-	s->opened = mono_s();
+	*j = (struct slot_start){ s, ++pool.nspawned };
+	if (later_spawn(LATER_WORKERS, slot_spawn_job, j))
+		return;
+	/* no spawner: here, without the lock (HTTP threads keep serving meanwhile) */
+	pthread_mutex_unlock(&pool.mu);
+	slot_spawn_job(j);
+	pthread_mutex_lock(&pool.mu);
 }
 
 /* pool_avail - keep min-idle workers ready, within max-workers, unless throttled */
@@ -185,7 +216,7 @@ static void pool_avail(void)
 	int ready = 0, used = 0, free_i = -1;
 	for (int i = 0; i < pool.nslots; i++) {
 		enum slot_state st = pool.slots[i].state;
-		ready += st == SLOT_STARTING || st == SLOT_IDLE;
+		ready += st == SLOT_SPAWNING || st == SLOT_STARTING || st == SLOT_IDLE;
 		used += st != SLOT_FREE;
 		if (st == SLOT_FREE && free_i < 0)
 			free_i = i;
@@ -248,7 +279,7 @@ int pool_find_session(const char *sid)
 void pool_end_session(int i, const char *reason)
 {
 	struct slot *s = &pool.slots[i];
-	if (s->state == SLOT_FREE || s->state == SLOT_ENDING)
+	if (s->state == SLOT_FREE || s->state == SLOT_SPAWNING || s->state == SLOT_ENDING)
 		return;
 	char sid[ACCT_SESSION_ID_CHARS + 1];
 	if (s->state == SLOT_SESSION)
@@ -681,11 +712,16 @@ static void pool_reap(void)
 	struct rusage ru;
 	pid_t pid;
 	const struct sandbox_backend *sb = sandbox_backend(pool.cfg);
+	if (pthread_mutex_trylock(&pool.reap_mu) != 0) {
+		pool.reap_again = true; /* a worker is being started: after it (slot_spawn_job) */
+		return;
+	}
+	pool.reap_again = false;
 	while ((pid = wait4(-1, &status, WNOHANG, &ru)) > 0) {
 		bool found = false;
 		for (int i = 0; i < pool.nslots && !found; i++) {
 			struct slot *s = &pool.slots[i];
-			if (s->state == SLOT_FREE)
+			if (s->state == SLOT_FREE || s->state == SLOT_SPAWNING)
 				continue;
 			if (s->w.pid == pid) {
 				slot_died(i, status, &ru);
@@ -695,6 +731,7 @@ static void pool_reap(void)
 			}
 		}
 	}
+	pthread_mutex_unlock(&pool.reap_mu);
 }
 
 /* pool_idle_limit - how long slot s's session may sit idle: less while it never made a call,
@@ -739,7 +776,7 @@ void pool_loop(void)
 		p[n++] = (struct pollfd){ .fd = sig_fd(), .events = POLLIN };
 		p[n++] = (struct pollfd){ .fd = pool.wake[0], .events = POLLIN };
 		for (int i = 0; i < pool.nslots; i++)
-			if (pool.slots[i].state != SLOT_FREE && pool.slots[i].w.recv_fd >= 0) {
+			if (pool.slots[i].state > SLOT_SPAWNING && pool.slots[i].w.recv_fd >= 0) {
 				idx[n] = i;
 				p[n++] = (struct pollfd){ .fd = pool.slots[i].w.recv_fd, .events = POLLIN };
 			}
@@ -772,7 +809,7 @@ void pool_loop(void)
 				}
 			}
 		}
-		if (sig & SIG_CHLD)
+		if ((sig & SIG_CHLD) || pool.reap_again)
 			pool_reap();
 		pool_timers();
 		pthread_mutex_unlock(&pool.mu);
@@ -791,6 +828,7 @@ void pool_shutdown(void)
 	tstore_close(); /* what is pending is written before the grants are wiped */
 	if (utok_enabled())
 		utok_shutdown();
+	later_spawn_drain(); /* workers being started are on their slots first */
 	pthread_mutex_lock(&pool.mu);
 	pool.stopping = true;
 	/* tell every worker first, then collect them: they leave in parallel */
@@ -831,7 +869,7 @@ void pool_shutdown(void)
 		s->state = SLOT_FREE;
 	}
 	pthread_mutex_unlock(&pool.mu);
-	sandbox_local_drain(); /* starts still running undo themselves, into later's queue */
+	later_spawn_drain(); /* sandbox starts whose workers went undo themselves, into later's queue */
 	later_drain();
 	spawn_runtime_dir_remove(pool.rundir);
 	if (pool.acct && pool.acct != stderr)
@@ -849,7 +887,7 @@ void pool_metrics(char **out, size_t *len)
 		struct slot *s = &pool.slots[i];
 		open += s->state == SLOT_SESSION;
 		idle += s->state == SLOT_IDLE;
-		starting += s->state == SLOT_STARTING;
+		starting += s->state == SLOT_SPAWNING || s->state == SLOT_STARTING;
 		busy += s->state == SLOT_SESSION && s->busy;
 	}
 	fprintf(f, "# HELP kode_gopher_sessions_open MCP sessions open now.\n"

@@ -53,7 +53,9 @@
 #define SSE_RESUME_WINDOW_S 60
 #define SSE_STREAM_ID_HEX 16
 
-enum slot_state { SLOT_FREE, SLOT_STARTING, SLOT_IDLE, SLOT_OPENING, SLOT_SESSION, SLOT_ENDING,
+enum slot_state { SLOT_FREE,
+		  SLOT_SPAWNING, /* the spawner thread is starting its worker: it alone touches w */
+		  SLOT_STARTING, SLOT_IDLE, SLOT_OPENING, SLOT_SESSION, SLOT_ENDING,
 		  SLOT_CLOSING /* dead; its channel is being closed in the background */ };
 
 struct slot {
@@ -119,6 +121,11 @@ struct pool {
 	int waiting;              /* new sessions waiting in pool_take_idle for a worker */
 	int wake[2];
 	bool stopping;
+	/* held by the spawner from a worker's start until its pid is on its slot, so that the main
+	 * loop's wait4(-1) cannot reap a worker nobody knows yet: the loop only tries it, and
+	 * reaps on a later turn (reap_again) if the spawner holds it */
+	pthread_mutex_t reap_mu;
+	bool reap_again;
 	void (*on_hup)(void);      /* SIGHUP (master/http.c: reload the TLS certificate) */
 	/* metrics */
 	unsigned long crashes, sessions_total, calls_total, start_failures;

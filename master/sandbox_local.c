@@ -12,14 +12,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/prctl.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -388,10 +386,9 @@ static void sandbox_cpu(bool prestart, const char *name, bool create)
 
 /*
  * A start (directories, lock, CPU group, the jail's posix_spawn: 20-60 ms on a loaded host)
- * runs on one long-lived spawner thread when the worker's transport serves other sessions too
- * (w->mu: the shared server), so that the main loop goes on routing their messages; inline
- * otherwise (stdio, exec). Long-lived, because a child's parent-death signal is tied to the
- * thread that started it. While a start runs, w->sandbox_start points at it: it holds a copy
+ * runs on the sandbox spawner (kg-sandboxes, master/later.c) when the worker's transport serves
+ * other sessions too (w->mu: the shared server), so that the main loop goes on routing their
+ * messages; inline otherwise (stdio, exec). While a start runs, w->sandbox_start points at it: it holds a copy
  * of all it needs, and reaches the worker only under w->mu and only while sst->w is set. The
  * worker's release clears that (sandbox_local_gone), after which its slot may be closed and
  * reused; the start then undoes itself: its jail is killed, and its directory, cgroups and
@@ -621,73 +618,10 @@ static void sandbox_start_run(struct sandbox_start *j)
 	}
 }
 
-/* the spawner: one long-lived thread and its queue, first in first out */
-static struct {
-	pthread_mutex_t mu;
-	pthread_cond_t work, idle;
-	struct sandbox_start *head, *tail;
-	bool started, busy;
-} sp = { .mu = PTHREAD_MUTEX_INITIALIZER, .work = PTHREAD_COND_INITIALIZER,
-	 .idle = PTHREAD_COND_INITIALIZER };
-
-static void *sp_thread(void *arg)
+/* sandbox_start_job - sandbox_start_run for later_spawn */
+static void sandbox_start_job(void *arg)
 {
-	(void)arg;
-	pthread_setname_np(pthread_self(), "kg-spawner"); /* for ps, perf and tests */
-	/* below the main loop (POOL_LOOP_NICE as root), level with the jails it starts */
-	if (setpriority(PRIO_PROCESS, (id_t)gettid(), SPAWNER_NICE) != 0)
-		log_debug("sandbox spawner: cannot set its priority: %s", strerror(errno));
-	pthread_mutex_lock(&sp.mu);
-	for (;;) {
-		while (!sp.head)
-			pthread_cond_wait(&sp.work, &sp.mu);
-		struct sandbox_start *j = sp.head;
-		sp.head = j->next;
-		if (!sp.head)
-			sp.tail = NULL;
-		sp.busy = true;
-		pthread_mutex_unlock(&sp.mu);
-		sandbox_start_run(j);
-		pthread_mutex_lock(&sp.mu);
-		sp.busy = false;
-		if (!sp.head)
-			pthread_cond_broadcast(&sp.idle);
-	}
-	return NULL;
-}
-
-/* sp_queue - j for the spawner; false if there is no spawner (then run it yourself) */
-static bool sp_queue(struct sandbox_start *j)
-{
-	pthread_mutex_lock(&sp.mu);
-	if (!sp.started) {
-		pthread_t t;
-		pthread_attr_t a;
-		pthread_attr_init(&a);
-		pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-		sp.started = pthread_create(&t, &a, sp_thread, NULL) == 0;
-		pthread_attr_destroy(&a);
-	}
-	if (sp.started) {
-		j->next = NULL;
-		if (sp.tail)
-			sp.tail->next = j;
-		else
-			sp.head = j;
-		sp.tail = j;
-		pthread_cond_signal(&sp.work);
-	}
-	pthread_mutex_unlock(&sp.mu);
-	return sp.started;
-}
-
-/* sandbox_local_drain - see master.h */
-void sandbox_local_drain(void)
-{
-	pthread_mutex_lock(&sp.mu);
-	while (sp.head || sp.busy)
-		pthread_cond_wait(&sp.idle, &sp.mu);
-	pthread_mutex_unlock(&sp.mu);
+	sandbox_start_run(arg);
 }
 
 /* sandbox_local_taken - a session took w: its sandbox's weight up to a session's (one still
@@ -757,8 +691,10 @@ static void sandbox_local_answer(struct worker *w, uint32_t seq, bool spawn, con
 		sandbox_local_release_later(w);
 	}
 	w->sandbox_start = j;
-	if (!j->mu || !sp_queue(j))
-		sandbox_start_run(j);
+	if (j->mu && later_spawn(LATER_SANDBOXES, sandbox_start_job, j))
+		return;
+	j->mu = NULL; /* here, then: the caller holds w->mu, if any */
+	sandbox_start_run(j);
 }
 
 /* sandbox_local_gone - the worker is gone: kill its sandbox; remove it now or in the background */

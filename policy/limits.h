@@ -42,8 +42,8 @@
 /* the shared server's main loop, which routes every session's messages, runs ahead of the
  * rest when serve is root (master/pool.c); the children it starts get their own nice values */
 #define POOL_LOOP_NICE (-5)
-/* the thread that starts the shared server's sandboxes (directories, lock, CPU group, the
- * jail's spawn: master/sandbox_local.c) runs below the main loop, level with the jails */
+/* the threads that start the shared server's workers and sandboxes (directories, lock, CPU
+ * group, the spawn: master/later.c) run below the main loop, level with the jails */
 #define SPAWNER_NICE 0
 
 /* --credentials user: REQ_TOKEN requests one worker may make, a burst and then per minute

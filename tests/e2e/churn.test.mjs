@@ -311,11 +311,11 @@ test('http: many sandboxes starting at once: workers killed and sessions deleted
 	}
 });
 
-/* spawnerThread - the tid of serve's sandbox spawner (master/sandbox_local.c), or undefined */
+/* spawnerThread - the tid of serve's sandbox spawner (master/later.c), or undefined */
 function spawnerThread(pid) {
 	return fs.readdirSync(`/proc/${pid}/task`).find((t) => {
 		try {
-			return fs.readFileSync(`/proc/${pid}/task/${t}/comm`, 'utf8').trim() === 'kg-spawner';
+			return fs.readFileSync(`/proc/${pid}/task/${t}/comm`, 'utf8').trim() === 'kg-sandboxes';
 		} catch {
 			return false;
 		}
@@ -326,7 +326,7 @@ function spawnerThread(pid) {
  * step) until release() (strace detaches; the call goes on): a file system that hangs, as NFS
  * can. held() is true while the thread sits in that call. */
 async function holdSpawner(srv, dir) {
-	const tid = await waitFor(() => spawnerThread(srv.pid), { timeout: 30_000, what: 'the master\'s spawner thread (kg-spawner)' });
+	const tid = await waitFor(() => spawnerThread(srv.pid), { timeout: 30_000, what: 'the master\'s sandbox spawner thread (kg-sandboxes)' });
 	const out = `${dir}/strace.${tid}.${Date.now()}`;
 	const st = spawn('strace', ['-p', tid, '-e', 'trace=mkdir', '-e', 'inject=mkdir:delay_enter=600000000', '-o', out], { stdio: ['ignore', 'ignore', 'pipe'] });
 	let err = '';
