@@ -2,8 +2,10 @@
  * churn.test.mjs - session birth and death stay off the other sessions' path (issue 19): the
  * shared server answers a session's requests while another session's sandbox is still being
  * removed, and workers started ahead of need, and their sandboxes, yield the CPU until a session
- * takes them. Sandboxes start on the master's spawner thread, not on the main loop: workers
- * killed and sessions deleted while their sandboxes start leave nothing behind.
+ * takes them. Workers and sandboxes start on the master's spawner threads, not on the main loop
+ * (a start held there by strace, as a hanging file system would, leaves the main loop serving):
+ * workers killed and sessions deleted while their sandboxes start leave nothing behind, and a
+ * worker that dies before its pid is on its slot is still reaped as that slot's.
  * Run by tests/run.sh (node --test); each test() is one counted result.
  */
 import assert from 'node:assert/strict';
@@ -12,7 +14,7 @@ import { spawn } from 'node:child_process';
 import os from 'node:os';
 import test from 'node:test';
 
-import { callTool, children, cmdline, descendants, httpServe, isAlive, sc, sessionWorker, waitFor } from './lib.mjs';
+import { callTool, children, cmdline, descendants, httpServe, isAlive, procStat, sc, sessionWorker, waitFor } from './lib.mjs';
 
 const T = { timeout: 480_000 };
 
@@ -311,31 +313,31 @@ test('http: many sandboxes starting at once: workers killed and sessions deleted
 	}
 });
 
-/* spawnerThread - the tid of serve's sandbox spawner (master/later.c), or undefined */
-function spawnerThread(pid) {
+/* spawnerThread - the tid of serve's thread of that name (master/later.c's spawners), or undefined */
+function spawnerThread(pid, name) {
 	return fs.readdirSync(`/proc/${pid}/task`).find((t) => {
 		try {
-			return fs.readFileSync(`/proc/${pid}/task/${t}/comm`, 'utf8').trim() === 'kg-sandboxes';
+			return fs.readFileSync(`/proc/${pid}/task/${t}/comm`, 'utf8').trim() === name;
 		} catch {
 			return false;
 		}
 	});
 }
 
-/* holdSpawner - strace the spawner thread alone and hold its next mkdir (a sandbox start's first
- * step) until release() (strace detaches; the call goes on): a file system that hangs, as NFS
- * can. held() is true while the thread sits in that call. */
-async function holdSpawner(srv, dir) {
-	const tid = await waitFor(() => spawnerThread(srv.pid), { timeout: 30_000, what: 'the master\'s sandbox spawner thread (kg-sandboxes)' });
+/* holdSpawner - strace serve's thread `name` alone and hold it in the next of its `calls` (at the
+ * call's entry or exit) until release() (strace detaches; the thread goes on). held() gives the
+ * line strace wrote for the held call while the thread sits there, else null. */
+async function holdSpawner(srv, dir, name, calls, at) {
+	const tid = await waitFor(() => spawnerThread(srv.pid, name), { timeout: 30_000, what: `the master's ${name} thread` });
 	const out = `${dir}/strace.${tid}.${Date.now()}`;
-	const st = spawn('strace', ['-p', tid, '-e', 'trace=mkdir', '-e', 'inject=mkdir:delay_enter=600000000', '-o', out], { stdio: ['ignore', 'ignore', 'pipe'] });
+	const st = spawn('strace', ['-p', tid, '-e', `trace=${calls}`, '-e', `inject=${calls}:delay_${at}=600000000`, '-o', out], { stdio: ['ignore', 'ignore', 'pipe'] });
 	let err = '';
 	st.stderr.on('data', (d) => { err += d; });
 	const exited = new Promise((r) => st.on('exit', r));
 	await waitFor(() => /attached/.test(err) || null, { timeout: 30_000, what: `strace to attach (${err})` });
 	const state = () => /^State:\s+(\S)/m.exec(fs.readFileSync(`/proc/${srv.pid}/task/${tid}/status`, 'utf8'))?.[1];
 	return {
-		held: () => fs.existsSync(out) && /^mkdir\(/m.test(fs.readFileSync(out, 'utf8')) && state() === 't',
+		held: () => (fs.existsSync(out) && state() === 't' && fs.readFileSync(out, 'utf8').split('\n').find((l) => l.trim())) || null,
 		async release() {
 			st.kill('SIGTERM');
 			await exited;
@@ -356,15 +358,15 @@ test('http: a sandbox start held up on the spawner thread: other sessions are se
 		assert.deepEqual(await keep.client.ping(), {});
 		await waitFor(() => leftovers(srv).length === 0 && jails(srv.pid).length === 2 || null, { timeout: 60_000, what: 'both sandboxes up' });
 		const before = new Set(children(srv.pid));
-		hold = await holdSpawner(srv, tmp);
+		hold = await holdSpawner(srv, tmp, 'kg-sandboxes', 'mkdir', 'enter');
 		// a session takes the idle worker; its replacement's sandbox start hangs in its mkdir
 		const a = await srv.connect();
 		const w1 = await waitFor(() => children(srv.pid).find((p) => !before.has(p) && ready.test(cmdline(p) || '')), { timeout: 60_000, interval: 5, what: 'the replacement worker' });
-		await waitFor(() => hold.held() || null, { timeout: 60_000, what: 'its sandbox start to be held in the spawner' });
+		await waitFor(() => /^mkdir\(/.test(hold.held()) || null, { timeout: 60_000, what: 'its sandbox start to be held in the spawner' });
 		// the main loop is not the thread that waits: both sessions are answered
 		assert.deepEqual(await keep.client.ping(), {});
 		assert.deepEqual(await a.client.ping(), {});
-		assert.ok(hold.held(), 'the start was still held while the sessions were answered');
+		assert.match(hold.held(), /^mkdir\(/, 'the start was still held while the sessions were answered');
 		// a session takes w1, whose sandbox is still starting, and is deleted: w1 leaves; its
 		// replacement w2 asks for a sandbox behind w1's and is killed
 		const b = await srv.connect();
@@ -373,7 +375,7 @@ test('http: a sandbox start held up on the spawner thread: other sessions are se
 		await b.transport.terminateSession();
 		process.kill(w2, 'SIGKILL');
 		await waitFor(() => (gone(w1) && gone(w2)) || null, { timeout: 60_000, what: 'both workers reaped' });
-		assert.ok(hold.held(), 'both went while the start was held');
+		assert.match(hold.held(), /^mkdir\(/, 'both went while the start was held');
 		assert.deepEqual(await keep.client.ping(), {});
 		await hold.release();
 		hold = null;
@@ -389,6 +391,43 @@ test('http: a sandbox start held up on the spawner thread: other sessions are se
 		assert.equal(sc(r).result?.value, 9, JSON.stringify(sc(r)));
 		const r2 = await callTool(a.client, 'execute_go_code', { code: 'package snippet\n\nimport "context"\n\nfunc run(ctx context.Context) (any, error) { return 8, nil }\n' });
 		assert.equal(sc(r2).result?.value, 8, JSON.stringify(sc(r2)));
+	} finally {
+		if (hold)
+			await hold.release();
+		await srv.close();
+		fs.rmSync(tmp, { recursive: true, force: true });
+	}
+});
+
+test('http: a worker that dies before its spawner has put its pid on its slot is reaped as that slot\'s worker, not as a stranger; the pool goes on', { ...T, skip: os.userInfo().uid !== 0 && 'as root only (like the other cases here)' }, async () => {
+	const srv = await httpServe(['--workers-min-idle', '1']);
+	const tmp = fs.mkdtempSync(`${os.tmpdir()}/kg-churn-`);
+	let hold;
+	try {
+		const keep = await srv.connect();
+		await waitFor(() => jails(srv.pid).length === 2 || null, { timeout: 60_000, what: 'both sandboxes up' });
+		// the worker spawner held as its next posix_spawn returns: the worker runs, its pid
+		// not yet on its slot
+		hold = await holdSpawner(srv, tmp, 'kg-workers', 'clone,clone3,vfork', 'exit');
+		await srv.connect(); // takes the idle worker: the pool starts a replacement
+		const line = await waitFor(() => hold.held(), { timeout: 60_000, what: 'the worker spawner to be held after a start' });
+		const w = Number(/= (\d+) \(DELAYED\)/.exec(line)?.[1]);
+		assert.ok(w > 0 && children(srv.pid).includes(w), `the held start made a worker (${line})`);
+		process.kill(w, 'SIGKILL');
+		await waitFor(() => procStat(w)?.state === 'Z' || null, { timeout: 30_000, what: 'the worker to die' });
+		// the main loop goes on serving, and leaves the dead worker unreaped while its start is held
+		assert.deepEqual(await keep.client.ping(), {});
+		assert.ok(hold.held(), 'still held');
+		assert.equal(procStat(w)?.state, 'Z', 'not reaped while nobody knows it yet');
+		await hold.release();
+		hold = null;
+		// reaped as its slot's worker: a start-up failure of that pid, its slot freed
+		await waitFor(() => new RegExp(`worker pid ${w} killed by signal 9 \\(SIGKILL\\) before serving any request`).test(srv.stderr) || null, { timeout: 60_000, what: `worker ${w}'s death to be seen as its slot's` });
+		assert.ok(gone(w), 'reaped');
+		const next = await srv.connect();
+		const r = await callTool(next.client, 'execute_go_code', { code: 'package snippet\n\nimport "context"\n\nfunc run(ctx context.Context) (any, error) { return 4, nil }\n' });
+		assert.equal(sc(r).result?.value, 4, JSON.stringify(sc(r)));
+		await waitFor(() => leftovers(srv).length === 0, { timeout: 120_000, interval: 200, what: `nothing left behind (${leftovers(srv).join(', ')})` });
 	} finally {
 		if (hold)
 			await hold.release();
