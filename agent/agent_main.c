@@ -11,6 +11,7 @@
 #include <getopt.h>
 #include <limits.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -181,6 +182,13 @@ static void am_isolation(const char *listen, const char *app_dir, const char *st
 	else
 		log_warn("programs cannot have namespaces of their own here (%s): they run beside "
 			 "the agent, kept from it only by the seccomp filter", strerror(-r));
+}
+
+/* am_warm - the toolchain asked ahead of the first call (pipeline_warm) */
+static void *am_warm(void *pcfg)
+{
+	pipeline_warm(pcfg);
+	return NULL;
 }
 
 /* am_oom_events - the descriptor of the sandbox's memory group's counters the jail handed us
@@ -357,6 +365,9 @@ int agent_main(int argc, char **argv)
 		return 1;
 	}
 	log_info("app %s, state %s, runtime %s", app_dir, state_dir, runtime_dir);
+	pthread_t warm;
+	if (pthread_create(&warm, NULL, am_warm, &pcfg) == 0)
+		pthread_detach(warm);
 
 	struct pollfd pfd = { .fd = am_sig_pipe[0], .events = POLLIN };
 	char sig = 0;

@@ -80,6 +80,24 @@ static int mkdir_private(const char *path)
 	return -errno;
 }
 
+/* telemetry_off - the go command's telemetry mode file in home says off (what `go telemetry
+ * off` writes; GOTELEMETRY is only reported, never read): otherwise every go command starts a
+ * second go process to watch it for crashes, and keeps counters under home */
+static void telemetry_off(const char *home)
+{
+	char dir[PATH_MAX], path[PATH_MAX + 8];
+	struct stat st;
+	if (pathf(dir, sizeof(dir), "%s/.config/go/telemetry", home) != 0 ||
+	    pathf(path, sizeof(path), "%s/mode", dir) != 0 || stat(path, &st) == 0)
+		return;
+	int fd = fs_mkdir_p(dir, 0700) == 0 ?
+		 open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600) : -1;
+	if (fd < 0 || fs_write_all(fd, "off\n", 4) != 0)
+		log_warn("the go command's telemetry could not be turned off in %s", dir);
+	if (fd >= 0)
+		close(fd);
+}
+
 /* pl_cfg_init - defaults, derived paths and the state directory's skeleton */
 static int pl_cfg_init(const struct pipeline_config *in, struct pl_cfg *c)
 {
@@ -117,6 +135,7 @@ static int pl_cfg_init(const struct pipeline_config *in, struct pl_cfg *c)
 	if ((rc = mkdir_private(c->state_dir)) < 0 || (rc = mkdir_private(c->home)) < 0 ||
 	    (rc = mkdir_private(c->tmp)) < 0 || (rc = mkdir_private(c->rundir)) < 0)
 		return rc;
+	telemetry_off(c->home);
 	const char *path = getenv("PATH");
 	c->env = (struct gobuild_env){
 		.go_bin = c->go_bin,
@@ -1469,6 +1488,15 @@ static void pl_files_after(const struct pl_cfg *c, int appfd, json_t *before, js
 	if (fd >= 0 && fd != appfd)
 		close(fd);
 	json_decref(before);
+}
+
+/* pipeline_warm - see pipeline.h */
+void pipeline_warm(const struct pipeline_config *cfg)
+{
+	struct pl_cfg c;
+	struct gobuild_tools t;
+	if (pl_cfg_init(cfg, &c) == 0 && gobuild_toolchain(&c.env, &t) < 0)
+		log_warn("the toolchain could not be asked where its tools are; the first call asks again");
 }
 
 /* pl_files_before - the watched files' stamps before the call changes anything */

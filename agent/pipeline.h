@@ -78,6 +78,14 @@ json_t *pipeline_execute(const struct pipeline_config *cfg, json_t *req,
 			 pipeline_progress_fn progress, void *ctx);
 
 /*
+ * pipeline_warm - ask the toolchain where its tools are (`go env GOVERSION GOROOT GOTOOLDIR`,
+ * once per process) ahead of the first call: the agent runs it on a thread of its own as it
+ * starts listening, so a new sandbox's first call (every `kode-gopher exec`) does not wait for
+ * that go command; a call that comes first waits for it, never runs it twice.
+ */
+void pipeline_warm(const struct pipeline_config *cfg);
+
+/*
  * pipeline_doc - `go doc` in the session's module (stdlib, lockfile modules, anything tidied in).
  *   req: {"package": "cloud.google.com/go/storage", "symbol"?: "Client"}
  * Returns {"ok":true,"text":...,"truncated":bool} or {"ok":false,"error": sentence}.

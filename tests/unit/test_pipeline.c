@@ -1394,6 +1394,26 @@ static void test_seeded_plan(void **state)
 	cfg.gocache_dir = shared;
 }
 
+
+/* test_telemetry_off - the go command's telemetry is off in the agent's home (its mode file):
+ * no counters kept there, so no crash-watching second go process with each go command */
+static void test_telemetry_off(void **state)
+{
+	(void)state;
+	json_t *r = execute("main.go", "package main\n\nfunc main() { println(\"telemetry\") }\n", NULL);
+	expect_kind(r, "run", "ok");
+	json_decref(r);
+	char p[700];
+	snprintf(p, sizeof(p), "%s/home/.config/go/telemetry/mode", state_dir);
+	size_t n = 0;
+	unsigned char *m = slurp(p, &n);
+	assert_int_equal(n, 4);
+	assert_memory_equal(m, "off\n", 4);
+	free(m);
+	snprintf(p, sizeof(p), "%s/home/.config/go/telemetry/local", state_dir);
+	assert_false(exists(p));
+}
+
 /* test_uncovered - the imports go.mod cannot provide, known before any build (issue 17) */
 static void test_uncovered(void **state)
 {
@@ -1440,6 +1460,7 @@ int main(void)
 		cmocka_unit_test(test_doc),
 		cmocka_unit_test(test_direct_build),
 		cmocka_unit_test(test_seeded_plan),
+		cmocka_unit_test(test_telemetry_off),
 		cmocka_unit_test(test_uncovered),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
