@@ -794,7 +794,7 @@ static int seed(const struct gobuild_env *e, struct fastbuild_call *fc,
 	if (rc == -ENOMEM)
 		return rc;
 	snprintf(fc->why, sizeof(fc->why), FB_NO_PLAN ", and the runtime's standard-library plan "
-		 "does not apply: %s", why[0] ? why : strerror(-rc));
+		 "does not apply: %.150s", why[0] ? why : strerror(-rc));
 	return 0;
 }
 
