@@ -27,7 +27,7 @@
 #include "lib/base64.h"
 #include "master/stdio.h"
 #include "policy/volume.h"
-#include "worker/creds.h"
+#include "lib/gcreds.h"
 
 static const char exec_usage[] =
 	"usage: kode-gopher exec [options] FILE... | DIR | -\n"
@@ -664,7 +664,7 @@ static bool exec_adc_absent(void)
 {
 	char path[PATH_MAX];
 	bool explicit;
-	creds_adc_path(path, sizeof(path), &explicit);
+	gcreds_adc_path(path, sizeof(path), &explicit);
 	return !explicit && access(path, F_OK) != 0;
 }
 

@@ -26,7 +26,7 @@
 #include "master/pool.h"
 #include "master/tls.h"
 #include "policy/limits.h"
-#include "worker/worker.h" /* mcp_scan_id: a request's id for the transport's own errors */
+#include "lib/rpcid.h" /* rpcid_scan: a request's id for the transport's own errors */
 
 #define HTTP_RPC_CANCELLED -32800 /* the answer to a cancelled request on a JSON POST (as LSP) */
 
@@ -55,7 +55,7 @@ static char http_port[16];
 static bool http_loopback;
 
 /* request_id - the id of the request in rq, for an error the transport answers itself.
- * Only the ends of the body are scanned (mcp_scan_id, bounded and fuzzed): the master does not
+ * Only the ends of the body are scanned (rpcid_scan, bounded and fuzzed): the master does not
  * parse JSON-RPC, and an id it cannot read this way is answered with null. */
 static const char *request_id(struct req *rq)
 {
@@ -64,12 +64,12 @@ static const char *request_id(struct req *rq)
 	rq->id_read = true;
 	json_t *id;
 	if (rq->discard) {
-		id = mcp_scan_id(rq->head, rq->hlen, rq->tail, rq->tlen);
+		id = rpcid_scan(rq->head, rq->hlen, rq->tail, rq->tlen);
 	} else {
 		if (!rq->body || !rq->len)
 			return NULL;
 		size_t keep = rq->len < IPC_TOOBIG_KEEP ? rq->len : IPC_TOOBIG_KEEP;
-		id = mcp_scan_id(rq->body, keep, rq->body + rq->len - keep, keep);
+		id = rpcid_scan(rq->body, keep, rq->body + rq->len - keep, keep);
 	}
 	if (id)
 		rq->id = json_dumps(id, JSON_ENCODE_ANY | JSON_COMPACT);

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "lib/gcreds.h"
 #include "lib/mono.h"
 #include "lib/secret.h"
 #include "master/master.h"
@@ -21,7 +22,6 @@
 #include "master/sandbox.h"
 #include "master/usertoken.h"
 #include "policy/limits.h"
-#include "worker/creds.h" /* creds_adc_read: where the file is and how it is read */
 
 /* mon_end - see monitor.h */
 void mon_end(struct worker *w, const char *fmt, ...)
@@ -234,7 +234,7 @@ static int mon_answer_adc(struct mon_peer *p, const struct ipc_msg *m)
 	char err[300] = "";
 	size_t len = 0;
 	bool absent = false;
-	char *text = creds_adc_read(&len, &absent, err, sizeof(err));
+	char *text = gcreds_adc_read(&len, &absent, err, sizeof(err));
 	struct ipc_buf b;
 	if (ipc_pack_ans_adc(&b, m->seq, text != NULL, absent, text ? "" : err, text ? text : "",
 			     text ? len : 0) == 0)

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "lib/gcreds.h"
 #include "master/auth.h"
 #include "master/kubecfg.h"
 #include "master/master.h"
@@ -23,7 +24,6 @@
 #include "master/stdio.h"
 #include "master/tls.h"
 #include "policy/volume.h"
-#include "worker/creds.h"
 
 /* `make debug` builds with "log": a denied syscall is logged by name instead of killing */
 #ifndef KG_SECCOMP_DEFAULT
@@ -352,9 +352,10 @@ int serve_config_option(struct serve_config *cfg, const char *name, const char *
 	} else if (strcmp(name, "allowed-origins") == 0) {
 		cfg->allowed_origins = val;
 	} else if (strcmp(name, "credentials") == 0) {
-		struct creds_config cc = { 0 };
+		enum creds_mode mode;
+		const char *email;
 		char err[256];
-		if (creds_parse_mode(val, &cc, err, sizeof(err)) != 0) {
+		if (gcreds_parse_mode(val, &mode, &email, err, sizeof(err)) != 0) {
 			fprintf(stderr, "kode-gopher: %s\n", err);
 			return -1;
 		}

@@ -73,6 +73,10 @@
 #define KC_EXEC_LOG_LINE_CHARS 300               /* bytes of each line we log */
 #define KC_DELETE_TIMEOUT_MS 15000
 
+/* ---- the Google credentials settings (lib/gcreds.c) ---- */
+#define GCREDS_MAX_ADC_BYTES   (64 * 1024) /* an ADC file larger than this is refused */
+#define GCREDS_MAX_EMAIL_BYTES 256         /* service-account:EMAIL's email */
+
 /* ---- the worker's outgoing requests ---- */
 
 /* To its sandbox's agent: connecting, claiming it, a documentation lookup and its answer, a

@@ -31,6 +31,7 @@
 #include "ipc/log.h"
 #include "lib/base64.h"
 #include "lib/buf.h"
+#include "lib/gcreds.h"
 #include "lib/http_client.h"
 #include "lib/mono.h"
 #include "lib/rfc3339.h"
@@ -241,45 +242,6 @@ done:
 
 /* ---- configuration ---- */
 
-/* creds_mode_name - see creds.h */
-const char *creds_mode_name(enum creds_mode m)
-{
-	static const char *const names[] = { "none", "adc", "metadata", "service-account",
-					     "server", "user" };
-	return m <= CREDS_USER ? names[m] : "?";
-}
-
-/* creds_parse_mode - see creds.h */
-int creds_parse_mode(const char *arg, struct creds_config *cfg, char *err, size_t errlen)
-{
-	static const struct { const char *name; enum creds_mode m; } modes[] = {
-		{ "adc", CREDS_ADC }, { "metadata", CREDS_METADATA }, { "server", CREDS_SERVER },
-		{ "user", CREDS_USER }, { "none", CREDS_NONE },
-	};
-	for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++)
-		if (strcmp(arg, modes[i].name) == 0) {
-			cfg->mode = modes[i].m;
-			cfg->service_account = NULL;
-			return 0;
-		}
-	if (strncmp(arg, "service-account:", 16) == 0) {
-		const char *email = arg + 16;
-		const char *at = strchr(email, '@');
-		if (!cr_visible(email, 256) || !at || at == email || !at[1] || strchr(email, '/') ||
-		    strchr(email, '?') || strchr(email, '#') || strchr(email, '%')) {
-			snprintf(err, errlen, "--credentials service-account:EMAIL wants a service "
-				 "account's email, like runner@my-project.iam.gserviceaccount.com");
-			return -EINVAL;
-		}
-		cfg->mode = CREDS_SERVICE_ACCOUNT;
-		cfg->service_account = email;
-		return 0;
-	}
-	snprintf(err, errlen, "--credentials wants adc, metadata, service-account:EMAIL, server, "
-		 "user or none");
-	return -EINVAL;
-}
-
 /* creds_new - see creds.h */
 struct creds *creds_new(const struct creds_config *cfg)
 {
@@ -359,77 +321,12 @@ int creds_set_user(struct creds *c, const char *email, creds_user_fn fn, void *a
 	return 0;
 }
 
-/* ---- the ADC file ---- */
-
-/* creds_adc_path - see creds.h */
-void creds_adc_path(char *out, size_t cap, bool *explicit)
-{
-	const char *gac = getenv("GOOGLE_APPLICATION_CREDENTIALS");
-	*explicit = gac && *gac;
-	if (*explicit) {
-		snprintf(out, cap, "%s", gac);
-		return;
-	}
-	const char *cfgdir = getenv("CLOUDSDK_CONFIG"), *home = getenv("HOME");
-	if (cfgdir && *cfgdir)
-		snprintf(out, cap, "%s/application_default_credentials.json", cfgdir);
-	else
-		snprintf(out, cap, "%s/.config/gcloud/application_default_credentials.json",
-			 home && *home ? home : "/nonexistent");
-}
-
-/* creds_adc_read - see creds.h */
-char *creds_adc_read(size_t *len, bool *absent, char *err, size_t errlen)
-{
-	char path[PATH_MAX];
-	bool explicit;
-	creds_adc_path(path, sizeof(path), &explicit);
-	*absent = false;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		int e = errno;
-		*absent = e == ENOENT && !explicit;
-		if (*absent)
-			snprintf(err, errlen, "there are no Application Default Credentials (%.200s does "
-				 "not exist and GOOGLE_APPLICATION_CREDENTIALS is not set); run "
-				 "`gcloud auth application-default login`", path);
-		else
-			snprintf(err, errlen, "cannot read the Application Default Credentials %.200s: %s",
-				 path, strerror(e));
-		return NULL;
-	}
-	struct stat st;
-	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > CREDS_MAX_FILE) {
-		close(fd);
-		snprintf(err, errlen, "the Application Default Credentials %.200s are not a regular file "
-			 "of at most %d bytes", path, CREDS_MAX_FILE);
-		return NULL;
-	}
-	char *buf = malloc(CREDS_MAX_FILE + 1);
-	size_t n = 0;
-	ssize_t r = 0;
-	while (buf && n < CREDS_MAX_FILE + 1 &&
-	       (r = read(fd, buf + n, CREDS_MAX_FILE + 1 - n)) > 0)
-		n += (size_t)r;
-	close(fd);
-	if (!buf || r < 0 || n > CREDS_MAX_FILE) {
-		if (buf)
-			OPENSSL_cleanse(buf, n);
-		free(buf);
-		snprintf(err, errlen, "cannot read the Application Default Credentials %.200s", path);
-		return NULL;
-	}
-	buf[n] = '\0';
-	*len = n;
-	return buf;
-}
-
 /* cr_read_adc - the ADC file's text, from the master or from the file */
 static char *cr_read_adc(const struct creds *c, size_t *len, bool *absent, char *err, size_t errlen)
 {
 	if (c->cfg.read_adc)
 		return c->cfg.read_adc(c->cfg.read_adc_arg, len, absent, err, errlen);
-	return creds_adc_read(len, absent, err, errlen);
+	return gcreds_adc_read(len, absent, err, errlen);
 }
 
 /* cr_wipe_json - overwrite every string in a JSON value (they may be secrets) */
@@ -1331,7 +1228,7 @@ static int cr_get(struct creds *c, const char *scopes, const char *audience, boo
 			*tok = cached;
 		}
 		log_info("minted %s (%s mode, valid %ld s)",
-			 audience ? "an ID token" : "an access token", creds_mode_name(c->cfg.mode),
+			 audience ? "an ID token" : "an access token", gcreds_mode_name(c->cfg.mode),
 			 cached ? (long)(cached->expires - now) : fresh->expires_in);
 	} else {
 		cr_scrub_all(c, s, err, errlen);
@@ -1553,7 +1450,7 @@ json_t *creds_answer(struct creds *c, json_t *event)
 	bool identity = kind && strcmp(kind, "identity") == 0;
 	if (c->cfg.mode == CREDS_NONE || c->cfg.mode == CREDS_ADC) {
 		snprintf(err, sizeof(err), "this session serves no tokens through the metadata "
-			 "server (--credentials %s)", creds_mode_name(c->cfg.mode));
+			 "server (--credentials %s)", gcreds_mode_name(c->cfg.mode));
 		status = 404;
 	} else if (identity) {
 		audience = json_string_value(json_object_get(event, "audience"));

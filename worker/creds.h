@@ -32,17 +32,16 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "lib/gcreds.h" /* enum creds_mode, the ADC file */
+
 #define CREDS_DEFAULT_TOKEN_ENDPOINT "https://oauth2.googleapis.com/token"
 #define CREDS_DEFAULT_IAM_ENDPOINT   "https://iamcredentials.googleapis.com"
 #define CREDS_DEFAULT_METADATA_HOST  "169.254.169.254"
 #define CREDS_DEFAULT_SCOPE          "https://www.googleapis.com/auth/cloud-platform"
-#define CREDS_MAX_FILE               (64 * 1024)  /* an ADC file larger than this is refused */
 #define CREDS_MAX_CA_FILE            (4 * 1024 * 1024) /* $SSL_CERT_FILE, read at start-up */
 /* A cached token with less life than this is minted anew before it is handed out. */
 #define CREDS_REFRESH_MARGIN         300
 
-enum creds_mode { CREDS_NONE, CREDS_ADC, CREDS_METADATA, CREDS_SERVICE_ACCOUNT, CREDS_SERVER,
-		  CREDS_USER };
 
 struct creds_config {
 	enum creds_mode mode;
@@ -56,21 +55,11 @@ struct creds_config {
 	const char *scopes;          /* comma-separated default scopes; NULL: cloud-platform */
 	/* where the ADC file's text comes from: a worker asks its master (worker/monitor_wrap.c
 	 * mm_adc; its own identity cannot read the operator's file); NULL reads the file here
-	 * (creds_adc_read) */
+	 * (gcreds_adc_read) */
 	char *(*read_adc)(void *arg, size_t *len, bool *absent, char *err, size_t errlen);
 	void *read_adc_arg;
 };
 
-/* creds_parse_mode - "adc", "metadata", "service-account:EMAIL", "server", "user" or "none"
- * into cfg->mode (and cfg->service_account, pointing into arg); 0 or -EINVAL with a sentence */
-int creds_parse_mode(const char *arg, struct creds_config *cfg, char *err, size_t errlen);
-/* creds_adc_path - where the Application Default Credentials file is looked for:
- * $GOOGLE_APPLICATION_CREDENTIALS (*explicit set), else gcloud's well-known file */
-void creds_adc_path(char *out, size_t cap, bool *explicit);
-/* creds_adc_read - the text of the file at creds_adc_path (malloc'd: wipe and free it), or NULL
- * with a sentence (*absent: there is no file and none was named). The master calls it to
- * answer REQ_ADC (master/monitor.c); a worker without a read_adc hook calls it itself. */
-char *creds_adc_read(size_t *len, bool *absent, char *err, size_t errlen);
 /* creds_load_ca - read $SSL_CERT_FILE (a private CA for the token endpoints) into memory, while
  * the worker may still read it (before it takes its own identity); 0 or a negative errno */
 int creds_load_ca(void);
@@ -78,8 +67,6 @@ int creds_load_ca(void);
 /* creds_mode - the mode c was made for */
 struct creds;
 enum creds_mode creds_mode(const struct creds *c);
-/* creds_mode_name - "adc", "metadata", ... */
-const char *creds_mode_name(enum creds_mode m);
 
 struct creds;
 

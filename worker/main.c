@@ -207,7 +207,7 @@ int worker_main(int argc, char **argv)
 		case 't': s->default_timeout_s = atoi(optarg) > 0 ? atoi(optarg) : 60; break;
 		case 'm': s->max_timeout_s = atoi(optarg) > 0 ? atoi(optarg) : 300; break;
 		case 'C':
-			if (creds_parse_mode(optarg, &ccfg, cerr, sizeof(cerr)) != 0) {
+			if (gcreds_parse_mode(optarg, &ccfg.mode, &ccfg.service_account, cerr, sizeof(cerr)) != 0) {
 				fprintf(stderr, "kode-gopher worker: %s\n", cerr);
 				return 2;
 			}
@@ -291,7 +291,7 @@ int worker_main(int argc, char **argv)
 		return 1;
 	if (ccfg.mode != CREDS_NONE && !(s->creds = creds_new(&ccfg)))
 		return 1;
-	log_debug("credentials: %s", creds_mode_name(ccfg.mode));
+	log_debug("credentials: %s", gcreds_mode_name(ccfg.mode));
 
 	struct ipc_buf b;
 	if (ipc_pack_hello(&b, session_next_seq(s), (uint32_t)getpid(), KG_VERSION) != 0 ||

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/rpcid.h"
 #include "worker/worker.h"
 
 static const char *const mcp_versions[] = { "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05" };
@@ -30,12 +31,6 @@ static const char mcp_instructions[] =
 static json_t *mcp_result(json_t *id, json_t *result)
 {
 	return json_pack("{s:s, s:O, s:o}", "jsonrpc", "2.0", "id", id, "result", result);
-}
-
-/* valid_id - JSON-RPC ids are strings or integers here (null is not an id for a request) */
-static bool valid_id(json_t *id)
-{
-	return json_is_string(id) || json_is_integer(id);
 }
 
 /* on_initialize - version negotiation and capabilities */
@@ -271,9 +266,9 @@ static json_t *handle_one(struct session *s, uint32_t seq, json_t *root, const c
 	if (valid && !jm && id && (json_object_get(root, "result") || json_object_get(root, "error"))) {
 		/* a response from the client: we never send requests, so there is nothing to match */
 		log_debug("ignoring a response from the client");
-	} else if (!valid || !json_is_string(jm) || (id && !valid_id(id)) ||
+	} else if (!valid || !json_is_string(jm) || (id && !rpcid_valid(id)) ||
 		   (params && !json_is_object(params) && !json_is_array(params))) {
-		reply = mcp_error(id && valid_id(id) ? id : NULL, RPC_INVALID_REQUEST,
+		reply = mcp_error(id && rpcid_valid(id) ? id : NULL, RPC_INVALID_REQUEST,
 				  "Invalid Request: expected a JSON-RPC 2.0 object with \"jsonrpc\": \"2.0\", a "
 				  "string \"method\", an optional object \"params\", and a string or integer "
 				  "\"id\" for requests");
@@ -357,137 +352,11 @@ void mcp_handle(struct session *s, uint32_t seq, const char *msg, size_t len, bo
 	json_decref(root);
 }
 
-/* ---- the ends of a message that was too large ---- */
-
-static size_t skip_ws(const char *p, size_t i, size_t n)
-{
-	while (i < n && (p[i] == ' ' || p[i] == '\t' || p[i] == '\r' || p[i] == '\n'))
-		i++;
-	return i;
-}
-
-/* skip_string - index past the closing quote of the string opening at i; n if unterminated */
-static size_t skip_string(const char *p, size_t i, size_t n)
-{
-	for (i++; i < n; i++) {
-		if (p[i] == '\\')
-			i++;
-		else if (p[i] == '"')
-			return i + 1;
-	}
-	return n;
-}
-
-/* skip_value - index past the JSON value at i; n if it runs past what we have */
-static size_t skip_value(const char *p, size_t i, size_t n)
-{
-	if (i >= n)
-		return n;
-	if (p[i] == '"')
-		return skip_string(p, i, n);
-	if (p[i] == '{' || p[i] == '[') {
-		int depth = 0;
-		for (; i < n; i++) {
-			if (p[i] == '"') {
-				i = skip_string(p, i, n) - 1;
-				continue;
-			}
-			if (p[i] == '{' || p[i] == '[')
-				depth++;
-			else if ((p[i] == '}' || p[i] == ']') && --depth == 0)
-				return i + 1;
-		}
-		return n;
-	}
-	while (i < n && p[i] != ',' && p[i] != '}' && p[i] != ']' && p[i] != ' ' && p[i] != '\n')
-		i++;
-	return i;
-}
-
-/* id_token - parse a scalar id (integer or short string) exactly */
-static json_t *id_token(const char *p, size_t len)
-{
-	if (len == 0 || len > 200)
-		return NULL;
-	json_t *v = json_loadb(p, len, JSON_DECODE_ANY, NULL);
-	if (v && !valid_id(v)) {
-		json_decref(v);
-		v = NULL;
-	}
-	return v;
-}
-
-/* mcp_scan_id - look for "id" among the top-level members in the head, then as the last
- * member in the tail (the TypeScript SDK writes it last). Never trusted beyond an error reply. */
-json_t *mcp_scan_id(const char *h, size_t hn, const char *t, size_t tn)
-{
-	size_t i = skip_ws(h, 0, hn);
-	if (i < hn && h[i] == '{') {
-		i++;
-		while (i < hn) {
-			i = skip_ws(h, i, hn);
-			if (i >= hn || h[i] != '"')
-				break;
-			size_t ks = i, ke = skip_string(h, i, hn);
-			i = skip_ws(h, ke, hn);
-			if (i >= hn || h[i] != ':')
-				break;
-			i = skip_ws(h, i + 1, hn);
-			size_t vs = i, ve = skip_value(h, i, hn);
-			if (ve >= hn)
-				break;
-			if (ke - ks == 4 && memcmp(h + ks, "\"id\"", 4) == 0)
-				return id_token(h + vs, ve - vs);
-			i = skip_ws(h, ve, hn);
-			if (i >= hn || h[i] != ',')
-				break;
-			i++;
-		}
-	}
-	/* backwards from the end: ... "id" : value } */
-	size_t e = tn;
-	while (e > 0 && isspace((unsigned char)t[e - 1]))
-		e--;
-	if (e == 0 || t[e - 1] != '}')
-		return NULL;
-	e--;
-	while (e > 0 && isspace((unsigned char)t[e - 1]))
-		e--;
-	size_t ve = e, vs;
-	if (e > 0 && t[e - 1] == '"') {
-		vs = e - 1;
-		while (vs > 0 && !(t[vs - 1] == '"' && (vs < 2 || t[vs - 2] != '\\')))
-			vs--;
-		if (vs == 0)
-			return NULL;
-		vs--;
-	} else {
-		vs = e;
-		while (vs > 0 && (isdigit((unsigned char)t[vs - 1]) || t[vs - 1] == '-'))
-			vs--;
-	}
-	size_t k = vs;
-	while (k > 0 && isspace((unsigned char)t[k - 1]))
-		k--;
-	if (k == 0 || t[k - 1] != ':')
-		return NULL;
-	k--;
-	while (k > 0 && isspace((unsigned char)t[k - 1]))
-		k--;
-	if (k < 4 || memcmp(t + k - 4, "\"id\"", 4) != 0)
-		return NULL;
-	k -= 4;
-	while (k > 0 && isspace((unsigned char)t[k - 1]))
-		k--;
-	if (k == 0 || (t[k - 1] != ',' && t[k - 1] != '{'))
-		return NULL;
-	return id_token(t + vs, ve - vs);
-}
 
 /* mcp_handle_toobig - answer a dropped message with an error that says what to do */
 void mcp_handle_toobig(struct session *s, uint32_t seq, const struct ipc_toobig *t)
 {
-	json_t *id = mcp_scan_id(t->head.ptr, t->head.len, t->tail.ptr, t->tail.len);
+	json_t *id = rpcid_scan(t->head.ptr, t->head.len, t->tail.ptr, t->tail.len);
 	char msg[300];
 	snprintf(msg, sizeof(msg),
 		 "Invalid Request: the message is %llu bytes; the limit is %u bytes (%u MiB). Send "

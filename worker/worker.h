@@ -158,8 +158,6 @@ void session_set_state(struct session *s, enum worker_state st);
 /* worker/mcp.c: the JSON-RPC / MCP layer */
 void mcp_handle(struct session *s, uint32_t seq, const char *msg, size_t len, bool replay);
 void mcp_handle_toobig(struct session *s, uint32_t seq, const struct ipc_toobig *t);
-/* mcp_scan_id - best-effort recovery of a top-level "id" from the two ends of a dropped line */
-json_t *mcp_scan_id(const char *head, size_t hlen, const char *tail, size_t tlen);
 
 /* worker/mcp_send.c: what goes to the client (below mcp.c and the call thread) */
 #define RPC_PARSE_ERROR -32700

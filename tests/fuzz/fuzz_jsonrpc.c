@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "ipc/frame.h"
+#include "lib/rpcid.h"
 #include "worker/worker.h"
 
 static void on_line(void *ctx, const char *l, size_t n)
@@ -20,7 +21,7 @@ static void on_toobig(void *ctx, const char *h, size_t hl, const char *t, size_t
 {
 	(void)ctx;
 	(void)size;
-	json_t *id = mcp_scan_id(h, hl, t, tl);
+	json_t *id = rpcid_scan(h, hl, t, tl);
 	json_decref(id);
 }
 
@@ -35,7 +36,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	frame_finish(&f, &ops);
 	frame_free(&f);
 	/* and the id scanner on arbitrary ends */
-	json_t *id = mcp_scan_id((const char *)data, half, (const char *)data + half, size - half);
+	json_t *id = rpcid_scan((const char *)data, half, (const char *)data + half, size - half);
 	json_decref(id);
 	return 0;
 }

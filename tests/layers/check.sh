@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # check.sh - the source tree reads as layers, not a knot: within each folder, no file calls a
-# function of a file that (through any chain) calls back into it, and lib/ calls nothing of the
-# folders above it. Read from the object files of a build (nm: what each defines and what it
-# calls), so a call added anywhere is seen. TAP, one line per rule; called by tests/run.sh.
+# function of a file that (through any chain) calls back into it, lib/ calls nothing of the
+# folders above it, and master/ and worker/ meet only through ipc/ and lib/. Read from the
+# object files of a build (nm: what each defines and what it calls), so a call added anywhere
+# is seen. TAP, one line per rule; called by tests/run.sh.
 #
 #   tests/layers/check.sh [BUILD]         check (BUILD: the build directory, default build)
 #   tests/layers/check.sh [BUILD] --graph FOLDER   print FOLDER's file -> file calls
@@ -59,6 +60,23 @@ if [ -z "$up" ]; then
 else
 	echo "not ok $n - lib/ calls into the folders above it:"
 	echo "$up" | sed 's/^/# /'
+	bad=$((bad + 1))
+fi
+# master/ and worker/ are two processes: they meet only in the contract (ipc/) and the shared
+# helpers (lib/), never by a call or an include of the other's files. master/main.c, the
+# binary's entry that picks a role (worker_main, agent_main), is the one exception.
+n=$((n + 1))
+cross=$(awk '(index($1, "master/") == 1 && $1 != "master/main" && index($2, "worker/") == 1) ||
+	(index($1, "worker/") == 1 && index($2, "master/") == 1)' "$tmp/edges")
+incl=$(grep -l '^[[:space:]]*#[[:space:]]*include[[:space:]]*"worker/' master/*.[ch] 2>/dev/null |
+	grep -v '^master/main\.c$'
+	grep -l '^[[:space:]]*#[[:space:]]*include[[:space:]]*"master/' worker/*.[ch] 2>/dev/null)
+if [ -z "$cross$incl" ]; then
+	echo "ok $n - master/ and worker/ call and include nothing of each other (ipc/ and lib/ between)"
+else
+	echo "not ok $n - master/ and worker/ reach into each other (move the shared code to lib/):"
+	[ -n "$cross" ] && echo "$cross" | sed 's/^/# calls: /'
+	[ -n "$incl" ] && echo "$incl" | sed 's/^/# includes the other side: /'
 	bad=$((bad + 1))
 fi
 echo "1..$n"

@@ -156,19 +156,21 @@ static void test_parse_mode(void **st)
 		{ "user", CREDS_USER }, { "none", CREDS_NONE },
 	};
 	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
-		assert_int_equal(creds_parse_mode(ok[i].arg, &c, err, sizeof(err)), 0);
+		assert_int_equal(gcreds_parse_mode(ok[i].arg, &c.mode, &c.service_account, err,
+						   sizeof(err)), 0);
 		assert_int_equal(c.mode, ok[i].m);
-		assert_string_equal(creds_mode_name(c.mode), ok[i].arg);
+		assert_string_equal(gcreds_mode_name(c.mode), ok[i].arg);
 	}
-	assert_int_equal(creds_parse_mode("service-account:run@p.iam.gserviceaccount.com", &c, err,
-					  sizeof(err)), 0);
+	assert_int_equal(gcreds_parse_mode("service-account:run@p.iam.gserviceaccount.com", &c.mode,
+					   &c.service_account, err, sizeof(err)), 0);
 	assert_int_equal(c.mode, CREDS_SERVICE_ACCOUNT);
 	assert_string_equal(c.service_account, "run@p.iam.gserviceaccount.com");
 	static const char *const bad[] = { "", "ADC", "service-account:", "service-account:nobody",
 					   "service-account:a@b/c", "service-account:a @b",
 					   "service-account:@b", "token" };
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
-		assert_int_equal(creds_parse_mode(bad[i], &c, err, sizeof(err)), -EINVAL);
+		assert_int_equal(gcreds_parse_mode(bad[i], &c.mode, &c.service_account, err,
+						   sizeof(err)), -EINVAL);
 }
 
 static void test_adc_mode_field(void **st)

@@ -12,6 +12,7 @@
 #include <jansson.h>
 
 #include "ipc/frame.h"
+#include "lib/rpcid.h"
 #include "worker/worker.h"
 
 struct seen {
@@ -114,7 +115,7 @@ static void test_toobig_first_piece(void **st)
 	assert_int_equal(s.size, line);
 	assert_int_equal(s.hlen, IPC_TOOBIG_KEEP);
 	assert_memory_equal(s.head, pre, strlen(pre));
-	json_t *id = mcp_scan_id(s.head, s.hlen, s.tail, s.tlen);
+	json_t *id = rpcid_scan(s.head, s.hlen, s.tail, s.tlen);
 	assert_non_null(id);
 	assert_int_equal(json_integer_value(id), 7);
 	json_decref(id);
@@ -155,24 +156,24 @@ static void test_scan_id(void **st)
 	(void)st;
 	json_t *id;
 	const char *h1 = "{\"jsonrpc\":\"2.0\",\"id\":42,\"method\":\"tools/call\",\"params\":{\"x\":\"aaaa";
-	id = mcp_scan_id(h1, strlen(h1), "", 0);
+	id = rpcid_scan(h1, strlen(h1), "", 0);
 	assert_non_null(id);
 	assert_int_equal(json_integer_value(id), 42);
 	json_decref(id);
 	/* the SDK writes id last */
 	const char *h2 = "{\"method\":\"tools/call\",\"params\":{\"arguments\":{\"code\":\"xx";
 	const char *t2 = "xxxx\"}},\"jsonrpc\":\"2.0\",\"id\":\"req-9\"}";
-	id = mcp_scan_id(h2, strlen(h2), t2, strlen(t2));
+	id = rpcid_scan(h2, strlen(h2), t2, strlen(t2));
 	assert_non_null(id);
 	assert_string_equal(json_string_value(id), "req-9");
 	json_decref(id);
 	/* a nested "id" is not the request's */
 	const char *h3 = "{\"params\":{\"id\":5,\"x\":\"yyy";
 	const char *t3 = "yyy\"}}";
-	assert_null(mcp_scan_id(h3, strlen(h3), t3, strlen(t3)));
+	assert_null(rpcid_scan(h3, strlen(h3), t3, strlen(t3)));
 	/* garbage */
-	assert_null(mcp_scan_id("xxxx", 4, "\"id\":1}", 7));
-	assert_null(mcp_scan_id("", 0, "", 0));
+	assert_null(rpcid_scan("xxxx", 4, "\"id\":1}", 7));
+	assert_null(rpcid_scan("", 0, "", 0));
 }
 
 int main(void)
