@@ -161,15 +161,8 @@ static void hold_trim(const struct gobuild_env *e)
 	    pathf(tmp, sizeof(tmp), "%s/.trim.txt.kg%d", e->gocache, (int)getpid()) != 0)
 		return;
 	int n = snprintf(now, sizeof(now), "%lld", (long long)time(NULL));
-	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
-	int r = fd < 0 ? -errno : fs_write_all(fd, now, (size_t)n);
-	if (fd >= 0 && close(fd) != 0 && r == 0)
-		r = -errno;
-	if (r == 0 && rename(tmp, path) != 0)
-		r = -errno;
+	int r = fs_replace_data_at(AT_FDCWD, path, now, (size_t)n, 0644, 0);
 	if (r != 0) {
-		if (fd >= 0)
-			unlink(tmp);
 		static bool said;
 		if (!said)
 			log_warn("cannot hold off the go command's trim of %s, so it may trim the base "
@@ -279,23 +272,14 @@ static int read_at(int dirfd, const char *name, size_t max, char **data, size_t 
  * replaced by rename so a reader never sees half of it */
 static int write_at(int dirfd, const char *name, const char *data, size_t len, bool excl)
 {
-	char tmp[NAME_MAX + 1];
-	const char *target = name;
-	if (!excl) {
-		snprintf(tmp, sizeof(tmp), ".%s.tmp.%d", name, (int)getpid());
-		unlinkat(dirfd, tmp, 0);
-		target = tmp;
-	}
-	int fd = openat(dirfd, target, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+	if (!excl)
+		return fs_replace_data_at(dirfd, name, data, len, 0644, 0);
+	int fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
 	if (fd < 0)
 		return -errno;
 	int rc = fs_write_all(fd, data, len);
 	if (close(fd) < 0 && rc == 0)
 		rc = -errno;
-	if (rc == 0 && !excl && renameat(dirfd, tmp, dirfd, name) < 0)
-		rc = -errno;
-	if (rc < 0 && !excl)
-		unlinkat(dirfd, tmp, 0);
 	return rc;
 }
 

@@ -287,6 +287,73 @@ int fs_rm_tree_at(int parent, const char *name)
 	return rm_near(parent, name, fd, 0);
 }
 
+/* fs_replace_at - see fsutil.h */
+int fs_replace_at(int dirfd, const char *name, mode_t mode, unsigned flags,
+		  int (*fill)(int fd, void *ctx), void *ctx)
+{
+	static unsigned seq;
+	const char *slash = strrchr(name, '/');
+	size_t dlen = slash ? (size_t)(slash - name) + 1 : 0; /* the directory part, with its '/' */
+	char tmp[PATH_MAX];
+	int fd = -1;
+	for (int attempt = 0; attempt < 2 && fd < 0; attempt++) {
+		/* pid and a counter: unique among our threads; O_EXCL refuses anything already there
+		 * (a crashed run's leftover is removed once, then we try again) */
+		int n = snprintf(tmp, sizeof(tmp), "%.*s.%s.kgtmp.%d.%u", (int)dlen, name,
+				 name + dlen, (int)getpid(), __atomic_fetch_add(&seq, 1, __ATOMIC_RELAXED));
+		if (n < 0 || (size_t)n >= sizeof(tmp))
+			return -ENAMETOOLONG;
+		fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+		if (fd < 0 && errno != EEXIST)
+			return -errno;
+		if (fd < 0)
+			unlinkat(dirfd, tmp, 0);
+	}
+	if (fd < 0)
+		return -EEXIST;
+	int rc = fill(fd, ctx);
+	if (rc == 0 && (flags & FS_REPLACE_SYNC) && fsync(fd) != 0)
+		rc = -errno;
+	if (close(fd) != 0 && rc == 0)
+		rc = -errno;
+	if (rc == 0 && renameat(dirfd, tmp, dirfd, name) != 0)
+		rc = -errno;
+	if (rc != 0) {
+		unlinkat(dirfd, tmp, 0);
+		return rc;
+	}
+	if (flags & FS_REPLACE_SYNC) {
+		char dir[PATH_MAX];
+		snprintf(dir, sizeof(dir), "%.*s", dlen ? (int)dlen : 1, dlen ? name : ".");
+		int dfd = openat(dirfd, dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (dfd >= 0) {
+			fsync(dfd); /* the rename itself: best effort, the new content is in place */
+			close(dfd);
+		}
+	}
+	return 0;
+}
+
+struct replace_data {
+	const void *data;
+	size_t len;
+};
+
+/* replace_fill - fs_replace_data_at's content */
+static int replace_fill(int fd, void *ctx)
+{
+	const struct replace_data *d = ctx;
+	return fs_write_all(fd, d->data, d->len);
+}
+
+/* fs_replace_data_at - see fsutil.h */
+int fs_replace_data_at(int dirfd, const char *name, const void *data, size_t len, mode_t mode,
+		       unsigned flags)
+{
+	struct replace_data d = { data, len };
+	return fs_replace_at(dirfd, name, mode, flags, replace_fill, &d);
+}
+
 /* fs_write_all - see fsutil.h */
 int fs_write_all(int fd, const void *buf, size_t n)
 {

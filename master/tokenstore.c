@@ -196,37 +196,14 @@ static int read_file(const char *path, bool follow, size_t max, unsigned char **
 	return 0;
 }
 
-/* write_store - replace the file with blob: a temporary file beside it (mode 0600), fsync,
- * rename, fsync of the directory; 0 or -errno (err says what failed) */
+/* write_store - replace the file with blob (mode 0600, synced: fs_replace_data_at); 0 or
+ * -errno (err says what failed) */
 static int write_store(const unsigned char *blob, size_t len, char *err, size_t cap)
 {
-	char tmp[PATH_MAX + 16], dir[PATH_MAX];
-	snprintf(tmp, sizeof(tmp), "%s.XXXXXX", S.path);
-	snprintf(dir, sizeof(dir), "%s", S.path);
-	int fd = mkostemp(tmp, O_CLOEXEC); /* 0600, a name nobody else can have made */
-	if (fd < 0) {
-		int e = errno;
-		snprintf(err, cap, "cannot create a file beside %s: %s", S.path, strerror(e));
-		return -e;
-	}
-	int e = -fs_write_all(fd, blob, len);
-	if (!e && fsync(fd) != 0)
-		e = errno;
-	if (close(fd) != 0 && !e)
-		e = errno;
-	if (!e && rename(tmp, S.path) != 0)
-		e = errno;
-	if (e) {
-		unlink(tmp);
-		snprintf(err, cap, "cannot write %s: %s", S.path, strerror(e));
-		return -e;
-	}
-	int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd >= 0) {
-		fsync(dfd);
-		close(dfd);
-	}
-	return 0;
+	int e = fs_replace_data_at(AT_FDCWD, S.path, blob, len, 0600, FS_REPLACE_SYNC);
+	if (e)
+		snprintf(err, cap, "cannot write %s: %s", S.path, strerror(-e));
+	return e;
 }
 
 /* save - a snapshot of both owners, sealed and written; 0 or -1 (err says why) */

@@ -11,6 +11,8 @@
  */
 #include "policy/volume.h"
 
+#include "ipc/fsutil.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/loop.h>
@@ -155,6 +157,16 @@ static bool image_ours(int fd, long long bytes)
 	       (st.st_mode & 077) == 0 && (bytes < 0 || st.st_size == bytes);
 }
 
+/* template_fill - fs_replace_at's content for a template: an empty file system of *bytes */
+static int template_fill(int fd, void *ctx)
+{
+	long long bytes = *(const long long *)ctx;
+	if (ftruncate(fd, bytes) != 0)
+		return -errno;
+	int r = mkfs_image(fd, 0, 0);
+	return r == 0 ? 0 : r < 0 ? r : -EIO;
+}
+
 /*
  * template_open - the empty formatted image of this size, made once per sandbox root (dir's
  * parent) and copied for each new sandbox: mke2fs is a fork, an exec and a few MiB of writes
@@ -167,7 +179,7 @@ static bool image_ours(int fd, long long bytes)
  */
 static int template_open(const char *dir, long long bytes)
 {
-	char root[4096], tpl[4200], tmp[4300];
+	char root[4096], tpl[4200];
 	snprintf(root, sizeof(root), "%s", dir);
 	char *slash = strrchr(root, '/');
 	if (!slash)
@@ -186,20 +198,9 @@ static int template_open(const char *dir, long long bytes)
 	}
 	if (errno != ENOENT)
 		return -errno;
-	snprintf(tmp, sizeof(tmp), "%s.%d", tpl, (int)getpid());
-	int w = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-	if (w < 0)
-		return -errno;
-	int r = ftruncate(w, bytes) == 0 ? mkfs_image(w, 0, 0) : -errno;
-	if (r == 0 && fsync(w) != 0)
-		r = -errno;
-	close(w);
-	if (r == 0 && rename(tmp, tpl) != 0)
-		r = -errno;
-	if (r != 0) {
-		unlink(tmp);
-		return r < 0 ? r : -EIO;
-	}
+	int r = fs_replace_at(AT_FDCWD, tpl, 0600, FS_REPLACE_SYNC, template_fill, &bytes);
+	if (r != 0)
+		return r;
 	fd = open(tpl, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0)
 		return -errno;

@@ -140,12 +140,93 @@ static void test_symlinks_not_followed(void **state)
 	close(top);
 }
 
+/* entries - how many names are in dir (besides . and ..) */
+static int entries(const char *dir)
+{
+	char cmd[256];
+	snprintf(cmd, sizeof(cmd), "ls -A %s | wc -l", dir);
+	FILE *p = popen(cmd, "r");
+	int n = -1;
+	if (p) {
+		if (fscanf(p, "%d", &n) != 1)
+			n = -1;
+		pclose(p);
+	}
+	return n;
+}
+
+/* slurp_at - a small file's text, "" if it cannot be read */
+static const char *slurp_at(int dirfd, const char *name)
+{
+	static char buf[256];
+	buf[0] = '\0';
+	int fd = openat(dirfd, name, O_RDONLY);
+	if (fd >= 0) {
+		ssize_t n = read(fd, buf, sizeof(buf) - 1);
+		buf[n > 0 ? n : 0] = '\0';
+		close(fd);
+	}
+	return buf;
+}
+
+static int fill_fails(int fd, void *ctx)
+{
+	(void)ctx;
+	return write(fd, "half", 4) == 4 ? -ENOSPC : -EIO;
+}
+
+/* fs_replace_at: whole new content or the old one, never a part; the mode asked for; nothing
+ * left beside it, whether it worked or not; by path or under a directory descriptor */
+static void test_replace(void **state)
+{
+	(void)state;
+	char path[128];
+	snprintf(path, sizeof(path), "%s/store", base);
+	assert_int_equal(fs_replace_data_at(AT_FDCWD, path, "one", 3, 0600, FS_REPLACE_SYNC), 0);
+	assert_string_equal(slurp_at(AT_FDCWD, path), "one");
+	struct stat st;
+	assert_int_equal(stat(path, &st), 0);
+	assert_int_equal(st.st_mode & 0777, 0600);
+	/* a reader holding the old file keeps the old content; the name has the new one */
+	int old = open(path, O_RDONLY);
+	assert_true(old >= 0);
+	assert_int_equal(fs_replace_data_at(AT_FDCWD, path, "second", 6, 0644, 0), 0);
+	assert_string_equal(slurp_at(AT_FDCWD, path), "second");
+	char was[8] = { 0 };
+	assert_int_equal(read(old, was, sizeof(was) - 1), 3);
+	assert_string_equal(was, "one");
+	close(old);
+	/* a failed fill leaves the old content and no temporary file */
+	assert_int_equal(fs_replace_at(AT_FDCWD, path, 0600, FS_REPLACE_SYNC, fill_fails, NULL),
+			 -ENOSPC);
+	assert_string_equal(slurp_at(AT_FDCWD, path), "second");
+	assert_int_equal(entries(base), 1);
+	/* under a directory descriptor, a name without a slash */
+	int dfd = open(base, O_RDONLY | O_DIRECTORY);
+	assert_true(dfd >= 0);
+	assert_int_equal(fs_replace_data_at(dfd, "other", "x", 1, 0600, FS_REPLACE_SYNC), 0);
+	assert_string_equal(slurp_at(dfd, "other"), "x");
+	/* a symlink at the name is replaced, not followed */
+	assert_int_equal(symlinkat("store", dfd, "link"), 0);
+	assert_int_equal(fs_replace_data_at(dfd, "link", "y", 1, 0600, 0), 0);
+	assert_string_equal(slurp_at(dfd, "store"), "second");
+	assert_int_equal(fstatat(dfd, "link", &st, AT_SYMLINK_NOFOLLOW), 0);
+	assert_true(S_ISREG(st.st_mode));
+	close(dfd);
+	assert_int_equal(entries(base), 3);
+	/* a directory that does not exist: an error, nothing made */
+	char missing[160];
+	snprintf(missing, sizeof(missing), "%s/none/store", base);
+	assert_int_equal(fs_replace_data_at(AT_FDCWD, missing, "z", 1, 0600, 0), -ENOENT);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_deeper_than_the_descriptor_limit, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_odd_modes_and_many_entries, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_symlinks_not_followed, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_replace, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
