@@ -24,6 +24,8 @@ import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 
+import { calcLib } from '../tests/e2e/gofixtures.mjs';
+
 /* the MCP SDK client the e2e tests use (tests/e2e/node_modules) */
 const sdk = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'tests', 'e2e', 'node_modules',
 	'@modelcontextprotocol', 'sdk', 'dist', 'esm');
@@ -42,22 +44,7 @@ const bin = opt('--bin', process.env.KODE_GOPHER_BIN || path.resolve('build/kode
 const runtime = process.env.RUNTIME_DIR || '/var/cache/kode-gopher/runtime';
 const say = (m) => process.stderr.write(`testbench: ${m}\n`);
 
-const LIB = (n) => `package calc
-
-// round ${n}
-
-func Add(a, b int) int { return a + b }
-
-func Sign(x int) int {
-	if x < 0 {
-		return -1
-	}
-	if x > 0 {
-		return 1
-	}
-	return 0
-}
-`;
+const LIB = (n) => calcLib(`round ${n}`);
 const TESTS = `package calc
 
 import "testing"

@@ -15,7 +15,7 @@ import assert from 'node:assert/strict';
 import crypto from 'node:crypto';
 import test from 'node:test';
 
-import { callTool, sc, sharedSession, snippet, text } from './lib.mjs';
+import { execGo, sharedSession, show, snippet } from './lib.mjs';
 
 const T = { timeout: 300_000 };
 const live = sharedSession();
@@ -23,14 +23,7 @@ const live = sharedSession();
 const nonce = crypto.randomBytes(4).toString('hex');
 
 /* exec - execute_go_code in the shared session; returns [result, structuredContent] */
-async function exec(args) {
-	const res = await callTool((await live()).client, 'execute_go_code', args);
-	const s = sc(res);
-	assert.ok(s, `no structuredContent: ${text(res).slice(0, 500)}`);
-	return [res, s];
-}
-
-const show = (s) => JSON.stringify(s).slice(0, 1500);
+const exec = async (args) => execGo(await live(), args);
 
 /* std - a standard-library snippet returning its tag */
 const std = (tag, imports = ['fmt']) => snippet(`\treturn fmt.Sprint(${JSON.stringify(`${nonce} ${tag}`)}), nil`, imports);

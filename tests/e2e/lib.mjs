@@ -10,6 +10,7 @@
  * Environment: KODE_GOPHER_BIN (the binary; default <repo>/build/kode-gopher),
  * KODE_GOPHER_RUNTIME_DIR (the Go caches; passed through to serve).
  */
+import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import fs from 'node:fs';
@@ -464,6 +465,18 @@ export function text(result) {
 export function sc(result) {
 	return result?.structuredContent;
 }
+
+/* execGo - execute_go_code in session s (a connect() result); [result, structuredContent],
+ * asserting there is a structuredContent */
+export async function execGo(s, args, opts) {
+	const res = await callTool(s.client, 'execute_go_code', args, opts);
+	const st = sc(res);
+	assert.ok(st, `no structuredContent: ${text(res).slice(0, 1000)}`);
+	return [res, st];
+}
+
+/* show - a result for an assertion message, cut to max characters */
+export const show = (s, max = 1500) => JSON.stringify(s).slice(0, max);
 
 /* ---- raw stdio: arbitrary bytes in, newline-delimited JSON out ---- */
 

@@ -15,7 +15,8 @@ import path from 'node:path';
 import test, { after } from 'node:test';
 
 import {
-	callTool, cmdline, connect, descendants, goStr, isAlive, procsMatching, run, sc, sharedSession, sleep, snippet, text,
+	callTool, cmdline, connect, descendants, execGo, goStr, isAlive, procsMatching, run, sc, sharedSession, show as showCut,
+	sleep, snippet, text,
 	waitFor,
 } from './lib.mjs';
 
@@ -24,17 +25,10 @@ const live = sharedSession();
 
 
 
-/* show - a result for an assertion message */
-const show = (s) => JSON.stringify(s).slice(0, 2000);
+const show = (s) => showCut(s, 2000);
 
 /* exec - execute_go_code; returns [result, structuredContent] */
-async function exec(args, s) {
-	s = s || (await live());
-	const res = await callTool(s.client, 'execute_go_code', args);
-	const st = sc(res);
-	assert.ok(st, `no structuredContent: ${text(res).slice(0, 1000)}`);
-	return [res, st];
-}
+const exec = async (args, s) => execGo(s || (await live()), args);
 
 /* execOk - execute_go_code that must return kind ok; returns the structured result */
 async function execOk(args, s) {

@@ -12,7 +12,7 @@ import assert from 'node:assert/strict';
 import test from 'node:test';
 
 import {
-	callTool, sc, sharedSession, snippet, text,
+	callTool, execGo, sc, sharedSession, show, snippet, text,
 } from './lib.mjs';
 
 const T = { timeout: 300_000 };
@@ -20,15 +20,7 @@ const live = sharedSession();
 
 
 /* exec - execute_go_code in the shared session; returns [result, structuredContent] */
-async function exec(args) {
-	const res = await callTool((await live()).client, 'execute_go_code', args);
-	const s = sc(res);
-	assert.ok(s, `no structuredContent: ${text(res).slice(0, 500)}`);
-	return [res, s];
-}
-
-/* show - a result for an assertion message */
-const show = (s) => JSON.stringify(s).slice(0, 1500);
+const exec = async (args) => execGo(await live(), args);
 
 test('snippet returning a struct → kind ok with its fields', T, async () => {
 	const [res, s] = await exec({

@@ -19,7 +19,8 @@ import zlib from 'node:zlib';
 
 import { ResourceListChangedNotificationSchema, ResourceUpdatedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
 
-import { BIN, callTool, connect, McpError, sc, sharedSession, text } from './lib.mjs';
+import { calcLib } from './gofixtures.mjs';
+import { BIN, connect, execGo, McpError, sharedSession } from './lib.mjs';
 
 const T = { timeout: 600_000 };
 let changes = 0;
@@ -36,32 +37,11 @@ async function watch() {
 	});
 }
 
-async function exec(args, session) {
-	const s = session || (await live());
-	const res = await callTool(s.client, 'execute_go_code', args);
-	const out = sc(res);
-	assert.ok(out, `no structuredContent: ${text(res).slice(0, 500)}`);
-	return [res, out];
-}
+const exec = async (args, session) => execGo(session || (await live()), args);
 
 const show = (s) => JSON.stringify(s, (k, v) => (typeof v === 'string' && v.length > 300 ? v.slice(0, 300) + '…' : v)).slice(0, 3000);
 
-const LIB = `package calc
-
-// Add adds.
-func Add(a, b int) int { return a + b }
-
-// Sign is -1, 0 or 1.
-func Sign(x int) int {
-	if x < 0 {
-		return -1
-	}
-	if x > 0 {
-		return 1
-	}
-	return 0
-}
-`;
+const LIB = calcLib();
 
 const TESTS = `package calc
 
