@@ -1087,8 +1087,6 @@ static int reload_modfiles(const char *app_dir, struct gobuild_modfiles *m)
 
 /* ---- test mode ---- */
 
-#define PL_TEST_PATTERN_MAX 256
-#define PL_TEST_COUNT_MAX   100
 
 /* What the call asked of go test (docs/snippets-and-results.md, "Test mode"). */
 struct pl_test_opts {
@@ -1101,7 +1099,7 @@ struct pl_test_opts {
 static bool pl_pattern_ok(json_t *v)
 {
 	const char *s = json_string_value(v);
-	if (!s || json_string_length(v) != strlen(s) || strlen(s) > PL_TEST_PATTERN_MAX)
+	if (!s || json_string_length(v) != strlen(s) || strlen(s) > TEST_PATTERN_MAX_BYTES)
 		return false;
 	for (; *s; s++)
 		if ((unsigned char)*s < 0x20 || *s == 0x7f)
@@ -1127,7 +1125,7 @@ static int pl_test_opts(json_t *t, struct pl_test_opts *o, char *err, size_t err
 		if (strcmp(k, "run") == 0 || strcmp(k, "skip") == 0 || strcmp(k, "bench") == 0) {
 			if (!pl_pattern_ok(v)) {
 				snprintf(err, errlen, "test.%s must be a regular expression of at most %d "
-					 "printable bytes", k, PL_TEST_PATTERN_MAX);
+					 "printable bytes", k, TEST_PATTERN_MAX_BYTES);
 				return -EINVAL;
 			}
 			const char **dst = k[0] == 'r' ? &o->run : k[0] == 's' ? &o->skip : &o->bench;
@@ -1145,9 +1143,9 @@ static int pl_test_opts(json_t *t, struct pl_test_opts *o, char *err, size_t err
 			o->benchtime = s;
 		} else if (strcmp(k, "count") == 0) {
 			if (!json_is_integer(v) || json_integer_value(v) < 1 ||
-			    json_integer_value(v) > PL_TEST_COUNT_MAX) {
+			    json_integer_value(v) > TEST_COUNT_MAX) {
 				snprintf(err, errlen, "test.count must be a whole number from 1 to %d",
-					 PL_TEST_COUNT_MAX);
+					 TEST_COUNT_MAX);
 				return -EINVAL;
 			}
 			o->count = (int)json_integer_value(v);
@@ -1330,8 +1328,8 @@ static json_t *pl_test(const struct pipeline_config *cfg, struct pl_cfg *c, json
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	for (size_t i = 0; rep && i < nr->ntest_dirs; i++) {
-		char ipath[PATH_MAX], cwd[PATH_MAX], a_timeout[48], a_run[PL_TEST_PATTERN_MAX + 16],
-			a_skip[PL_TEST_PATTERN_MAX + 16], a_bench[PL_TEST_PATTERN_MAX + 16],
+		char ipath[PATH_MAX], cwd[PATH_MAX], a_timeout[48], a_run[TEST_PATTERN_MAX_BYTES + 16],
+			a_skip[TEST_PATTERN_MAX_BYTES + 16], a_bench[TEST_PATTERN_MAX_BYTES + 16],
 			a_benchtime[48], a_count[32];
 		pl_import_path(nr->test_dirs[i], ipath, sizeof(ipath));
 		if (!bins[i][0]) {

@@ -8,6 +8,7 @@
  * lines a second in all.
  */
 #include "ipc/log.h"
+#include "policy/limits.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -45,10 +46,6 @@ enum log_level log_get_level(void)
 	return log_level;
 }
 
-#define LOG_WINDOW_S            10
-#define LOG_BURST_LINES         20
-#define LOG_PROCESS_LINES_PER_S 200
-#define LOG_SITES               128
 
 struct log_site {
 	const char *fmt;     /* the key: one call site's format string */
@@ -108,7 +105,7 @@ void log_msg(enum log_level lvl, const char *func, const char *fmt, ...)
 	unsigned long held;
 	if (!log_admit(fmt, &held))
 		return;
-	char line[2048];
+	char line[LOG_LINE_MAX_BYTES];
 	struct timespec ts;
 	struct tm tm;
 	clock_gettime(CLOCK_REALTIME, &ts);

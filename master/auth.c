@@ -38,6 +38,7 @@
 #include "master/auth.h"
 #include "master/tokenstore.h"
 #include "master/usertoken.h"
+#include "policy/limits.h"
 
 #define ID_HEX 32 /* 128-bit identifiers: client ids, sign-in states */
 #define SECRET_HEX 64 /* 256-bit codes and refresh tokens */
@@ -1215,8 +1216,8 @@ static enum MHD_Result do_token(struct MHD_Connection *c, const char *body, size
 
 /* Users signed out by the server (their Google grant was revoked): the access tokens of the
  * sign-ins (refresh-token families, the token's kg_grant) they had until then are refused; a
- * later sign-in has a higher family. An entry is needed only as long as such a token lives. */
-#define AUTH_MAX_REVOKED 256
+ * later sign-in has a higher family. An entry is needed only as long as such a token lives
+ * (AUTH_MAX_REVOKED of them, policy/limits.h). */
 static struct {
 	pthread_mutex_t mu;
 	int n;
@@ -1292,8 +1293,6 @@ int auth_check_access(const char *tok, size_t len, time_t now, char *user, size_
 /* A verified access token is remembered, so a session's next requests skip the JWS decoding,
  * the JSON and the HMAC (bench/signinbench.mjs measures what that saves). Direct-mapped by a
  * hash of the token; a hit is a constant-time comparison of the whole token. */
-#define AUTH_TOKEN_CACHE 64
-#define AUTH_TOKEN_CACHE_BYTES 1024
 static struct {
 	pthread_mutex_t mu;
 	struct { size_t len; char tok[AUTH_TOKEN_CACHE_BYTES]; char user[AUTH_USER_MAX]; time_t exp; unsigned long fam; } e[AUTH_TOKEN_CACHE];

@@ -21,8 +21,9 @@ static void channel_pipe_check(nng_pipe p, nng_pipe_ev ev, void *arg)
 	(void)ev;
 	/* posix_spawn returns once the child has exec'd, and the child may dial before the
 	 * master has stored its pid: refused, its HELLO would be lost with the pipe */
-	for (int ms = 0; __atomic_load_n(&w->spawning, __ATOMIC_SEQ_CST) && ms < CHANNEL_SPAWN_WAIT_MS; ms++)
-		usleep(1000);
+	for (int ms = 0; __atomic_load_n(&w->spawning, __ATOMIC_SEQ_CST) && ms < CHANNEL_SPAWN_WAIT_MS;
+	     ms += CHANNEL_SPAWN_POLL_MS)
+		usleep(CHANNEL_SPAWN_POLL_MS * 1000);
 	if (nng_pipe_get_uint64(p, NNG_OPT_IPC_PEER_PID, &pid) != 0 ||
 	    pid != (uint64_t)__atomic_load_n(&w->pid, __ATOMIC_SEQ_CST)) {
 		log_warn("refusing an ipc connection from pid %d (expected worker %d)", (int)pid, (int)w->pid);

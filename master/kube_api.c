@@ -233,7 +233,7 @@ int kube_api_call(const char *method, const char *path, const char *ctype, json_
 		if (r == -EAGAIN && strcmp(method, "POST") != 0) {
 			/* 409 Conflict: someone wrote the object in between; a patch applies again */
 			log_debug("%s %s: conflict, trying again", method, path);
-			usleep(100000u << attempt);
+			usleep((KB_CONFLICT_BACKOFF_MS * 1000u) << attempt);
 			continue;
 		}
 		if (!unauthorized || refreshed)

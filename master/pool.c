@@ -781,7 +781,7 @@ void pool_loop(void)
 				p[n++] = (struct pollfd){ .fd = pool.slots[i].w.recv_fd, .events = POLLIN };
 			}
 		pthread_mutex_unlock(&pool.mu);
-		if (poll(p, (nfds_t)n, 250) < 0 && errno != EINTR)
+		if (poll(p, (nfds_t)n, POOL_TICK_MS) < 0 && errno != EINTR)
 			break;
 		char buf[64];
 		while (read(pool.wake[0], buf, sizeof(buf)) > 0)
@@ -854,7 +854,7 @@ void pool_shutdown(void)
 		if (!left)
 			break;
 		pthread_mutex_unlock(&pool.mu);
-		usleep(20000);
+		usleep(POOL_END_POLL_MS * 1000);
 		pthread_mutex_lock(&pool.mu);
 	}
 	/* every sandbox's processes go at once; their directories go after, in parallel */

@@ -232,8 +232,9 @@ int sandbox_local_probe(const struct serve_config *cfg, FILE *out)
 	int status = 0;
 	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
 		;
-	for (int i = 0; i < 20 && !cgroup_remove(&sb_plan, name); i++)
-		usleep(5000);
+	for (int ms = 0; ms < SANDBOX_PROBE_CGROUP_RM_WAIT_MS && !cgroup_remove(&sb_plan, name);
+	     ms += SANDBOX_CGROUP_RM_POLL_MS)
+		usleep(SANDBOX_CGROUP_RM_POLL_MS * 1000);
 	return WIFEXITED(status) && WEXITSTATUS(status) == 0 && lines > 0 ? 0 : -EIO;
 }
 
@@ -306,13 +307,14 @@ static void sandbox_finish(struct sandbox_gone *g)
 		if (n)
 			proc_wait_gone(left, n, SANDBOX_CGROUP_RM_WAIT_MS);
 	}
-	for (int ms = 0; sb_planned && g->name[0] && !cgroup_remove(&sb_plan, g->name); ms += 5) {
+	for (int ms = 0; sb_planned && g->name[0] && !cgroup_remove(&sb_plan, g->name);
+	     ms += SANDBOX_CGROUP_RM_POLL_MS) {
 		if (ms >= SANDBOX_CGROUP_RM_WAIT_MS) {
 			log_warn("sandbox %s: its cgroups still hold processes %d ms after it was killed; "
 				 "the next start removes them", g->name, SANDBOX_CGROUP_RM_WAIT_MS);
 			break;
 		}
-		usleep(5000);
+		usleep(SANDBOX_CGROUP_RM_POLL_MS * 1000);
 	}
 	if (g->dir[0] && g->keep && g->worker_uid)
 		sandbox_forget_worker(g->dir);

@@ -47,6 +47,7 @@
 #include "ipc/log.h"
 #include "policy/caps.h"
 #include "policy/cgroup.h"
+#include "policy/limits.h"
 #include "policy/netif.h"
 #include "policy/seccomp.h"
 #include "policy/volume.h"
@@ -406,7 +407,7 @@ static void jail_fs(const struct jail_opts *o)
 
 	/* /tmp before the caches: a --runtime-dir under /tmp is then bound inside it, not hidden */
 	mkdirs(at("/tmp"), 01777);
-	if (mount("tmpfs", at("/tmp"), "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=1g") != 0)
+	if (mount("tmpfs", at("/tmp"), "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=" JAIL_TMP_SIZE) != 0)
 		die("tmpfs /tmp: %s", strerror(errno));
 
 	/* the Go caches: the base read-only, this session's writes in an overlay */
@@ -490,7 +491,8 @@ static void drop_caps(void)
 /* jail_limits - rlimits for the agent and everything it starts */
 static void jail_limits(const struct jail_opts *o, bool memcg, bool own_uid)
 {
-	struct rlimit core = { 0, 0 }, nofile = { 4096, 4096 }, fsize = { 1ull << 30, 1ull << 30 };
+	struct rlimit core = { 0, 0 }, nofile = { JAIL_NOFILE, JAIL_NOFILE },
+		      fsize = { JAIL_FSIZE_BYTES, JAIL_FSIZE_BYTES };
 	setrlimit(RLIMIT_CORE, &core);
 	setrlimit(RLIMIT_NOFILE, &nofile);
 	setrlimit(RLIMIT_FSIZE, &fsize);
@@ -748,7 +750,8 @@ static int jail_init(const struct jail_opts *o, bool memcg, bool own_uid,
 
 int jail_main(int argc, char **argv)
 {
-	struct jail_opts o = { .memory = 4ll << 30, .pids = 512, .network = JAIL_NET_ON };
+	struct jail_opts o = { .memory = JAIL_DEFAULT_MEMORY_BYTES, .pids = JAIL_DEFAULT_PIDS,
+				.network = JAIL_NET_ON };
 	enum log_level lvl = LOG_LVL_INFO;
 	bool probe = false;
 	static const struct option opts[] = {

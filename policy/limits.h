@@ -1,10 +1,9 @@
 /*
  * limits.h - the named limits of supervision, the worker contract and every outgoing request,
- * each with its unit (Dovecot names its settings; so do we). Read by the master (spawn.c,
- * pool.c, stdio.c, http.c, kubecfg.c, sandbox_local.c) and the worker (main.c, agent_client.c,
- * creds.c, call.c, resources.c) and the agent (artifacts.c, pipeline.c, gobuild.c, runproc.c,
- * server.c, metadata_server.c), and lib/http_client.h: a timeout, cap or backoff is named here,
- * not in its file.
+ * each with its unit (Dovecot names its settings; so do we). Read by the master, the worker,
+ * the agent, the jail (policy/), the log (ipc/log.c) and lib/ (runproc.c, gcreds.c,
+ * http_client.h): a timeout, cap, poll interval or backoff is named here once, not in its
+ * file. Macros only, so any folder may include it.
  */
 #ifndef KG_POLICY_LIMITS_H
 #define KG_POLICY_LIMITS_H
@@ -14,6 +13,7 @@
 /* a worker's dial that comes while the master is still starting it waits this long at most for
  * its pid (master/channel.c) */
 #define CHANNEL_SPAWN_WAIT_MS 2000
+#define CHANNEL_SPAWN_POLL_MS 1 /* how often that dial looks again */
 
 /* A worker that dies before serving any request of a session is a start-up failure: the next
  * start waits FIRST, then twice as long after each further failure, at most MAX; the first
@@ -35,6 +35,8 @@
  * removing them (the next start sweeps what is left): a pid namespace empties after its init
  * dies, which took over 100 ms on a slow guest */
 #define SANDBOX_CGROUP_RM_WAIT_MS 3000
+#define SANDBOX_CGROUP_RM_POLL_MS 5          /* how often that wait tries the removal again */
+#define SANDBOX_PROBE_CGROUP_RM_WAIT_MS 100  /* the same wait for the start-up probe's jail */
 
 /* Workers started ahead of need (the shared server's warm pool) run their start-up at this nice
  * value, as root, and get 0 back when a session takes them. */
@@ -58,6 +60,40 @@
 #define HTTP_WAIT_S 3600
 #define HTTP_INIT_WAIT_S 60
 #define HTTP_INIT_TRIES 3 /* workers a new session's initialize may go to (one died first) */
+/* The shared server's main loop wakes at least this often (a worker's end, a drain) even with
+ * no message, and a shutdown looks this often whether its ending workers are gone. */
+#define POOL_TICK_MS 250
+#define POOL_END_POLL_MS 20
+
+/* Sign-in's resource server (master/auth.c): users signed out by the server whose earlier
+ * access tokens are refused (an entry lives as long as such a token), and the cache of
+ * verified access tokens (entries, and the longest token it holds). */
+#define AUTH_MAX_REVOKED 256
+#define AUTH_TOKEN_CACHE 64
+#define AUTH_TOKEN_CACHE_BYTES 1024
+
+/* One log line (ipc/log.c), the time and the function's name included: longer is cut. The
+ * rate limit: a call site writes LOG_BURST_LINES per LOG_WINDOW_S, then is counted; a process
+ * writes at most LOG_PROCESS_LINES_PER_S; LOG_SITES call sites are tracked. */
+#define LOG_LINE_MAX_BYTES 2048
+#define LOG_WINDOW_S            10
+#define LOG_BURST_LINES         20
+#define LOG_PROCESS_LINES_PER_S 200
+#define LOG_SITES               128
+
+/* A sandbox's jail (policy/jail.c): its descriptors and largest file (rlimits), its /tmp
+ * tmpfs (a mount option), and the defaults of --memory and --pids. */
+#define JAIL_NOFILE 4096
+#define JAIL_FSIZE_BYTES (1ull << 30)
+#define JAIL_TMP_SIZE "1g"
+#define JAIL_DEFAULT_MEMORY_BYTES (4ll << 30)
+#define JAIL_DEFAULT_PIDS 512 /* jail's --help says "default 512" */
+
+/* A sandbox's disk (policy/volume.c): LOOP_CONFIGURE refused as busy is tried this often, the
+ * pause doubling from 1 ms up to the MAX (about 1.7 s in all); the volume list read at most. */
+#define VOLUME_LOOP_TRIES 32
+#define VOLUME_LOOP_PAUSE_MAX_MS 64
+#define VOLUME_LIST_MAX_BYTES 65536
 
 /* After a failed removal of a released sandbox, the wait before the one retry. */
 #define SANDBOX_RM_RETRY_MS 100
@@ -91,6 +127,14 @@
 #define AC_KEEPALIVE_IDLE_S 30L
 #define AC_KEEPALIVE_INTVL_S 10L
 #define AC_READ_BUFFER_BYTES (512L * 1024)
+#define AC_BUSY_POLL_MS 50 /* a sandbox busy with an earlier call is asked again this often */
+/* A call's end (worker/call.c) is looked for in steps of this while a session waits for it. */
+#define CALL_END_POLL_MS 10
+
+/* Test mode (go test): the -run, -skip and -bench patterns and -count, checked by the worker
+ * (its tool schema, worker/tools.c) and again by the agent (agent/pipeline.c). */
+#define TEST_PATTERN_MAX_BYTES 256
+#define TEST_COUNT_MAX 100
 
 /* To token endpoints (Google's, a service account's, IAM): an answer, the whole request,
  * connecting. */
@@ -127,6 +171,7 @@
 #define KB_RELAY_CONNECT_MS 10000
 #define KB_RELAY_STALL_S 90              /* the agent sends a heartbeat every 10 s */
 #define KB_RELAY_KEEPALIVE_S 60          /* TCP keep-alive probes to the pod (idle, interval) */
+#define KB_CONFLICT_BACKOFF_MS 100       /* a 409 Conflict is tried again after this, doubling */
 
 /* ---- the master's Kubernetes API client (master/kube_api.c): connecting, an answer ---- */
 #define KUBE_CONNECT_TIMEOUT_MS 10000

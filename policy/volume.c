@@ -12,6 +12,7 @@
 #include "policy/volume.h"
 
 #include "ipc/fsutil.h"
+#include "policy/limits.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -29,9 +30,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define VOLUME_LOOP_TRIES 32      /* LOOP_CONFIGURE refused as busy: tries, with a pause between */
-#define VOLUME_LOOP_PAUSE_MAX_MS 64 /* the pause doubles from 1 ms up to this (about 1.7 s in all) */
-#define VOLUME_LIST_MAX_BYTES 65536
 
 static const char *const volume_subdirs[] = { "app", "state", "cache" };
 

@@ -572,12 +572,12 @@ int agent_client_wait_idle(const struct agent_endpoint *ep, int timeout_ms, char
 		ac_xfer_free(&x);
 		if (rc < 0 || idle)
 			return rc;
-		if (mono_ms() + 50 > deadline) {
+		if (mono_ms() + AC_BUSY_POLL_MS > deadline) {
 			snprintf(err, errlen, "the sandbox is still busy with an earlier call after "
 				 "%d ms", timeout_ms);
 			return -ETIMEDOUT;
 		}
-		usleep(50000);
+		usleep(AC_BUSY_POLL_MS * 1000);
 	}
 }
 

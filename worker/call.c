@@ -348,13 +348,13 @@ void call_stop_running(struct session *s, int wait_ms)
 		return;
 	log_info("the session ends mid-call: cancelling it");
 	minter_cancel();
-	for (int waited = 0; waited < wait_ms; waited += 10) {
+	for (int waited = 0; waited < wait_ms; waited += CALL_END_POLL_MS) {
 		pthread_mutex_lock(&s->mu);
 		running = s->running != NULL;
 		pthread_mutex_unlock(&s->mu);
 		if (!running)
 			return;
-		usleep(10000);
+		usleep(CALL_END_POLL_MS * 1000);
 	}
 }
 

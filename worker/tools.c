@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "agent/normalize.h"
+#include "policy/limits.h"
 #include "worker/worker.h"
 
 static json_t *execute_output_base(void);
@@ -200,11 +201,11 @@ json_t *tools_list(int max_timeout_s)
 		"{s:s, s:s, s:{s:{s:s, s:i}, s:{s:s, s:i}, s:{s:s, s:i}, s:{s:s, s:s}, "
 		"s:{s:s, s:i, s:i}, s:{s:s}, s:{s:s}, s:{s:s, s:s}}, s:b}",
 		"type", "object", "description", "go test options (implies mode test)", "properties",
-		"run", "type", "string", "maxLength", TOOLS_TEST_PATTERN_MAX,
-		"skip", "type", "string", "maxLength", TOOLS_TEST_PATTERN_MAX,
-		"bench", "type", "string", "maxLength", TOOLS_TEST_PATTERN_MAX,
+		"run", "type", "string", "maxLength", TEST_PATTERN_MAX_BYTES,
+		"skip", "type", "string", "maxLength", TEST_PATTERN_MAX_BYTES,
+		"bench", "type", "string", "maxLength", TEST_PATTERN_MAX_BYTES,
 		"benchtime", "type", "string", "pattern", "^[0-9]+(x|s|ms)$",
-		"count", "type", "integer", "minimum", 1, "maximum", TOOLS_TEST_COUNT_MAX,
+		"count", "type", "integer", "minimum", 1, "maximum", TEST_COUNT_MAX,
 		"cover", "type", "boolean", "short", "type", "boolean",
 		"race", "type", "boolean", "description", "not available: the race detector needs "
 		"cgo, which is off in the sandbox",
@@ -273,10 +274,10 @@ static const char *check_test(json_t *test, json_t *mode, char *buf, size_t cap)
 	static const char *const pats[] = { "run", "skip", "bench" };
 	for (size_t i = 0; i < 3; i++) {
 		json_t *v = json_object_get(test, pats[i]);
-		if (v && (!json_is_string(v) || json_string_length(v) > TOOLS_TEST_PATTERN_MAX ||
+		if (v && (!json_is_string(v) || json_string_length(v) > TEST_PATTERN_MAX_BYTES ||
 			  strlen(json_string_value(v)) != json_string_length(v))) {
 			snprintf(buf, cap, "execute_go_code: test.%s must be a regular expression of at "
-				 "most %d bytes, as for go test -%s", pats[i], TOOLS_TEST_PATTERN_MAX,
+				 "most %d bytes, as for go test -%s", pats[i], TEST_PATTERN_MAX_BYTES,
 				 pats[i]);
 			return buf;
 		}
@@ -293,9 +294,9 @@ static const char *check_test(json_t *test, json_t *mode, char *buf, size_t cap)
 	}
 	json_t *cnt = json_object_get(test, "count");
 	if (cnt && (!json_is_integer(cnt) || json_integer_value(cnt) < 1 ||
-		    json_integer_value(cnt) > TOOLS_TEST_COUNT_MAX)) {
+		    json_integer_value(cnt) > TEST_COUNT_MAX)) {
 		snprintf(buf, cap, "execute_go_code: test.count must be a whole number from 1 to %d",
-			 TOOLS_TEST_COUNT_MAX);
+			 TEST_COUNT_MAX);
 		return buf;
 	}
 	static const char *const flags[] = { "cover", "short", "race" };

@@ -198,8 +198,6 @@ void mcp_log_data(struct session *s, uint32_t rel, const char *level, json_t *da
 bool mcp_log_enabled(struct session *s, const char *level);
 
 /* worker/tools.c: the tools' descriptions and argument checks */
-#define TOOLS_TEST_PATTERN_MAX 256 /* test.run, skip, bench (agent/pipeline.c checks again) */
-#define TOOLS_TEST_COUNT_MAX   100
 json_t *tools_list(int max_timeout_s);
 bool tools_known(const char *name);
 /* tools_check_args - NULL if fine, else a sentence naming the problem (static storage) */
