@@ -741,7 +741,7 @@ static enum MHD_Result post_initialize(struct MHD_Connection *c, struct req *rq,
 		}
 		struct slot *s = &pool.slots[i];
 		pid_t wpid = s->w.pid;
-		spawn_prestart_done(&s->w);
+		int tasks = spawn_prestart_done(&s->w);
 		random_hex(s->w.session, SESSION_ID_HEX / 2);
 		snprintf(s->user, sizeof(s->user), "%s", user); /* "local" with --auth none */
 		snprintf(s->peer, sizeof(s->peer), "%s", peer);
@@ -751,12 +751,20 @@ static enum MHD_Result post_initialize(struct MHD_Connection *c, struct req *rq,
 			channel_send(&s->w, &b);
 		struct pending *p = pool_send(i, rq->body, rq->len);
 		if (!p) {
+			if (tasks >= 0)
+				close(tasks);
 			pool_end_session(i, "worker unreachable");
 			if (attempt < HTTP_INIT_TRIES && !pool.stopping)
 				continue;
 			pthread_mutex_unlock(&pool.mu);
 			return reply_rpc(c, MHD_HTTP_INTERNAL_SERVER_ERROR, request_id(rq), -32603,
 					 "The worker for this session is gone; try again.", origin, 0);
+		}
+		if (tasks >= 0) { /* its priority back without the lock (the /proc reads took ms), as
+				   * the wait below lets it go too */
+			pthread_mutex_unlock(&pool.mu);
+			spawn_renice(tasks);
+			pthread_mutex_lock(&pool.mu);
 		}
 		double deadline = mono_s() + HTTP_INIT_WAIT_S;
 		while (!p->done && !p->gone && mono_s() < deadline)

@@ -149,7 +149,11 @@ int spawn_runtime_dir(char *out, size_t cap);
 void spawn_runtime_dir_remove(const char *dir);
 int spawn_worker(struct worker *w, const struct serve_config *cfg, const char *runtime_dir,
 		 unsigned n, const char *session);
-void spawn_prestart_done(struct worker *w);
+/* spawn_prestart_done - a session took pre-started worker w (under the transport's lock): its
+ * sandbox's weight goes up; returns what spawn_renice needs (-1: nothing to do) */
+int spawn_prestart_done(struct worker *w);
+/* spawn_renice - every thread of that worker back to nice 0, without the lock (slow: /proc) */
+void spawn_renice(int tasks);
 /* spawn_stop - ask a worker to leave, wait up to grace_ms, kill it, reap it, and let go of
  * what it held (spawn_forget: wait says whether its sandbox's release is waited for) */
 void spawn_stop(struct worker *w, int grace_ms, bool wait);

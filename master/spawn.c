@@ -234,31 +234,43 @@ int spawn_worker(struct worker *w, const struct serve_config *cfg, const char *r
 	return 0;
 }
 
-/* spawn_prestart_done - a session took this pre-started worker: every thread of it back to
- * the normal priority (nice is per thread on Linux; twice, for a thread born meanwhile), and
- * its sandbox's CPU weight up to a session's */
-void spawn_prestart_done(struct worker *w)
+/* spawn_prestart_done - a session took this pre-started worker: its sandbox's CPU weight up to
+ * a session's now; every thread of it back to the normal priority is spawn_renice's, without the
+ * transport's lock: the returned descriptor (its /proc task directory, or -1) is for that */
+int spawn_prestart_done(struct worker *w)
 {
 	if (!w->prestart)
-		return;
+		return -1;
 	w->prestart = false;
 	const struct sandbox_backend *b = sandbox_backend(w->cfg);
 	if (b->taken)
 		b->taken(w);
 	if (w->pid <= 0 || geteuid() != 0)
-		return;
+		return -1;
+	/* opened while the worker cannot have been reaped (the lock is held), so the directory is
+	 * that process's even if its pid is reused before spawn_renice reads it */
 	char path[64];
 	snprintf(path, sizeof(path), "/proc/%d/task", (int)w->pid);
+	return open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+}
+
+/* spawn_renice - see master.h: nice is per thread on Linux; twice, for a thread born meanwhile */
+void spawn_renice(int tasks)
+{
+	DIR *d = tasks >= 0 ? fdopendir(tasks) : NULL;
+	if (!d) {
+		if (tasks >= 0)
+			close(tasks);
+		return;
+	}
 	for (int pass = 0; pass < 2; pass++) {
-		DIR *d = opendir(path);
-		if (!d)
-			return;
 		struct dirent *e;
 		while ((e = readdir(d)) != NULL)
 			if (e->d_name[0] != '.')
 				setpriority(PRIO_PROCESS, (id_t)atoi(e->d_name), 0);
-		closedir(d);
+		rewinddir(d);
 	}
+	closedir(d);
 }
 
 /* spawn_stop - see master.h */
