@@ -19,44 +19,13 @@
 #include <time.h>
 
 #include "master/master.h"
+#include "policy/limits.h"
 
 /* The one scope this server grants and /mcp requires (RFC 6750 3.1: a valid token without it
  * gets 403 insufficient_scope). Every authorization grants it, whatever else a client asked for. */
 #define AUTH_SCOPE "mcp"
 
-/* lifetimes */
-#define AUTH_ACCESS_TOKEN_S 1800        /* an access token kode-gopher mints (30 min) */
-#define AUTH_REFRESH_TOKEN_S (14 * 86400) /* a refresh token, rotated on every use */
-#define AUTH_CODE_S 60                  /* an authorization code, used once */
-#define AUTH_PENDING_S 600              /* a sign-in between /authorize and the provider's answer */
-#define AUTH_CLOCK_SKEW_S 60            /* tolerated difference to the provider's clock */
-#define AUTH_JWKS_REFRESH_MIN_S 60      /* an unknown key id refetches the JWKS at most this often */
-
-/* bounded tables (each full table drops its oldest entry, see auth.c for which) */
-#define AUTH_MAX_CLIENTS 256            /* registered clients (RFC 7591) */
-#define AUTH_MAX_REDIRECT_URIS 8        /* per client */
-#define AUTH_MAX_URI_BYTES 512          /* a redirect URI, a state, a client name */
-#define AUTH_MAX_PENDING 512            /* sign-ins waiting for the provider */
-#define AUTH_MAX_CODES 512              /* authorization codes not yet redeemed */
-#define AUTH_MAX_GRANTS 4096            /* refresh-token families (one per sign-in) */
-#define AUTH_MAX_CIMD 128               /* client metadata documents cached */
-
-/* Client ID Metadata Documents: a client_id that is an https:// URL is fetched from there */
-#define AUTH_CIMD_MAX_BYTES (5 * 1024)  /* a document (the draft's suggested cap) */
-#define AUTH_CIMD_TIMEOUT_MS 5000
-#define AUTH_CIMD_CACHE_S 3600          /* a document is refetched after this long, unless its
-					 * Cache-Control says otherwise, within: */
-#define AUTH_CIMD_MIN_CACHE_S 60        /* (no-store too: a fetch per request is an amplifier) */
-#define AUTH_CIMD_MAX_CACHE_S 86400
-
-/* sizes of untrusted input */
-#define AUTH_MAX_FORM_BYTES (16 * 1024) /* a token request's form, a registration's JSON */
-#define AUTH_MAX_JWT_BYTES (16 * 1024)  /* a bearer token or an ID token */
-#define AUTH_FETCH_MAX_BYTES (256 * 1024) /* a document fetched from the provider */
-#define AUTH_FETCH_TIMEOUT_MS 10000
-#define AUTH_USER_MAX 256               /* an email address (254) and its NUL */
-#define AUTH_PKCE_VERIFIER_MIN 43       /* RFC 7636 */
-#define AUTH_PKCE_VERIFIER_MAX 128
+/* lifetimes, tables, sizes of untrusted input: AUTH_* in policy/limits.h */
 
 /* ---- master/jwt.c: JWS compact serialization (RFC 7515/7519), RS256, ES256, HS256 ---- */
 

@@ -65,13 +65,6 @@
 #define POOL_TICK_MS 250
 #define POOL_END_POLL_MS 20
 
-/* Sign-in's resource server (master/auth.c): users signed out by the server whose earlier
- * access tokens are refused (an entry lives as long as such a token), and the cache of
- * verified access tokens (entries, and the longest token it holds). */
-#define AUTH_MAX_REVOKED 256
-#define AUTH_TOKEN_CACHE 64
-#define AUTH_TOKEN_CACHE_BYTES 1024
-
 /* One log line (ipc/log.c), the time and the function's name included: longer is cut. The
  * rate limit: a call site writes LOG_BURST_LINES per LOG_WINDOW_S, then is counted; a process
  * writes at most LOG_PROCESS_LINES_PER_S; LOG_SITES call sites are tracked. */
@@ -237,5 +230,80 @@
 #define MS_CONN_LIMIT     32
 #define MS_CONN_TIMEOUT_S 60
 #define MS_ERROR_MAX_BYTES      512
+
+/* ---- sign-in's authorization server (master/auth.c, master/usertoken.c) ---- */
+/* lifetimes */
+#define AUTH_ACCESS_TOKEN_S 1800        /* an access token kode-gopher mints (30 min) */
+#define AUTH_REFRESH_TOKEN_S (14 * 86400) /* a refresh token, rotated on every use */
+#define AUTH_CODE_S 60                  /* an authorization code, used once */
+#define AUTH_PENDING_S 600              /* a sign-in between /authorize and the provider's answer */
+#define AUTH_CLOCK_SKEW_S 60            /* tolerated difference to the provider's clock */
+#define AUTH_JWKS_REFRESH_MIN_S 60      /* an unknown key id refetches the JWKS at most this often */
+
+/* bounded tables (each full table drops its oldest entry, see auth.c for which) */
+#define AUTH_MAX_CLIENTS 256            /* registered clients (RFC 7591) */
+#define AUTH_MAX_REDIRECT_URIS 8        /* per client */
+#define AUTH_MAX_URI_BYTES 512          /* a redirect URI, a state, a client name */
+#define AUTH_MAX_PENDING 512            /* sign-ins waiting for the provider */
+#define AUTH_MAX_CODES 512              /* authorization codes not yet redeemed */
+#define AUTH_MAX_GRANTS 4096            /* refresh-token families (one per sign-in) */
+#define AUTH_MAX_CIMD 128               /* client metadata documents cached */
+
+/* Client ID Metadata Documents: a client_id that is an https:// URL is fetched from there */
+#define AUTH_CIMD_MAX_BYTES (5 * 1024)  /* a document (the draft's suggested cap) */
+#define AUTH_CIMD_TIMEOUT_MS 5000
+#define AUTH_CIMD_CACHE_S 3600          /* a document is refetched after this long, unless its
+					 * Cache-Control says otherwise, within: */
+#define AUTH_CIMD_MIN_CACHE_S 60        /* (no-store too: a fetch per request is an amplifier) */
+#define AUTH_CIMD_MAX_CACHE_S 86400
+
+/* the resource server: users signed out by the server whose earlier access tokens are refused
+ * (an entry lives as long as such a token), and the cache of verified access tokens (entries,
+ * and the longest token it holds) */
+#define AUTH_MAX_REVOKED 256
+#define AUTH_TOKEN_CACHE 64
+#define AUTH_TOKEN_CACHE_BYTES 1024
+
+/* sizes of untrusted input */
+#define AUTH_MAX_FORM_BYTES (16 * 1024) /* a token request's form, a registration's JSON */
+#define AUTH_MAX_JWT_BYTES (16 * 1024)  /* a bearer token or an ID token */
+#define AUTH_FETCH_MAX_BYTES (256 * 1024) /* a document fetched from the provider */
+#define AUTH_FETCH_TIMEOUT_MS 10000
+#define AUTH_USER_MAX 256               /* an email address (254) and its NUL */
+#define AUTH_PKCE_VERIFIER_MIN 43       /* RFC 7636 */
+#define AUTH_PKCE_VERIFIER_MAX 128
+
+/* ---- the worker's session: its queue, a call's live output and cancel (worker/) ---- */
+/* Tool calls waiting behind the running one: past either limit a call gets a JSON-RPC error at
+ * once instead of joining the queue (the same over stdio and HTTP). */
+#define WORKER_MAX_QUEUED_CALLS 16
+#define WORKER_MAX_QUEUED_BYTES (16u * 1024 * 1024) /* the queued calls' messages, in all */
+
+/* What a client sees of a running call (worker/call.c): a progress heartbeat after CALL_HEARTBEAT_MS
+ * without one (the agent beats every second, so the gap stays under 5 s), and at most
+ * CALL_LOG_MAX_LINES / CALL_LOG_MAX_BYTES of log lines, CALL_LOG_RATE a second after a burst
+ * of CALL_LOG_BURST, each cut at CALL_LOG_LINE_MAX bytes. */
+#define CALL_HEARTBEAT_MS 3000
+#define CALL_LOG_MAX_LINES 2000
+#define CALL_LOG_MAX_BYTES (256u * 1024)
+#define CALL_LOG_RATE 100
+#define CALL_LOG_BURST 200
+#define CALL_LOG_LINE_MAX 1024
+/* A cancel that reaches the agent before the call did is sent again, this often. */
+#define CALL_CANCEL_TRIES 100
+#define CALL_CANCEL_RETRY_MS 20
+/* At the session's end, how long the worker waits for a cancelled call to stop. */
+#define WORKER_STOP_CALL_WAIT_MS 2000
+
+/* worker/monitor_wrap.c: how long a request to the master is waited for, by kind */
+#define MM_TOKEN_WAIT_MS 20000 /* the master may ask the sign-in provider first (10 s at most) */
+#define MM_QUOTA_WAIT_MS 60000
+#define MM_ADC_WAIT_MS 30000
+#define MM_SANDBOX_WAIT_MS 60000
+
+/* The worker's credentials (worker/creds.c): $SSL_CERT_FILE's size, and the life a cached token
+ * must still have to be handed out (else it is minted anew). */
+#define CREDS_MAX_CA_FILE            (4 * 1024 * 1024)
+#define CREDS_REFRESH_MARGIN         300
 
 #endif

@@ -33,15 +33,12 @@
 #include <stddef.h>
 
 #include "lib/gcreds.h" /* enum creds_mode, the ADC file */
+#include "policy/limits.h"
 
 #define CREDS_DEFAULT_TOKEN_ENDPOINT "https://oauth2.googleapis.com/token"
 #define CREDS_DEFAULT_IAM_ENDPOINT   "https://iamcredentials.googleapis.com"
 #define CREDS_DEFAULT_METADATA_HOST  "169.254.169.254"
 #define CREDS_DEFAULT_SCOPE          "https://www.googleapis.com/auth/cloud-platform"
-#define CREDS_MAX_CA_FILE            (4 * 1024 * 1024) /* $SSL_CERT_FILE, read at start-up */
-/* A cached token with less life than this is minted anew before it is handed out. */
-#define CREDS_REFRESH_MARGIN         300
-
 
 struct creds_config {
 	enum creds_mode mode;

@@ -15,33 +15,16 @@
 
 #include "ipc/chan.h"
 #include "ipc/log.h"
+#include "policy/limits.h"
 #include "worker/agent_client.h"
 #include "worker/splice.h"
 
 enum worker_state { WS_BEFORE_INIT, WS_READY, WS_BUSY, WS_CLOSING, WS_COUNT };
 
-/* Tool calls waiting behind the running one: past either limit a call gets a JSON-RPC error at
- * once instead of joining the queue (the same over stdio and HTTP). */
-#define WORKER_MAX_QUEUED_CALLS 16
-#define WORKER_MAX_QUEUED_BYTES (16u * 1024 * 1024) /* the queued calls' messages, in all */
-
-/* What a client sees of a running call (worker/call.c): progress out of CALL_PROGRESS_TOTAL
- * (normalize 0-1, tidy and build 1-2, run or test 2-3), a progress heartbeat after CALL_HEARTBEAT_MS
- * without one (the agent beats every second, so the gap stays under 5 s), and at most
- * CALL_LOG_MAX_LINES / CALL_LOG_MAX_BYTES of log lines, CALL_LOG_RATE a second after a burst
- * of CALL_LOG_BURST, each cut at CALL_LOG_LINE_MAX bytes. */
+/* A call's progress goes up to CALL_PROGRESS_TOTAL (normalize 0-1, tidy and build 1-2, run or
+ * test 2-3); job.cancel is CALL_CANCEL_SESSION_END when the session ends. The queue's and the
+ * live output's limits are in policy/limits.h. */
 #define CALL_PROGRESS_TOTAL 3
-#define CALL_HEARTBEAT_MS 3000
-#define CALL_LOG_MAX_LINES 2000
-#define CALL_LOG_MAX_BYTES (256u * 1024)
-#define CALL_LOG_RATE 100
-#define CALL_LOG_BURST 200
-#define CALL_LOG_LINE_MAX 1024
-/* A cancel that reaches the agent before the call did is sent again, this often. */
-#define CALL_CANCEL_TRIES 100
-#define CALL_CANCEL_RETRY_MS 20
-/* At the session's end, how long the worker waits for a cancelled call to stop. */
-#define WORKER_STOP_CALL_WAIT_MS 2000
 #define CALL_CANCEL_SESSION_END 2
 
 struct mcp_batch; /* a JSON-RPC batch still gathering its answers (worker/mcp.c) */
@@ -63,10 +46,6 @@ struct job {
 
 /* worker/monitor_wrap.c: one outstanding request of each kind to the master */
 enum mm_kind { MM_SANDBOX, MM_QUOTA, MM_TOKEN, MM_ADC, MM_KINDS };
-#define MM_TOKEN_WAIT_MS 20000 /* the master may ask the sign-in provider first (10 s at most) */
-#define MM_QUOTA_WAIT_MS 60000
-#define MM_ADC_WAIT_MS 30000
-#define MM_SANDBOX_WAIT_MS 60000
 struct mm_req {
 	uint32_t seq, ans_type;
 	bool pending;              /* sent, no answer yet */
