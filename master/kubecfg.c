@@ -6,15 +6,12 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <openssl/crypto.h>
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include <yaml.h>
