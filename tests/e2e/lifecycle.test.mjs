@@ -129,8 +129,9 @@ test('caches survive: a module outside the lockfile is tidied once, then built f
 	assert.equal(second.tidied, false, show(second));
 	assert.equal(second.cached_build, false, show(second));
 	assert.equal(second.result.value, 'gopher');
-	assert.ok(second.build_ms < first.build_ms,
-		`the second build (${second.build_ms} ms) is faster than the first (${first.build_ms} ms)`);
+	// btree's archive is in the session's cache: the same import set links directly from it
+	// (a direct build needs every archive its plan names; a fact, not a timing)
+	assert.equal(second.build_path, 'direct', `btree was compiled by the first call: ${show(second)}`);
 	assert.equal(second.sandbox, first.sandbox);
 	// and lookup_package_docs now knows the module the session added
 	const d = await callTool((await live()).client, 'lookup_package_docs', { package: 'github.com/google/btree', symbol: 'NewOrderedG' });

@@ -69,13 +69,14 @@ test('snippet panicking → kind panic with a stack', T, async () => {
 
 test('snippet panicking in another goroutine → kind panic, stack names the goroutine', T, async () => {
 	const [res, s] = await exec({
-		code: snippet('\tgo func() { panic("from a goroutine") }()\n\ttime.Sleep(10 * time.Second)\n\treturn "not reached", nil', ['time']),
+		code: snippet('\tgo func() { panic("from a goroutine") }()\n\ttime.Sleep(time.Hour)\n\treturn "not reached", nil', ['time']),
 	});
 	assert.equal(res.isError, true, show(s));
 	assert.equal(s.result.kind, 'panic', show(s));
 	assert.match(s.result.message || '', /from a goroutine/);
 	assert.match(s.result.stack, /goroutine \d+/);
-	assert.ok(s.duration_ms < 9000, `the run ended when the goroutine panicked (${s.duration_ms} ms)`);
+	// the program sleeps an hour: only the goroutine's panic can have ended it with kind panic
+	// (the call's timeout would say timeout), so no clock is read here
 });
 
 test('snippet returning a channel → kind unencodable', T, async () => {
