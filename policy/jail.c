@@ -322,10 +322,11 @@ static void skeleton(int lower, int upper, int depth, bool counted)
 	closedir(d);
 }
 
-/* overlay - a per-session writable layer over a read-only base cache */
-static void overlay(const char *base, const char *dir, const char *which, const char *target)
+/* overlay_layers - a per-session writable layer over a read-only base cache: its upper and
+ * work directories, and the base's directories mirrored into the upper one (skeleton) */
+static void overlay_layers(const char *base, const char *dir, const char *which)
 {
-	char upper[PATH_MAX], work[PATH_MAX], opts[3 * PATH_MAX + 64];
+	char upper[PATH_MAX], work[PATH_MAX];
 	snprintf(upper, sizeof(upper), "%s/cache/%s/upper", dir, which);
 	snprintf(work, sizeof(work), "%s/cache/%s/work", dir, which);
 	mkdirs(upper, 0755);
@@ -338,10 +339,44 @@ static void overlay(const char *base, const char *dir, const char *which, const 
 		close(l);
 	if (u >= 0)
 		close(u);
-	snprintf(opts, sizeof(opts), "lowerdir=%s,upperdir=%s,workdir=%s,userxattr", base, upper, work);
+}
+
+/* overlay_mount - the layers (overlay_layers) mounted on target */
+static void overlay_mount(const char *base, const char *dir, const char *which, const char *target)
+{
+	char opts[3 * PATH_MAX + 64];
+	snprintf(opts, sizeof(opts), "lowerdir=%s,upperdir=%s/cache/%s/upper,workdir=%s/cache/%s/work,"
+		 "userxattr", base, dir, which, dir, which);
 	if (mount("overlay", at(target), "overlay", MS_NOSUID | MS_NODEV, opts) != 0)
 		die("overlay on %s: %s (the kernel needs overlayfs in user namespaces, Linux 5.11+)",
 		    base, strerror(errno));
+}
+
+/* overlays - the module cache's and the build cache's overlays. The two skeletons (hundreds of
+ * mkdirat each) are made at once, the build cache's by a child (issue 17, exec) */
+static void overlays(const struct jail_opts *o)
+{
+	char mod[PATH_MAX], gc[PATH_MAX];
+	snprintf(mod, sizeof(mod), "%s/gomodcache", o->runtime);
+	snprintf(gc, sizeof(gc), "%s/gocache", o->runtime);
+	pid_t child = fork();
+	if (child == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		overlay_layers(gc, o->dir, "gocache");
+		_exit(0);
+	}
+	overlay_layers(mod, o->dir, "gomod");
+	overlay_mount(mod, o->dir, "gomod", mod);
+	int st = 0;
+	if (child < 0)
+		overlay_layers(gc, o->dir, "gocache"); /* no fork: here, after the other */
+	else
+		while (waitpid(child, &st, 0) < 0 && errno == EINTR)
+			;
+	if (child > 0 && !(WIFEXITED(st) && WEXITSTATUS(st) == 0))
+		die("the build cache's layer could not be made (its maker %s)",
+		    WIFSIGNALED(st) ? "was killed" : "failed");
+	overlay_mount(gc, o->dir, "gocache", gc);
 }
 
 /* jail_fs - the sandbox's whole file system; ends with us inside it */
@@ -413,10 +448,7 @@ static void jail_fs(const struct jail_opts *o)
 	/* the Go caches: the base read-only, this session's writes in an overlay */
 	mkdirs(at(o->runtime), 0755);
 	bind(o->runtime, at(o->runtime), false);
-	snprintf(p, sizeof(p), "%s/gomodcache", o->runtime);
-	overlay(p, o->dir, "gomod", p);
-	snprintf(p, sizeof(p), "%s/gocache", o->runtime);
-	overlay(p, o->dir, "gocache", p);
+	overlays(o);
 	/* the agent keeps the go command from trimming the base's entries (agent/gobuild.c) */
 
 	/* the session's own directories */
