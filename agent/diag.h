@@ -12,9 +12,7 @@
 
 #include <jansson.h>
 #include <stddef.h>
-
-#define DIAG_MAX_ITEMS   100
-#define DIAG_MAX_MESSAGE 4096
+#include "policy/limits.h"
 
 struct diag {
 	char *file;     /* relative, as the model sent it ("main.go", "helper/h.go", "go.mod") */

@@ -20,11 +20,7 @@
 
 #include "agent/gobuild.h"
 #include "agent/normalize.h"
-
-#define FASTBUILD_MAX_PLANS     16                /* import sets remembered (LRU) */
-#define FASTBUILD_MAX_PACKAGES  8192              /* packagefile lines in one importcfg */
-#define FASTBUILD_MAX_CFG_BYTES (4 * 1024 * 1024) /* one importcfg file */
-#define FASTBUILD_MAX_IMPORTS   1024              /* distinct imports of one main package */
+#include "policy/limits.h"
 
 /* What one call's build needs to know about the direct path. */
 struct fastbuild_call {

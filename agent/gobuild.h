@@ -16,11 +16,8 @@
 
 #include "agent/normalize.h"
 #include "agent/runproc.h"
+#include "policy/limits.h"
 
-#define GOBUILD_TIMEOUT_MS   (5 * 60 * 1000)   /* build, get, tidy: each */
-#define GOBUILD_OUTPUT_CAP   (64 * 1024)       /* compiler output kept */
-#define GOBUILD_CACHE_MAX    16                /* binaries kept in state_dir/bin (LRU) */
-#define GOBUILD_MAX_MISSING  64                /* import paths resolved in one go get */
 #define GOBUILD_DEFAULT_PROXY "https://proxy.golang.org,direct"
 /* the linker flags of every build: no symbol table, no DWARF */
 #define GOBUILD_LDFLAGS      "-s -w"

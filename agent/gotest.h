@@ -13,12 +13,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
-
-#define GOTEST_MAX_TESTS        2000          /* listed in `tests`; beyond, only counted */
-#define GOTEST_TEST_OUTPUT_CAP  (16 * 1024)   /* a test's own output kept (head) */
-#define GOTEST_PKG_OUTPUT_CAP   (16 * 1024)   /* a package's output outside any test */
-#define GOTEST_EVENTS_CAP       (16 * 1024 * 1024) /* test2json output read of one package */
-#define GOTEST_LINE_MAX         (256 * 1024)  /* a longer event line is dropped */
+#include "policy/limits.h"
 
 struct gotest_report;
 

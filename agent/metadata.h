@@ -23,18 +23,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
-
-#define METADATA_MAX_TARGET   4096  /* request-target bytes (path and query) */
-#define METADATA_MAX_PARAMS   32    /* query parameters looked at */
-#define METADATA_MAX_SCOPES   32    /* scopes in one ?scopes= or in the default set */
-#define METADATA_MAX_SCOPE    256   /* bytes of one scope */
-#define METADATA_MAX_FIELD    512   /* email, project id, universe domain, audience */
-#define METADATA_MAX_TOKEN    8192  /* bytes of one access or ID token */
-#define METADATA_MAX_TOKENS   8     /* access tokens cached per run, one per scope set */
-/* A cached access token with less than this many seconds left is fetched anew: the Go auth
- * library treats a token within 225 s of its expiry as unusable, and would otherwise ask for
- * the same soon-to-expire token on every API call. */
-#define METADATA_MIN_LIFETIME 240
+#include "policy/limits.h"
 
 /* One access token the run holds, for one set of scopes. */
 struct metadata_token {
@@ -127,11 +116,6 @@ char *metadata_scopes_key(const char *list, bool *bad);
 /* How the emulator asks the worker for a token: push one event object (stolen) onto the
  * running call's stream. */
 typedef void (*metadata_event_fn)(void *ctx, json_t *event);
-
-/* How long a request waits for the worker's answer to a token_request. */
-#define METADATA_FETCH_TIMEOUT_MS 30000
-/* Token requests in flight at once (more wait for a free slot or get 503). */
-#define METADATA_MAX_PENDING 8
 
 struct metadata_server;
 

@@ -9,14 +9,10 @@
 #define KG_NORMALIZE_H
 
 #include <stddef.h>
+#include "policy/limits.h"
 
 /* The module path user files live under; helper packages are imported as "app/<dir>". */
 #define NORM_MODULE_PATH "app"
-
-#define NORM_MAX_FILES      64
-#define NORM_MAX_FILE_BYTES (1024 * 1024)       /* one file */
-#define NORM_MAX_TOTAL_BYTES (4 * 1024 * 1024)  /* all files together */
-#define NORM_MAX_PATH       256
 
 /* The generated main normalize adds to a snippet (runtime/main.go.tmpl); a user file may not
  * have this name. */

@@ -14,19 +14,11 @@
 #include <stddef.h>
 
 #include "agent/pipeline.h"
+#include "policy/limits.h"
 
-/* Largest request body the server reads; larger ones get 413. */
-#define AGENT_MAX_BODY (8u * 1024 * 1024)
 /* The header that carries the claim secret where Authorization cannot (the API server's pod
  * proxy); Authorization: Bearer works everywhere else. */
 #define AGENT_SECRET_HEADER "X-Kode-Gopher-Secret"
-/* Secrets handed over by POST /claim: this many visible ASCII characters. */
-#define AGENT_SECRET_MIN 32
-#define AGENT_SECRET_MAX 256
-/* How often an idle /execute stream carries {"event":"heartbeat"}, so the client can tell a
- * long build from a dead sandbox, and the worker can send its client progress heartbeats
- * (worker/call.c) while a build or a run is silent. */
-#define AGENT_HEARTBEAT_MS 1000
 
 /*
  * The work behind POST /execute and POST /doc. Each is called with the server's "busy" slot

@@ -28,10 +28,9 @@
 #include <stddef.h>
 
 #include "agent/gobuild.h"
+#include "policy/limits.h"
 
 #define STDPLAN_FILE      "stdplan"
-#define STDPLAN_MAX_BYTES (1024 * 1024)
-#define STDPLAN_MAX_PKGS  2048
 
 /*
  * stdplan_link_cfg - the importcfg.link go build would write for a main package whose imports

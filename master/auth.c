@@ -1361,10 +1361,10 @@ bool auth_bearer(struct MHD_Connection *c, char *user, size_t cap, enum MHD_Resu
 				 "error_description=\"this token does not carry the scope %s that /mcp needs; "
 				 "authorize again with it\"\nAccess-Control-Expose-Headers: WWW-Authenticate\n"
 				 "Access-Control-Allow-Origin: *\n", AUTH_SCOPE, AUTH_SCOPE);
-			*q = respond(c, 403, "application/json",
-				     "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32001,\"message\":"
-				     "\"Forbidden: the access token lacks the scope mcp (authorize again with "
-				     "scope=mcp)\"}}", hdr);
+			char *body = jsonrpc_error(NULL, -32001, "Forbidden: the access token lacks the scope "
+						   "mcp (authorize again with scope=mcp)", NULL);
+			*q = respond(c, body ? 403 : 500, body ? "application/json" : NULL, body ? body : "", hdr);
+			free(body);
 			return false;
 		}
 		snprintf(hdr + n, sizeof(hdr) - (size_t)n, ", scope=\"%s\", error=\"invalid_token\", "

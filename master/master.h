@@ -17,6 +17,7 @@
 #include "lib/mono.h"
 #include "lib/proc.h"
 #include "lib/random.h"
+#include "policy/limits.h"
 
 #define SESSION_ID_HEX 32 /* 128 random bits */
 
@@ -244,11 +245,6 @@ const char *cli_word(char **argv, int argc, int ind, int opt);
 /* cli_check_long - every --word names one option (exactly, or by an abbreviation that fits
  * only it); 0, or -1 after saying which word is wrong */
 int cli_check_long(const char *cmd, int argc, char **argv, const struct option *opts);
-
-/* the run timeout of execute_go_code: its default, and the largest a call may ask for unless
- * serve --max-timeout allows more */
-#define SERVE_DEFAULT_TIMEOUT_S 60
-#define SERVE_MAX_TIMEOUT_S     300
 
 /* subcommands */
 int serve_main(int argc, char **argv);

@@ -17,40 +17,8 @@
 #include <stdint.h>
 
 #include "master/master.h"
+#include "policy/limits.h"
 
-/* Limits of the HTTP transport and its sessions (docs/shared-server.md). The ones an operator
- * may change are serve flags; their defaults are here. */
-#define HTTP_HEADER_TIMEOUT_S 10          /* a connection silent this long before its request
-					   * headers are in is closed (slow-header clients) */
-#define HTTP_REQUEST_TIMEOUT_S 300        /* inactivity allowed once a request is being served */
-#define HTTP_KEEPALIVE_TIMEOUT_S 30       /* an idle kept-alive connection between requests */
-#define HTTP_MAX_CONNECTIONS 512          /* open connections (one thread each) in all */
-#define HTTP_MAX_CONNECTIONS_PER_PEER 64  /* --max-connections-per-peer default: open connections
-					   * from one peer address (slow-header clients) */
-#define HTTP_WORKER_WAIT_S 30             /* a new session waits this long for a starting worker */
-#define HTTP_RETRY_AFTER_MAX_S 600        /* the longest Retry-After we suggest */
-#define HTTP_MALLOC_MMAP_BYTES (128u * 1024) /* blocks this large are mmapped (freed at once) */
-#define HTTP_MAX_INIT_BYTES (1024u * 1024) /* a POST without a session (an initialize) */
-#define SESSION_MAX_WAITING_REQUESTS 64   /* requests of one session waiting for its worker */
-#define SESSION_MAX_WAITING_BYTES (32u * 1024 * 1024) /* their bodies, in all */
-#define SERVE_MAX_SESSIONS_PER_PEER 32    /* --max-sessions-per-peer default */
-#define HTTP_EVICT_MIN_IDLE_S 30          /* a session never used, idle this long, may give its
-					   * worker to a new one (less with a short
-					   * --unused-session-timeout: a quarter of it) */
-#define SERVE_UNUSED_SESSION_TIMEOUT_S 120 /* --unused-session-timeout default */
-#define ACCT_SESSION_ID_CHARS 8           /* of a session id in the accounting log: a prefix */
-#define POOL_CALL_LABELS 48               /* tool x kind counters of /metrics */
-/* SSE streams of tool calls (master/http.c; docs/shared-server.md): every event has an id
- * "<stream>-<n>"; a client that lost the connection resumes with GET and Last-Event-ID while
- * the call runs, and for SSE_RESUME_WINDOW_S after it ended unread. What is kept for that is
- * bounded: the last SSE_REPLAY_EVENTS notifications and SSE_REPLAY_BYTES of them (older ones
- * go first), and the result. */
-#define SSE_RETRY_MS 1000                 /* the retry: field: reconnect after this long */
-#define SSE_KEEPALIVE_S 15                /* a comment line after this much silence, so neither
-					   * the request timeout nor a proxy ends a quiet call */
-#define SSE_REPLAY_EVENTS 512
-#define SSE_REPLAY_BYTES (2u * 1024 * 1024)
-#define SSE_RESUME_WINDOW_S 60
 #define SSE_STREAM_ID_HEX 16
 
 enum slot_state { SLOT_FREE,

@@ -11,8 +11,7 @@
 #include <stdbool.h>
 
 #include "master/master.h"
-
-#define TLS_MAX_FILE_BYTES (1024 * 1024) /* a PEM certificate chain or key */
+#include "policy/limits.h"
 
 /* tls_option - --tls-cert, --tls-key; 1 handled, 0 not ours */
 int tls_option(struct serve_config *cfg, const char *name, const char *val);

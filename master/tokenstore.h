@@ -13,10 +13,9 @@
 #include <stddef.h>
 
 #include "master/master.h"
+#include "policy/limits.h"
 
 #define TSTORE_KEY_BYTES 32
-#define TSTORE_MAX_BYTES (64 * 1024 * 1024) /* a store file read at start-up */
-#define TSTORE_SYNC_WAIT_MS 5000            /* an answer waits at most this for its write */
 
 /* tstore_parse_key - a key file's contents: 32 bytes as they are, 64 hex digits or the base64
  * of 32 bytes (white space around is ignored); 0 or -EINVAL */

@@ -16,12 +16,7 @@
 #include <sys/types.h>
 
 #include "master/master.h"
-
-#define UTOK_MAX_USERS 4096        /* users whose grant is kept (the least recently used goes) */
-#define UTOK_MAX_WAITING 1024      /* token requests waiting for the provider, in all */
-#define UTOK_MAX_REFRESHING 16     /* refreshes at the provider at once */
-#define UTOK_MIN_LEFT_S 360        /* a kept access token with less life is refreshed first
-				    * (the worker's own margin, CREDS_REFRESH_MARGIN, plus a minute) */
+#include "policy/limits.h"
 
 /* What a worker is told. */
 struct utok_answer {

@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
+#include "policy/limits.h"
 
 enum cgroup_kind { CGROUP_MEMORY, CGROUP_PIDS, CGROUP_CPU, CGROUP_NKINDS };
 enum cgroup_how { CGROUP_NONE, CGROUP_V1, CGROUP_V2 };
@@ -22,18 +23,6 @@ enum cgroup_how { CGROUP_NONE, CGROUP_V1, CGROUP_V2 };
 #define CGROUP_WHY_MAX 1024
 #define CGROUP_PATH_MAX 512
 
-/* the v2 cpu.weight of each sandbox (the default of every cgroup is 100): sandboxes are peers,
- * each gets an equal share when several are busy */
-#define CGROUP_CPU_WEIGHT 100
-/* the v1 cpu.shares of each sandbox (the root group has 1024): sandboxes share the CPU evenly
- * among themselves, behind the server's own processes */
-#define CGROUP_CPU_SHARES 512
-/* a sandbox started ahead of need (the shared server's warm pool) warms up at 1/16 of a session
- * sandbox's weight, so a refill never takes the CPU from a running call; the master raises it
- * to the session's when a session takes the sandbox (cgroup_cpu_weight). A weight counts among
- * the sandboxes only (sibling groups under kode-gopher), not against the server's own processes. */
-#define CGROUP_CPU_WEIGHT_PRESTART 6
-#define CGROUP_CPU_SHARES_PRESTART 32
 /* the subtree under the v2 root (as root) and under each v1 controller */
 #define CGROUP_SUBTREE "kode-gopher"
 /* the leaf inside a delegated systemd scope */

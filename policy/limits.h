@@ -80,7 +80,7 @@
 #define JAIL_FSIZE_BYTES (1ull << 30)
 #define JAIL_TMP_SIZE "1g"
 #define JAIL_DEFAULT_MEMORY_BYTES (4ll << 30)
-#define JAIL_DEFAULT_PIDS 512 /* jail's --help says "default 512" */
+#define JAIL_DEFAULT_PIDS 512 /* jail's and serve's --help say "default 512" (4 GiB / 4g for memory) */
 
 /* A sandbox's disk (policy/volume.c): LOOP_CONFIGURE refused as busy is tried this often, the
  * pause doubling from 1 ms up to the MAX (about 1.7 s in all); the volume list read at most. */
@@ -305,5 +305,166 @@
  * must still have to be handed out (else it is minted anew). */
 #define CREDS_MAX_CA_FILE            (4 * 1024 * 1024)
 #define CREDS_REFRESH_MARGIN         300
+
+/* ---- the shared server (master/http.c, master/pool.c) ---- */
+/* Limits of the HTTP transport and its sessions (docs/shared-server.md). The ones an operator
+ * may change are serve flags; their defaults are here. */
+#define HTTP_HEADER_TIMEOUT_S 10          /* a connection silent this long before its request
+					   * headers are in is closed (slow-header clients) */
+#define HTTP_REQUEST_TIMEOUT_S 300        /* inactivity allowed once a request is being served */
+#define HTTP_KEEPALIVE_TIMEOUT_S 30       /* an idle kept-alive connection between requests */
+#define HTTP_MAX_CONNECTIONS 512          /* open connections (one thread each) in all */
+#define HTTP_MAX_CONNECTIONS_PER_PEER 64  /* --max-connections-per-peer default: open connections
+					   * from one peer address (slow-header clients) */
+#define HTTP_WORKER_WAIT_S 30             /* a new session waits this long for a starting worker */
+#define HTTP_RETRY_AFTER_MAX_S 600        /* the longest Retry-After we suggest */
+#define HTTP_MALLOC_MMAP_BYTES (128u * 1024) /* blocks this large are mmapped (freed at once) */
+#define HTTP_MAX_INIT_BYTES (1024u * 1024) /* a POST without a session (an initialize) */
+#define SESSION_MAX_WAITING_REQUESTS 64   /* requests of one session waiting for its worker */
+#define SESSION_MAX_WAITING_BYTES (32u * 1024 * 1024) /* their bodies, in all */
+#define SERVE_MAX_SESSIONS_PER_PEER 32    /* --max-sessions-per-peer default */
+#define HTTP_EVICT_MIN_IDLE_S 30          /* a session never used, idle this long, may give its
+					   * worker to a new one (less with a short
+					   * --unused-session-timeout: a quarter of it) */
+#define SERVE_UNUSED_SESSION_TIMEOUT_S 120 /* --unused-session-timeout default */
+#define SERVE_SESSION_TIMEOUT_S (15 * 60)  /* --session-timeout default */
+#define SERVE_MAX_SANDBOXES_PER_USER 2    /* --max-sandboxes-per-user default */
+#define SERVE_CLAIM_LEASE_S (10 * 60)     /* --claim-lease default */
+#define ACCT_SESSION_ID_CHARS 8           /* of a session id in the accounting log: a prefix */
+#define POOL_CALL_LABELS 48               /* tool x kind counters of /metrics */
+/* SSE streams of tool calls (master/http.c; docs/shared-server.md): every event has an id
+ * "<stream>-<n>"; a client that lost the connection resumes with GET and Last-Event-ID while
+ * the call runs, and for SSE_RESUME_WINDOW_S after it ended unread. What is kept for that is
+ * bounded: the last SSE_REPLAY_EVENTS notifications and SSE_REPLAY_BYTES of them (older ones
+ * go first), and the result. */
+#define SSE_RETRY_MS 1000                 /* the retry: field: reconnect after this long */
+#define SSE_KEEPALIVE_S 15                /* a comment line after this much silence, so neither
+					   * the request timeout nor a proxy ends a quiet call */
+#define SSE_REPLAY_EVENTS 512
+#define SSE_REPLAY_BYTES (2u * 1024 * 1024)
+#define SSE_RESUME_WINDOW_S 60
+
+/* ---- execute_go_code's run timeout (serve --timeout, --max-timeout) ---- */
+/* the run timeout of execute_go_code: its default, and the largest a call may ask for unless
+ * serve --max-timeout allows more */
+#define SERVE_DEFAULT_TIMEOUT_S 60
+#define SERVE_MAX_TIMEOUT_S     300
+
+/* ---- serve over stdio (master/stdio.c) ---- */
+/* client lines read but not yet taken by the worker; past it stdin is not read (backpressure) */
+#define STDIO_MAX_HELD_BYTES (8u * 1024 * 1024)
+
+/* the capacity asked for stdout when it is a pipe (Linux lets any user have 1 MiB): an answer
+ * with an artifact's base64 goes in with a write or two, and the client reads it without
+ * waiting for this process to be scheduled again every 64 KiB */
+#define STDIO_PIPE_BYTES (1024 * 1024)
+
+/* ---- TLS files (master/tls.c) ---- */
+#define TLS_MAX_FILE_BYTES (1024 * 1024) /* a PEM certificate chain or key */
+
+/* ---- the token store (master/tokenstore.c) ---- */
+#define TSTORE_MAX_BYTES (64 * 1024 * 1024) /* a store file read at start-up */
+#define TSTORE_SYNC_WAIT_MS 5000            /* an answer waits at most this for its write */
+
+/* ---- users' Google tokens (master/usertoken.c) ---- */
+#define UTOK_MAX_USERS 4096        /* users whose grant is kept (the least recently used goes) */
+#define UTOK_MAX_WAITING 1024      /* token requests waiting for the provider, in all */
+#define UTOK_MAX_REFRESHING 16     /* refreshes at the provider at once */
+#define UTOK_MIN_LEFT_S 360        /* a kept access token with less life is refreshed first
+				    * (the worker's own margin, CREDS_REFRESH_MARGIN, plus a minute) */
+
+/* ---- the worker's agent client (worker/agent_client.c) ---- */
+/* An /execute stream that carries no byte for this long is a dead sandbox (the agent sends a
+ * heartbeat every 10 s while a call runs). */
+#define AGENT_CLIENT_STALL_S 60
+/* After a cancel, how long the stream may take to end by itself (the agent kills the run at
+ * POST /cancel and sends its result) before the client cuts it. */
+#define AGENT_CLIENT_CANCEL_GRACE_MS 3000
+/* Answer size limits: the result line of /execute, and any other answer or event line. */
+#define AGENT_CLIENT_MAX_RESULT (32u * 1024 * 1024)
+#define AGENT_CLIENT_MAX_LINE   (64u * 1024)
+/* The request body limit the agent enforces (AGENT_MAX_BODY in agent/server.h). */
+#define AGENT_CLIENT_MAX_BODY   (8u * 1024 * 1024)
+
+/* ---- compiler diagnostics (agent/diag.c) ---- */
+#define DIAG_MAX_ITEMS   100
+#define DIAG_MAX_MESSAGE 4096
+
+/* ---- the direct build path (agent/fastbuild.c) ---- */
+#define FASTBUILD_MAX_PLANS     16                /* import sets remembered (LRU) */
+#define FASTBUILD_MAX_PACKAGES  8192              /* packagefile lines in one importcfg */
+#define FASTBUILD_MAX_CFG_BYTES (4 * 1024 * 1024) /* one importcfg file */
+#define FASTBUILD_MAX_IMPORTS   1024              /* distinct imports of one main package */
+
+/* ---- go build, get and tidy (agent/gobuild.c) ---- */
+#define GOBUILD_TIMEOUT_MS   (5 * 60 * 1000)   /* build, get, tidy: each */
+#define GOBUILD_OUTPUT_CAP   (64 * 1024)       /* compiler output kept */
+#define GOBUILD_CACHE_MAX    16                /* binaries kept in state_dir/bin (LRU) */
+#define GOBUILD_MAX_MISSING  64                /* import paths resolved in one go get */
+
+/* ---- test mode (agent/gotest.c) ---- */
+#define GOTEST_MAX_TESTS        2000          /* listed in `tests`; beyond, only counted */
+#define GOTEST_TEST_OUTPUT_CAP  (16 * 1024)   /* a test's own output kept (head) */
+#define GOTEST_PKG_OUTPUT_CAP   (16 * 1024)   /* a package's output outside any test */
+#define GOTEST_EVENTS_CAP       (16 * 1024 * 1024) /* test2json output read of one package */
+#define GOTEST_LINE_MAX         (256 * 1024)  /* a longer event line is dropped */
+
+/* ---- the sandbox's metadata server (agent/metadata.c) ---- */
+#define METADATA_MAX_TARGET   4096  /* request-target bytes (path and query) */
+#define METADATA_MAX_PARAMS   32    /* query parameters looked at */
+#define METADATA_MAX_SCOPES   32    /* scopes in one ?scopes= or in the default set */
+#define METADATA_MAX_SCOPE    256   /* bytes of one scope */
+#define METADATA_MAX_FIELD    512   /* email, project id, universe domain, audience */
+#define METADATA_MAX_TOKEN    8192  /* bytes of one access or ID token */
+#define METADATA_MAX_TOKENS   8     /* access tokens cached per run, one per scope set */
+/* A cached access token with less than this many seconds left is fetched anew: the Go auth
+ * library treats a token within 225 s of its expiry as unusable, and would otherwise ask for
+ * the same soon-to-expire token on every API call. */
+#define METADATA_MIN_LIFETIME 240
+/* How long a request waits for the worker's answer to a token_request. */
+#define METADATA_FETCH_TIMEOUT_MS 30000
+/* Token requests in flight at once (more wait for a free slot or get 503). */
+#define METADATA_MAX_PENDING 8
+
+/* ---- the normalizer (agent/normalize.c) ---- */
+#define NORM_MAX_FILES      64
+#define NORM_MAX_FILE_BYTES (1024 * 1024)       /* one file */
+#define NORM_MAX_TOTAL_BYTES (4 * 1024 * 1024)  /* all files together */
+#define NORM_MAX_PATH       256
+
+/* ---- the agent's HTTP server (agent/server.c) ---- */
+/* Largest request body the server reads; larger ones get 413. */
+#define AGENT_MAX_BODY (8u * 1024 * 1024)
+/* Secrets handed over by POST /claim: this many visible ASCII characters. */
+#define AGENT_SECRET_MIN 32
+#define AGENT_SECRET_MAX 256
+/* How often an idle /execute stream carries {"event":"heartbeat"}, so the client can tell a
+ * long build from a dead sandbox, and the worker can send its client progress heartbeats
+ * (worker/call.c) while a build or a run is silent. */
+#define AGENT_HEARTBEAT_MS 1000
+
+/* ---- the standard-library plan (agent/stdplan.c) ---- */
+#define STDPLAN_MAX_BYTES (1024 * 1024)
+#define STDPLAN_MAX_PKGS  2048
+
+/* ---- sandboxes' CPU weights (policy/cgroup.c) ---- */
+/* the v2 cpu.weight of each sandbox (the default of every cgroup is 100): sandboxes are peers,
+ * each gets an equal share when several are busy */
+#define CGROUP_CPU_WEIGHT 100
+/* the v1 cpu.shares of each sandbox (the root group has 1024): sandboxes share the CPU evenly
+ * among themselves, behind the server's own processes */
+#define CGROUP_CPU_SHARES 512
+/* a sandbox started ahead of need (the shared server's warm pool) warms up at 1/16 of a session
+ * sandbox's weight, so a refill never takes the CPU from a running call; the master raises it
+ * to the session's when a session takes the sandbox (cgroup_cpu_weight). A weight counts among
+ * the sandboxes only (sibling groups under kode-gopher), not against the server's own processes. */
+#define CGROUP_CPU_WEIGHT_PRESTART 6
+#define CGROUP_CPU_SHARES_PRESTART 32
+
+/* ---- host addresses a sandbox must not reach (policy/netif.c) ---- */
+#define NETIF_MAX_HOST_ADDRS 64
+
+/* ---- a sandbox's disk (serve --sandbox-disk default) ---- */
+#define VOLUME_DEFAULT_BYTES (10ll << 30)
 
 #endif

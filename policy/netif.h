@@ -15,8 +15,7 @@ int netif_up(const char *name);
 
 #include <stddef.h>
 #include <stdint.h>
-
-#define NETIF_MAX_HOST_ADDRS 64
+#include "policy/limits.h"
 
 /* netif_host_addrs - the IPv4 addresses of the current (the host's) network namespace, in
  * network byte order, loopback ones left out; how many (at most max) or a negative errno */

@@ -14,10 +14,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
+#include "policy/limits.h"
 
 #define VOLUME_IMAGE "disk.img"
 #define VOLUME_MOUNT "vol"
-#define VOLUME_DEFAULT_BYTES (10ll << 30)
 /* the formatted empty image new sandboxes' images are copied from, in the sandbox root, by
  * size; the version changes with mke2fs's options (volume.c, mkfs_image) */
 #define VOLUME_TEMPLATE ".disk-v1-%lld.img"

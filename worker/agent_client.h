@@ -31,18 +31,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
-
-/* An /execute stream that carries no byte for this long is a dead sandbox (the agent sends a
- * heartbeat every 10 s while a call runs). */
-#define AGENT_CLIENT_STALL_S 60
-/* After a cancel, how long the stream may take to end by itself (the agent kills the run at
- * POST /cancel and sends its result) before the client cuts it. */
-#define AGENT_CLIENT_CANCEL_GRACE_MS 3000
-/* Answer size limits: the result line of /execute, and any other answer or event line. */
-#define AGENT_CLIENT_MAX_RESULT (32u * 1024 * 1024)
-#define AGENT_CLIENT_MAX_LINE   (64u * 1024)
-/* The request body limit the agent enforces (AGENT_MAX_BODY in agent/server.h). */
-#define AGENT_CLIENT_MAX_BODY   (8u * 1024 * 1024)
+#include "policy/limits.h"
 
 struct agent_endpoint {
 	const char *unix_path;  /* non-NULL: connect to this unix socket */
