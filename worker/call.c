@@ -386,6 +386,12 @@ static void call_heartbeat(struct call_ctx *c)
 	for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++)
 		if (strcmp(runs[i].phase, c->phase) == 0)
 			what = runs[i].what;
+	/* a build step names its tool in its progress message (agent/pipeline.c): the direct path
+	 * and test mode's build are not go build */
+	if (strcmp(c->phase, "build") == 0 && strncmp(c->step, "compiling and linking directly", 30) == 0)
+		what = "the direct compile and link";
+	else if (strcmp(c->phase, "build") == 0 && strncmp(c->step, "go test -c", 10) == 0)
+		what = "go test -c";
 	char text[300];
 	snprintf(text, sizeof(text), "%s: %s still running, %.0f s in this step, %.0f s in all",
 		 c->phase, what, call_ms_since(&c->phase_t0) / 1000, call_ms_since(&c->t0) / 1000);
