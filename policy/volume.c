@@ -95,8 +95,15 @@ static int loop_attach(int img, char *dev, size_t devlen)
 	if (ctl < 0)
 		return -errno;
 	int r = -EBUSY;
+	bool fresh = false; /* the last device was busy: ask the kernel for a new one */
 	for (int i = 0; i < VOLUME_LOOP_TRIES; i++) {
-		int n = ioctl(ctl, LOOP_CTL_GET_FREE);
+		/* LOOP_CTL_ADD of -1 makes a device at the lowest index not in use, one that no
+		 * release or probe can still hold; GET_FREE would name the busy one again */
+		int n = ioctl(ctl, fresh ? LOOP_CTL_ADD : LOOP_CTL_GET_FREE, fresh ? -1 : 0);
+		if (n < 0 && fresh) {
+			fresh = false;
+			n = ioctl(ctl, LOOP_CTL_GET_FREE);
+		}
 		if (n < 0) {
 			r = -errno;
 			break;
@@ -122,9 +129,12 @@ static int loop_attach(int img, char *dev, size_t devlen)
 		if (r != -EBUSY)
 			break;
 		/* Busy: another sandbox's start took it between GET_FREE and CONFIGURE, or a release
-		 * still holds it (its autoclear, a udev probe after the unmount). GET_FREE would give
-		 * the same number at once, so wait a little, longer each time, and ask again. */
-		long ms = i < 6 ? 1L << i : VOLUME_LOOP_PAUSE_MAX_MS;
+		 * still holds it (its autoclear, a udev probe after the unmount): the next try takes
+		 * a new device at once; only a run of busy ones pauses, a little longer each time */
+		fresh = true;
+		if (i < 2)
+			continue;
+		long ms = i < 8 ? 1L << (i - 2) : VOLUME_LOOP_PAUSE_MAX_MS;
 		struct timespec ts = { .tv_sec = 0, .tv_nsec = ms * 1000000L };
 		nanosleep(&ts, NULL);
 	}
