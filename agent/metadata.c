@@ -15,6 +15,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "lib/ascii.h"
 #include "lib/secret.h"
 
 #define MD_PREFIX "/computeMetadata/v1/"
@@ -25,15 +26,6 @@ static const char md_plain[] = "text/plain; charset=utf-8";
 
 /* ---- small helpers ---- */
 
-/* md_visible - n bytes of visible ASCII (0x21-0x7e), the alphabet of tokens, ids and scopes */
-static bool md_visible(const char *s, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		if ((unsigned char)s[i] < 0x21 || (unsigned char)s[i] > 0x7e)
-			return false;
-	return true;
-}
-
 /* md_field - a copy of a JSON string field that is visible ASCII of 1..max bytes; NULL if the
  * field is absent or null (*bad stays false) or malformed (*bad = true) */
 static char *md_field(json_t *o, const char *key, size_t max, bool *bad)
@@ -42,7 +34,7 @@ static char *md_field(json_t *o, const char *key, size_t max, bool *bad)
 	if (!j || json_is_null(j))
 		return NULL;
 	if (!json_is_string(j) || json_string_length(j) == 0 || json_string_length(j) > max ||
-	    !md_visible(json_string_value(j), json_string_length(j))) {
+	    !ascii_visible(json_string_value(j), json_string_length(j))) {
 		*bad = true;
 		return NULL;
 	}
@@ -72,7 +64,7 @@ char *metadata_scopes_key(const char *list, bool *bad)
 	char *save = NULL;
 	for (char *t = strtok_r(copy, ", ", &save); t; t = strtok_r(NULL, ", ", &save)) {
 		size_t len = strlen(t);
-		if (n == METADATA_MAX_SCOPES || len > METADATA_MAX_SCOPE || !md_visible(t, len)) {
+		if (n == METADATA_MAX_SCOPES || len > METADATA_MAX_SCOPE || !ascii_visible(t, len)) {
 			free(copy);
 			*bad = true;
 			return NULL;
@@ -133,7 +125,7 @@ int metadata_view_add_token(struct metadata_view *v, const char *scopes_key,
 			    const char *access_token, const char *token_type, double expires)
 {
 	size_t tlen = access_token ? strlen(access_token) : 0;
-	if (!scopes_key || !tlen || tlen > METADATA_MAX_TOKEN || !md_visible(access_token, tlen))
+	if (!scopes_key || !tlen || tlen > METADATA_MAX_TOKEN || !ascii_visible(access_token, tlen))
 		return -EINVAL;
 	size_t slot = v->ntokens;
 	for (size_t i = 0; i < v->ntokens; i++)
@@ -162,7 +154,7 @@ int metadata_view_add_token(struct metadata_view *v, const char *scopes_key,
 	mt->access_token = t;
 	snprintf(mt->token_type, sizeof(mt->token_type), "%s",
 		 token_type && *token_type && strlen(token_type) < sizeof(mt->token_type) &&
-				 md_visible(token_type, strlen(token_type))
+				 ascii_visible(token_type, strlen(token_type))
 			 ? token_type
 			 : "Bearer");
 	mt->expires = expires;
@@ -206,7 +198,7 @@ int metadata_view_from_json(json_t *creds, double now, struct metadata_view *v, 
 			{
 				size_t len = json_string_length(e);
 				if (!json_is_string(e) || !len || len > METADATA_MAX_SCOPE ||
-				    !md_visible(json_string_value(e), len) ||
+				    !ascii_visible(json_string_value(e), len) ||
 				    strchr(json_string_value(e), ',') ||
 				    !(v->scopes[v->nscopes] = strdup(json_string_value(e)))) {
 					what = "scopes";
@@ -458,7 +450,7 @@ static int md_identity(const struct metadata_view *v, const struct md_query *q,
 	size_t alen = q->audience ? strlen(q->audience) : 0;
 	if (!alen)
 		return md_set(out, 400, md_plain, "non-empty audience parameter required\n");
-	if (alen > METADATA_MAX_FIELD || !md_visible(q->audience, alen))
+	if (alen > METADATA_MAX_FIELD || !ascii_visible(q->audience, alen))
 		return md_set(out, 400, md_plain,
 			      "The audience parameter must be at most 512 visible ASCII "
 			      "characters.\n");

@@ -46,6 +46,7 @@
 #include "agent/artifacts.h"
 #include "agent/runproc.h"
 #include "ipc/log.h"
+#include "lib/ascii.h"
 #include "lib/mono.h"
 #include "policy/limits.h"
 
@@ -667,12 +668,7 @@ static json_t *srv_parse_object(struct srv_req *r, char *msg, size_t msglen)
 /* srv_valid_secret - 32..256 visible ASCII characters */
 static bool srv_valid_secret(const char *s, size_t n)
 {
-	if (n < AGENT_SECRET_MIN || n > AGENT_SECRET_MAX)
-		return false;
-	for (size_t i = 0; i < n; i++)
-		if (s[i] < 0x21 || s[i] > 0x7e)
-			return false;
-	return true;
+	return n >= AGENT_SECRET_MIN && n <= AGENT_SECRET_MAX && ascii_visible(s, n);
 }
 
 /* srv_health - GET /health: liveness, and whether a claim or a call holds the sandbox */

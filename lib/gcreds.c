@@ -14,19 +14,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "lib/ascii.h"
 #include "policy/limits.h" /* GCREDS_*: macros only */
-
-/* gc_visible - 1..max printable ASCII bytes, no space */
-static bool gc_visible(const char *s, size_t max)
-{
-	size_t n = s ? strlen(s) : 0;
-	if (n == 0 || n > max)
-		return false;
-	for (size_t i = 0; i < n; i++)
-		if ((unsigned char)s[i] < 0x21 || (unsigned char)s[i] > 0x7e)
-			return false;
-	return true;
-}
 
 /* gcreds_mode_name - see gcreds.h */
 const char *gcreds_mode_name(enum creds_mode m)
@@ -53,7 +42,7 @@ int gcreds_parse_mode(const char *arg, enum creds_mode *mode, const char **email
 	if (strncmp(arg, "service-account:", 16) == 0) {
 		const char *email = arg + 16;
 		const char *at = strchr(email, '@');
-		if (!gc_visible(email, GCREDS_MAX_EMAIL_BYTES) || !at || at == email || !at[1] || strchr(email, '/') ||
+		if (!ascii_visible_str(email, GCREDS_MAX_EMAIL_BYTES) || !at || at == email || !at[1] || strchr(email, '/') ||
 		    strchr(email, '?') || strchr(email, '#') || strchr(email, '%')) {
 			snprintf(err, errlen, "--credentials service-account:EMAIL wants a service "
 				 "account's email, like runner@my-project.iam.gserviceaccount.com");

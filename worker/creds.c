@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "ipc/log.h"
+#include "lib/ascii.h"
 #include "lib/base64.h"
 #include "lib/buf.h"
 #include "lib/gcreds.h"
@@ -93,18 +94,6 @@ struct cr_minted {
 };
 
 /* ---- small helpers ---- */
-
-/* cr_visible - visible ASCII only, 1..max bytes */
-static bool cr_visible(const char *s, size_t max)
-{
-	size_t n = s ? strlen(s) : 0;
-	if (n == 0 || n > max)
-		return false;
-	for (size_t i = 0; i < n; i++)
-		if ((unsigned char)s[i] < 0x21 || (unsigned char)s[i] > 0x7e)
-			return false;
-	return true;
-}
 
 /* cr_str - a string member of a JSON object, or NULL */
 static const char *cr_str(json_t *o, const char *key)
@@ -306,7 +295,7 @@ enum creds_mode creds_mode(const struct creds *c)
 /* creds_set_user - see creds.h */
 int creds_set_user(struct creds *c, const char *email, creds_user_fn fn, void *arg)
 {
-	if (email && !cr_visible(email, CR_MAX_FIELD_BYTES))
+	if (email && !ascii_visible_str(email, CR_MAX_FIELD_BYTES))
 		return -EINVAL;
 	char *e = email ? strdup(email) : NULL;
 	if (email && !e)
@@ -433,7 +422,7 @@ static int cr_src_parse(json_t *o, int depth, struct cr_src **out, char *err, si
 		json_object_set_new(o, "__target_email", json_string(t));
 		free(t);
 		s->target_email = cr_str(o, "__target_email");
-		if (!s->target_email || !cr_visible(s->target_email, 256)) {
+		if (!s->target_email || !ascii_visible_str(s->target_email, 256)) {
 			snprintf(err, errlen, "the impersonation URL does not name a service account");
 			cr_src_free(s->inner);
 			free(s);
@@ -708,7 +697,7 @@ static int cr_parse_token(const struct cr_http *h, const char *field, struct cr_
 	json_t *j = json_loadb(h->b.data ? h->b.data : "", h->b.len, 0, NULL);
 	const char *tok = cr_str(j, field);
 	int rc = 0;
-	if (!tok || !cr_visible(tok, 8192)) {
+	if (!tok || !ascii_visible_str(tok, 8192)) {
 		snprintf(err, errlen, "the token endpoint's answer has no usable %s", field);
 		rc = -EPROTO;
 	} else {
@@ -720,7 +709,7 @@ static int cr_parse_token(const struct cr_http *h, const char *field, struct cr_
 			m->expires_in = CR_LIFETIME_S;
 		const char *tt = cr_str(j, "token_type");
 		snprintf(m->type, sizeof(m->type), "%s",
-			 tt && strlen(tt) < sizeof(m->type) && cr_visible(tt, 15) ? tt : "Bearer");
+			 tt && strlen(tt) < sizeof(m->type) && ascii_visible_str(tt, 15) ? tt : "Bearer");
 		m->token = strdup(tok);
 		const char *idt = cr_str(j, "id_token");
 		if (idt && strcmp(field, "id_token") != 0)
@@ -914,7 +903,7 @@ static int cr_host_token(const struct creds *c, const char *scopes, const char *
 		m->token = strndup(h.b.data ? h.b.data : "", h.b.len);
 		while (m->token && *m->token && strchr("\r\n ", m->token[strlen(m->token) - 1]))
 			m->token[strlen(m->token) - 1] = '\0';
-		rc = m->token && cr_visible(m->token, 8192) ? 0 : -EPROTO;
+		rc = m->token && ascii_visible_str(m->token, 8192) ? 0 : -EPROTO;
 		if (rc == 0)
 			m->expires_in = cr_jwt_lifetime(m->token);
 		else
@@ -986,7 +975,7 @@ static int cr_iam(const struct creds *c, const char *url_from_file, const char *
 	}
 	json_t *j = json_loadb(h.b.data ? h.b.data : "", h.b.len, 0, NULL);
 	const char *tok = cr_str(j, audience ? "token" : "accessToken");
-	if (!tok || !cr_visible(tok, 8192) || !(m->token = strdup(tok))) {
+	if (!tok || !ascii_visible_str(tok, 8192) || !(m->token = strdup(tok))) {
 		snprintf(err, errlen, "IAM Credentials' answer has no usable token");
 		rc = -EPROTO;
 		*status = 503;
@@ -1213,7 +1202,7 @@ static int cr_get(struct creds *c, const char *scopes, const char *audience, boo
 			/* the refresh answer's id_token names the user; keep only the email */
 			json_t *p = creds_jwt_payload(fresh->id_token);
 			const char *email = cr_str(p, "email");
-			if (email && cr_visible(email, CR_MAX_FIELD_BYTES)) {
+			if (email && ascii_visible_str(email, CR_MAX_FIELD_BYTES)) {
 				free(c->email);
 				c->email = strdup(email);
 			}
@@ -1256,7 +1245,7 @@ static char *cr_host_fact(const struct creds *c, const char *path)
 	char *v = NULL;
 	if (h.status == 200 && h.b.data) {
 		v = strndup(h.b.data, h.b.len);
-		if (v && !cr_visible(v, CR_MAX_FIELD_BYTES)) {
+		if (v && !ascii_visible_str(v, CR_MAX_FIELD_BYTES)) {
 			free(v);
 			v = NULL;
 		}
@@ -1313,17 +1302,17 @@ static void cr_facts(struct creds *c, const struct cr_src *s, json_t *o)
 	universe = s && s->universe ? s->universe
 		 : s && s->type == CR_HOST && c->host_universe ? c->host_universe
 							       : "googleapis.com";
-	json_object_set_new(o, "email", json_string(email && cr_visible(email, CR_MAX_FIELD_BYTES)
+	json_object_set_new(o, "email", json_string(email && ascii_visible_str(email, CR_MAX_FIELD_BYTES)
 							    ? email : "default"));
-	if (project && cr_visible(project, CR_MAX_FIELD_BYTES))
+	if (project && ascii_visible_str(project, CR_MAX_FIELD_BYTES))
 		json_object_set_new(o, "project_id", json_string(project));
-	else if (derived && cr_visible(derived, CR_MAX_FIELD_BYTES))
+	else if (derived && ascii_visible_str(derived, CR_MAX_FIELD_BYTES))
 		json_object_set_new(o, "project_id", json_string(derived));
 	free(derived);
 	if (s && s->type == CR_HOST && c->host_numeric)
 		json_object_set_new(o, "numeric_project_id", json_string(c->host_numeric));
 	json_object_set_new(o, "universe_domain",
-			    json_string(cr_visible(universe, CR_MAX_FIELD_BYTES) ? universe
+			    json_string(ascii_visible_str(universe, CR_MAX_FIELD_BYTES) ? universe
 									    : "googleapis.com"));
 	json_object_set_new(o, "id_tokens", json_boolean(cr_can_identity(c, s)));
 }
@@ -1411,7 +1400,7 @@ static int cr_scopes_key(json_t *arr, char *out, size_t cap)
 	json_array_foreach(arr, i, e)
 	{
 		const char *s = json_string_value(e);
-		if (!s || !cr_visible(s, 256) || strchr(s, ','))
+		if (!s || !ascii_visible_str(s, 256) || strchr(s, ','))
 			return -EINVAL;
 		items[n++] = s;
 	}
@@ -1455,7 +1444,7 @@ json_t *creds_answer(struct creds *c, json_t *event)
 	} else if (identity) {
 		audience = json_string_value(json_object_get(event, "audience"));
 		format = json_string_value(json_object_get(event, "format"));
-		if (!audience || !cr_visible(audience, CR_MAX_FIELD_BYTES)) {
+		if (!audience || !ascii_visible_str(audience, CR_MAX_FIELD_BYTES)) {
 			snprintf(err, sizeof(err), "the token request has no usable audience");
 			audience = NULL;
 		}
