@@ -151,14 +151,10 @@ static void __attribute__((noreturn)) iso_init(const struct runproc_child *c, in
 	close(c->out);
 	close(c->err);
 	close(c->in);
-	int child_errno = 0;
-	ssize_t got;
-	do
-		got = read(ip[0], &child_errno, sizeof(child_errno));
-	while (got < 0 && errno == EINTR);
+	int child_errno = runproc_report_errno(ip[0]);
 	close(ip[0]);
-	if (got == (ssize_t)sizeof(child_errno))
-		iso_report(report, child_errno ? child_errno : EIO);
+	if (child_errno)
+		iso_report(report, child_errno);
 	close(report); /* started: the agent stops waiting for an exec error */
 	for (;;) {
 		int st;

@@ -422,6 +422,16 @@ static void reaper_sweep(void)
 	}
 }
 
+/* runproc_report_errno - see runproc.h */
+int runproc_report_errno(int fd)
+{
+	int e = 0;
+	ssize_t got;
+	while ((got = read(fd, &e, sizeof(e))) < 0 && errno == EINTR)
+		;
+	return got == (ssize_t)sizeof(e) ? (e ? e : EIO) : 0;
+}
+
 /* reaper_fail - report why the program did not start, clean up, end */
 static void __attribute__((noreturn)) reaper_fail(int report, int e)
 {
@@ -471,13 +481,10 @@ static void __attribute__((noreturn)) reaper(const struct runproc_child *c, int 
 	close(c->in);
 	close(c->out);
 	close(c->err);
-	int e = 0;
-	ssize_t got;
-	while ((got = read(ip[0], &e, sizeof(e))) < 0 && errno == EINTR)
-		;
+	int e = runproc_report_errno(ip[0]);
 	close(ip[0]);
-	if (got == (ssize_t)sizeof(e))
-		reaper_fail(c->report, e ? e : EIO);
+	if (e)
+		reaper_fail(c->report, e);
 	close(c->report); /* started: the runner stops waiting for an exec error */
 
 	int pidfd = (int)syscall(SYS_pidfd_open, prog, 0);
@@ -648,16 +655,12 @@ int runproc_run(const struct runproc_opts *o, struct runproc_result *r)
 	close(devnull);
 	outp[1] = errp[1] = rep[1] = devnull = -1;
 
-	int child_errno = 0;
-	ssize_t got;
-	do
-		got = read(rep[0], &child_errno, sizeof(child_errno));
-	while (got < 0 && errno == EINTR);
+	int child_errno = runproc_report_errno(rep[0]);
 	close(rep[0]);
 	rep[0] = -1;
-	if (got == (ssize_t)sizeof(child_errno)) {
+	if (child_errno) {
 		waitpid(pid, NULL, 0);
-		rc = -(child_errno ? child_errno : EIO);
+		rc = -child_errno;
 		goto out_fds;
 	}
 

@@ -119,6 +119,11 @@ struct runproc_launcher {
 void runproc_child_exec(const struct runproc_child *c, bool own_session, int (*prep)(void))
 	__attribute__((noreturn));
 
+/* runproc_report_errno - wait on the read end of a child's report pipe (runproc_child_exec's
+ * c->report): 0 when it closed without a word (the exec happened), else the errno the child
+ * reported (EIO for a report of 0). The caller closes fd. Async-signal-safe. */
+int runproc_report_errno(int fd);
+
 /* runproc_close_except - close every descriptor from 3 up but the n in keep (sorted in place);
  * for a forked init that lives as long as the program and must not hold the runner's sockets.
  * Async-signal-safe. */

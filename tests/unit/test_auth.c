@@ -7,9 +7,7 @@
  * (master/tokenstore.c: AES-256-GCM, every changed byte refused, another key refused), its key
  * file formats, and a round trip of what auth.c keeps.
  */
-#include <arpa/inet.h>
 #include <errno.h>
-#include <netinet/in.h>
 #include <openssl/core_names.h>
 #include <openssl/ec.h>
 #include <openssl/evp.h>
@@ -25,7 +23,6 @@
 #include <cmocka.h>
 
 #include "lib/base64.h"
-#include "lib/http_client.h"
 #include "master/auth.h"
 #include "master/tokenstore.h"
 
@@ -288,34 +285,6 @@ static void test_id_token_claims(void **state)
 	json_decref(g);
 }
 
-static void test_public_addresses(void **state)
-{
-	(void)state;
-	struct { const char *a; bool pub; } cases[] = {
-		{ "8.8.8.8", true }, { "142.250.74.46", true }, { "2a00:1450:4001:80b::200e", true },
-		{ "127.0.0.1", false }, { "127.200.1.1", false }, { "10.1.2.3", false }, { "172.16.0.1", false },
-		{ "172.31.255.255", false }, { "172.32.0.1", true }, { "192.168.1.1", false }, { "169.254.169.254", false },
-		{ "100.64.0.1", false }, { "0.0.0.0", false }, { "224.0.0.1", false }, { "255.255.255.255", false },
-		{ "::1", false }, { "::", false }, { "::ffff:127.0.0.1", false }, { "::ffff:169.254.169.254", false },
-		{ "::ffff:8.8.8.8", true }, { "64:ff9b::a00:1", false }, { "fc00::1", false }, { "fd12::1", false },
-		{ "fe80::1", false }, { "ff02::1", false }, { "2001:db8::1", false },
-	};
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		struct sockaddr_storage ss = { 0 };
-		if (strchr(cases[i].a, ':')) {
-			struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;
-			a6->sin6_family = AF_INET6;
-			assert_int_equal(inet_pton(AF_INET6, cases[i].a, &a6->sin6_addr), 1);
-		} else {
-			struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;
-			a4->sin_family = AF_INET;
-			assert_int_equal(inet_pton(AF_INET, cases[i].a, &a4->sin_addr), 1);
-		}
-		if (http_addr_public((struct sockaddr *)&ss) != cases[i].pub)
-			fail_msg("%s should be %s", cases[i].a, cases[i].pub ? "public" : "refused");
-	}
-}
-
 static void test_store_key_formats(void **state)
 {
 	(void)state;
@@ -423,7 +392,6 @@ int main(void)
 		cmocka_unit_test(test_access_tokens),
 		cmocka_unit_test(test_cimd_cache_seconds),
 		cmocka_unit_test(test_id_token_claims),
-		cmocka_unit_test(test_public_addresses),
 		cmocka_unit_test(test_store_key_formats),
 		cmocka_unit_test(test_store_seal),
 		cmocka_unit_test(test_store_auth_round_trip),

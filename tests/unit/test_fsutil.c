@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "ipc/fsutil.h"
+#include "tests/unit/testutil.h"
 
 static char base[64];
 
@@ -145,14 +146,7 @@ static int entries(const char *dir)
 {
 	char cmd[256];
 	snprintf(cmd, sizeof(cmd), "ls -A %s | wc -l", dir);
-	FILE *p = popen(cmd, "r");
-	int n = -1;
-	if (p) {
-		if (fscanf(p, "%d", &n) != 1)
-			n = -1;
-		pclose(p);
-	}
-	return n;
+	return shell_count(cmd);
 }
 
 /* slurp_at - a small file's text, "" if it cannot be read */

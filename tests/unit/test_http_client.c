@@ -474,14 +474,21 @@ static void test_public_only_and_protocols(void **state)
 	close(s.lfd);
 	close(s.release[0]);
 	close(s.release[1]);
+}
 
-	/* the address check itself */
+/* the address check itself: public_only refuses every address this calls not public */
+static void test_addr_public(void **state)
+{
+	(void)state;
 	struct { const char *a; bool pub; } cases[] = {
-		{ "8.8.8.8", true }, { "10.1.2.3", false }, { "169.254.169.254", false },
-		{ "100.64.0.1", false }, { "192.168.1.1", false }, { "224.0.0.1", false },
-		{ "::1", false }, { "::ffff:127.0.0.1", false }, { "64:ff9b::a00:1", false },
-		{ "fe80::1", false }, { "fd00::1", false }, { "2001:db8::1", false },
-		{ "2a00:1450:4001::1", true }, { "::ffff:8.8.8.8", true },
+		{ "8.8.8.8", true }, { "142.250.74.46", true }, { "2a00:1450:4001:80b::200e", true },
+		{ "127.0.0.1", false }, { "127.200.1.1", false }, { "10.1.2.3", false }, { "172.16.0.1", false },
+		{ "172.31.255.255", false }, { "172.32.0.1", true }, { "192.168.1.1", false }, { "169.254.169.254", false },
+		{ "100.64.0.1", false }, { "0.0.0.0", false }, { "224.0.0.1", false }, { "255.255.255.255", false },
+		{ "::1", false }, { "::", false }, { "::ffff:127.0.0.1", false }, { "::ffff:169.254.169.254", false },
+		{ "::ffff:8.8.8.8", true }, { "64:ff9b::a00:1", false }, { "fc00::1", false }, { "fd12::1", false },
+		{ "fe80::1", false }, { "ff02::1", false }, { "2001:db8::1", false }, { "fd00::1", false },
+		{ "2a00:1450:4001::1", true },
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		struct sockaddr_storage ss = { 0 };
@@ -563,6 +570,7 @@ int main(void)
 		cmocka_unit_test(test_unix_socket),
 		cmocka_unit_test(test_refused_error_text),
 		cmocka_unit_test(test_public_only_and_protocols),
+		cmocka_unit_test(test_addr_public),
 		cmocka_unit_test(test_injection_refused),
 		cmocka_unit_test(test_escape_host),
 	};

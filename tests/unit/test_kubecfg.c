@@ -36,6 +36,7 @@
 #include "master/kubecfg.h"
 #include "master/master.h"
 #include "master/stdio.h"
+#include "tests/unit/testutil.h"
 
 /* the CA, client certificate and key the kubeconfigs carry (never parsed as PEM by kubecfg) */
 #define CA_PEM "-----BEGIN CERTIFICATE-----\nfake-ca\n-----END CERTIFICATE-----\n"
@@ -949,22 +950,6 @@ static void test_exec_plugin_fails(void **st)
 	assert_refused(&c, NULL, "wants a terminal (interactiveMode Always)", NULL);
 }
 
-/* count_marker - processes whose command line holds "7777." and digits */
-static int count_marker(const char *digits)
-{
-	char cmd[256];
-	snprintf(cmd, sizeof(cmd), "grep -l -a -e '7777[.]%s' /proc/[0-9]*/cmdline 2>/dev/null | wc -l",
-		 digits);
-	FILE *p = popen(cmd, "r");
-	int n = -1;
-	if (p) {
-		if (fscanf(p, "%d", &n) != 1)
-			n = -1;
-		pclose(p);
-	}
-	return n;
-}
-
 /* A plugin that prints its credential and leaves helpers behind, one holding its stdout in a
  * session of its own: the credential is taken when the plugin exits (not when the last holder
  * of the pipe closes it, at the 60 s deadline), and no helper is left running */
@@ -972,7 +957,7 @@ static void test_exec_plugin_leaves_nothing(void **st)
 {
 	(void)st;
 	char digits[16], script[1024];
-	snprintf(digits, sizeof(digits), "%06d", (int)(getpid() % 1000000));
+	marker_digits(digits, sizeof(digits));
 	snprintf(script, sizeof(script),
 		 "#!/bin/sh\n"
 		 "setsid sleep 7777.%s1 &\n"

@@ -21,6 +21,7 @@
 #include <cmocka.h>
 
 #include "agent/runproc.h"
+#include "tests/unit/testutil.h"
 
 static const char *const test_env[] = { "PATH=/usr/local/bin:/usr/bin:/bin", "KG_TEST=1", NULL };
 
@@ -369,30 +370,6 @@ static bool iso_ready(void)
 			fprintf(stderr, "# isolation refused on this host: %s\n", strerror(-rc));
 	}
 	return state == 1;
-}
-
-/* count_marker - processes on the host whose command line holds "7777." and digits (the
- * pattern's brackets keep the search from finding itself) */
-static int count_marker(const char *digits)
-{
-	char cmd[256];
-	snprintf(cmd, sizeof(cmd), "grep -l -a -e '7777[.]%s' /proc/[0-9]*/cmdline 2>/dev/null | wc -l",
-		 digits);
-	FILE *p = popen(cmd, "r");
-	int n = -1;
-	if (p) {
-		if (fscanf(p, "%d", &n) != 1)
-			n = -1;
-		pclose(p);
-	}
-	return n;
-}
-
-/* marker_digits - this test process's marker digits (unique per run of the tests) */
-static const char *marker_digits(char *buf, size_t cap)
-{
-	snprintf(buf, cap, "%06d", (int)(getpid() % 1000000));
-	return buf;
 }
 
 /* Contained: every way a shell has to leave a process behind, each holding the output pipe or
