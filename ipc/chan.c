@@ -55,19 +55,48 @@ int chan_send(nng_socket s, struct ipc_buf *b)
 	return chan_send_flags(s, b, 0);
 }
 
-int chan_send_flags(nng_socket s, struct ipc_buf *b, int flags)
+/* chan_msg - b's bytes in an nng message (b freed); NULL if memory ran out */
+static nng_msg *chan_msg(struct ipc_buf *b)
 {
 	nng_msg *m;
 	int r = nng_msg_alloc(&m, 0);
 	if (r == 0 && (r = nng_msg_append(m, b->sb.data, b->sb.size)) != 0)
 		nng_msg_free(m);
 	ipc_buf_free(b);
-	if (r != 0)
+	return r == 0 ? m : NULL;
+}
+
+static int chan_errno(int r)
+{
+	return r == NNG_ECLOSED ? -ESHUTDOWN : r == NNG_ETIMEDOUT ? -ETIMEDOUT :
+	       r == NNG_EAGAIN ? -EAGAIN : -EIO;
+}
+
+int chan_send_flags(nng_socket s, struct ipc_buf *b, int flags)
+{
+	nng_msg *m = chan_msg(b);
+	if (!m)
 		return -ENOMEM;
-	if ((r = nng_sendmsg(s, m, flags)) != 0) {
+	int r = nng_sendmsg(s, m, flags);
+	if (r != 0) {
 		nng_msg_free(m);
-		return r == NNG_ECLOSED ? -ESHUTDOWN : r == NNG_ETIMEDOUT ? -ETIMEDOUT :
-		       r == NNG_EAGAIN ? -EAGAIN : -EIO;
+		return chan_errno(r);
+	}
+	return 0;
+}
+
+/* chan_send_unless_gone - see chan.h (on failure nng_sendmsg leaves m to the caller) */
+int chan_send_unless_gone(nng_socket s, struct ipc_buf *b, const int *connected)
+{
+	nng_msg *m = chan_msg(b);
+	if (!m)
+		return -ENOMEM;
+	int r = nng_sendmsg(s, m, NNG_FLAG_NONBLOCK);
+	if (r == NNG_EAGAIN && __atomic_load_n(connected, __ATOMIC_SEQ_CST))
+		r = nng_sendmsg(s, m, 0);
+	if (r != 0) {
+		nng_msg_free(m);
+		return chan_errno(r);
 	}
 	return 0;
 }

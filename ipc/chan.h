@@ -17,6 +17,10 @@ int chan_send(nng_socket s, struct ipc_buf *b);
 /* chan_send_flags - the same with nng flags: NNG_FLAG_NONBLOCK gives -EAGAIN instead of waiting
  * (no peer, or its queue is full) */
 int chan_send_flags(nng_socket s, struct ipc_buf *b, int flags);
+/* chan_send_unless_gone - send and free b without waiting; if the queue is full, wait (up to
+ * the send timeout) only while *connected says the peer's pipe is there. One copy of the
+ * message either way. */
+int chan_send_unless_gone(nng_socket s, struct ipc_buf *b, const int *connected);
 /* chan_recv - receive and decode one message. flags: 0 or NNG_FLAG_NONBLOCK.
  * Returns 0, -EAGAIN (nothing waiting), -EPROTO (undecodable), -ESHUTDOWN (socket closed),
  * -ETIMEDOUT. *pipe receives the sending pipe when not NULL. */

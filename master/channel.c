@@ -64,15 +64,13 @@ int channel_send(struct worker *w, struct ipc_buf *b)
 		ipc_buf_free(b);
 		return -ESRCH;
 	}
-	struct ipc_buf copy;
-	msgpack_sbuffer_init(&copy.sb);
-	msgpack_sbuffer_write(&copy.sb, b->sb.data, b->sb.size);
-	int r = chan_send_flags(w->sock, b, NNG_FLAG_NONBLOCK);
-	if (r == -EAGAIN && __atomic_load_n(&w->connected, __ATOMIC_SEQ_CST))
-		r = chan_send(w->sock, &copy);
-	else
-		ipc_buf_free(&copy);
-	return r;
+	return channel_send_checked(w, b);
+}
+
+/* channel_send_checked - see master.h */
+int channel_send_checked(struct worker *w, struct ipc_buf *b)
+{
+	return chan_send_unless_gone(w->sock, b, &w->connected);
 }
 
 /* channel_close - see master.h */

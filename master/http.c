@@ -747,13 +747,13 @@ static enum MHD_Result post_initialize(struct MHD_Connection *c, struct req *rq,
 		snprintf(s->peer, sizeof(s->peer), "%s", peer);
 		s->opened = mono_s();
 		struct ipc_buf b;
-		if (ipc_pack_note_assign(&b, 0, s->w.session, s->user) == 0)
-			channel_send(&s->w, &b);
-		struct pending *p = pool_send(i, rq->body, rq->len);
+		bool assign = ipc_pack_note_assign(&b, 0, s->w.session, s->user) == 0;
+		struct pending *p = pool_send(i, assign ? &b : NULL, rq->body, rq->len);
 		if (!p) {
 			if (tasks >= 0)
 				close(tasks);
-			pool_end_session(i, "worker unreachable");
+			if (s->w.pid == wpid) /* (mu was let go while sending) */
+				pool_end_session(i, "worker unreachable");
 			if (attempt < HTTP_INIT_TRIES && !pool.stopping)
 				continue;
 			pthread_mutex_unlock(&pool.mu);
@@ -979,7 +979,7 @@ static enum MHD_Result handle_mcp(struct MHD_Connection *c, const char *method, 
 		return reply_rpc(c, MHD_HTTP_TOO_MANY_REQUESTS, request_id(rq), -32000, msg, origin, 1);
 	}
 	body_release(rq); /* from here the message counts as waiting (pool_send) */
-	struct pending *p = pool_send(i, rq->body, rq->len);
+	struct pending *p = pool_send(i, NULL, rq->body, rq->len);
 	if (!p) {
 		pthread_mutex_unlock(&pool.mu);
 		return reply_rpc(c, MHD_HTTP_NOT_FOUND, request_id(rq), -32001,

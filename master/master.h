@@ -169,6 +169,10 @@ int channel_listen(struct worker *w);
  * messages for a live worker is waited out (up to the send timeout); a worker whose channel
  * is gone is not, so a master that holds a lock never hangs on a dead worker. */
 int channel_send(struct worker *w, struct ipc_buf *b);
+/* channel_send_checked - channel_send once the caller has seen, under the lock that guards w,
+ * that the worker is live (pid, HELLO): it reads only w->sock and w->connected, so it may run
+ * without that lock while w cannot be reused (master/pool.c: a slot's senders) */
+int channel_send_checked(struct worker *w, struct ipc_buf *b);
 /* channel_close - close the socket (nng waits for its threads: up to 50 ms on a loaded host)
  * and remove its path; w must not be reused before this returns (nng's callbacks point at it) */
 void channel_close(struct worker *w);

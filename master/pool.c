@@ -218,8 +218,8 @@ static void pool_avail(void)
 		enum slot_state st = pool.slots[i].state;
 		ready += st == SLOT_SPAWNING || st == SLOT_STARTING || st == SLOT_IDLE;
 		used += st != SLOT_FREE;
-		if (st == SLOT_FREE && free_i < 0)
-			free_i = i;
+		if (st == SLOT_FREE && free_i < 0 && !pool.slots[i].senders)
+			free_i = i; /* (one with senders is reused once they are done) */
 	}
 	/* with --workers-min-idle 0 a worker starts only when a session waits for one */
 	int want = pool.cfg->workers_min_idle > pool.waiting ? pool.cfg->workers_min_idle : pool.waiting;
@@ -275,6 +275,14 @@ int pool_find_session(const char *sid)
 	return -1;
 }
 
+/* slot_send_shutdown - REQ_SHUTDOWN with the slot's end_reason (under mu) */
+static void slot_send_shutdown(struct slot *s)
+{
+	struct ipc_buf b;
+	if (s->w.hello && ipc_pack_req_shutdown(&b, 0, s->end_reason) == 0)
+		channel_send(&s->w, &b);
+}
+
 /* pool_end_session - ask the worker to leave; it is killed if it lingers (under mu) */
 void pool_end_session(int i, const char *reason)
 {
@@ -289,10 +297,11 @@ void pool_end_session(int i, const char *reason)
 				     "user", pool_acct_text(s->user), "session", acct_session(s, sid, sizeof(sid)),
 				     "worker_pid", (int)s->w.pid, "calls", (int)s->calls, "duration_s",
 				     (double)(long)((mono_s() - s->opened) * 10) / 10, "reason", reason));
-	struct ipc_buf b;
-	if (s->w.hello && ipc_pack_req_shutdown(&b, 0, reason) == 0)
-		channel_send(&s->w, &b);
 	snprintf(s->end_reason, sizeof(s->end_reason), "%s", reason);
+	if (s->senders)
+		s->shutdown_due = true; /* after their messages: pool_sender_done */
+	else
+		slot_send_shutdown(s);
 	/* the session has ended: its sandbox no longer counts against its user */
 	s->quota_held = false;
 	s->state = SLOT_ENDING;
@@ -301,24 +310,35 @@ void pool_end_session(int i, const char *reason)
 	pool_wake();
 }
 
-/* pool_send - hand a client message to slot i's worker (under mu) */
-struct pending *pool_send(int i, const char *msg, size_t len)
+/* pool_sender_done - a thread's pool_send to slot i has ended (under mu) */
+static void pool_sender_done(int i)
+{
+	struct slot *s = &pool.slots[i];
+	if (--s->senders > 0)
+		return;
+	if (s->shutdown_due) {
+		s->shutdown_due = false;
+		slot_send_shutdown(s); /* a dead worker's pid is 0: nothing is sent */
+	}
+	if (s->state == SLOT_FREE)
+		pool_wake(); /* it may be reused now (pool_avail) */
+}
+
+/* pool_send - see pool.h */
+struct pending *pool_send(int i, struct ipc_buf *first, const char *msg, size_t len)
 {
 	static uint32_t seq;
 	struct slot *s = &pool.slots[i];
-	struct pending *p = calloc(1, sizeof(*p));
-	if (!p)
+	struct pending *p = s->w.pid > 0 && s->w.hello ? calloc(1, sizeof(*p)) : NULL;
+	if (!p) {
+		if (first)
+			ipc_buf_free(first);
 		return NULL;
+	}
 	p->slot = i;
 	p->seq = ++seq;
 	p->ev_next = 1; /* 0 is the priming event of its SSE stream */
 	pthread_cond_init(&p->cv, NULL);
-	struct ipc_buf b;
-	if (ipc_pack_req_mcp(&b, p->seq, msg, len, false) != 0 || channel_send(&s->w, &b) != 0) {
-		pthread_cond_destroy(&p->cv);
-		free(p);
-		return NULL;
-	}
 	p->next = pool.pending;
 	pool.pending = p;
 	if (!s->seq_first)
@@ -328,6 +348,22 @@ struct pending *pool_send(int i, const char *msg, size_t len)
 	s->inflight_bytes += len;
 	s->inflight++;
 	s->last_active = mono_s();
+	/* packing copies the whole message and the send may wait for a full queue: not under the
+	 * pool-wide lock, which the main loop and every other session need. The slot is not
+	 * reused meanwhile (senders), and p stays ours: sweeps free only SSE streams. */
+	s->senders++;
+	uint32_t my_seq = p->seq;
+	pthread_mutex_unlock(&pool.mu);
+	struct ipc_buf b;
+	int r = first ? channel_send_checked(&s->w, first) : 0;
+	if (r == 0 && (r = ipc_pack_req_mcp(&b, my_seq, msg, len, false)) == 0)
+		r = channel_send_checked(&s->w, &b);
+	pthread_mutex_lock(&pool.mu);
+	pool_sender_done(i);
+	if (r != 0) {
+		pool_pending_free(p);
+		return NULL;
+	}
 	return p;
 }
 

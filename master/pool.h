@@ -5,7 +5,9 @@
  * reused), the per-user sandbox quota, idle timeouts, metrics and the accounting log; its main
  * loop reads every worker's channel. master/http.c's connection threads hand client messages to
  * a session's worker and wait for the answer as a `struct pending`. Everything here is guarded
- * by pool.mu.
+ * by pool.mu, except a client message's packing and sending: pool_send lets pool.mu go for it,
+ * holding a reference on the slot instead (`senders`), so that a thread preempted while it
+ * sends holds up only its own session, never the main loop or the others.
  */
 #ifndef KG_POOL_H
 #define KG_POOL_H
@@ -39,6 +41,10 @@ struct slot {
 	char end_reason[96];   /* why pool_end_session ended it */
 	double last_active, kill_at, opened;
 	int inflight;          /* HTTP requests waiting on it */
+	int senders;           /* threads in pool_send, sending to w without pool.mu: while there
+				* are any the slot is not reused (w stays), and REQ_SHUTDOWN waits
+				* for the last of them (a REQ_MCP after it is a contract breach) */
+	bool shutdown_due;     /* pool_end_session came while senders > 0: the last one sends it */
 	size_t inflight_bytes; /* and the size of their bodies */
 	unsigned calls;
 };
@@ -118,7 +124,11 @@ int pool_take_idle(double wait_s);       /* an idle worker's slot index, or -1 *
 const char *pool_unavailable(void);      /* why no worker will ever be idle, or NULL */
 int pool_find_session(const char *sid);  /* the slot of an open session, or -1 */
 void pool_end_session(int i, const char *reason);
-struct pending *pool_send(int i, const char *msg, size_t len); /* NULL if the worker is gone */
+/* pool_send - hand a client message to slot i's worker, after `first` if not NULL (NOTE_ASSIGN;
+ * it is freed). Called under mu, it registers the pending first (so the answer, or the worker's
+ * death, finds it), then lets mu go while it packs and sends: the slot may have changed when it
+ * returns (compare its pid). NULL if the worker is gone. */
+struct pending *pool_send(int i, struct ipc_buf *first, const char *msg, size_t len);
 void pool_pending_free(struct pending *p);
 /* pool_pending_sweep - free the SSE streams nobody reads any more whose call ended (gone, or
  * done and unread for SSE_RESUME_WINDOW_S) */

@@ -224,6 +224,53 @@ test('http: DELETE during a call: the call fails at once with a sentence saying 
 	await s.client.close();
 });
 
+test('http: requests racing a DELETE in their session: each gets its answer, 404 or "the session ended", never a crash; the worker leaves as told', T, async (t) => {
+	/* the master sends a client message without its pool lock: a DELETE can come between a
+	 * request finding its session and sending, and its REQ_SHUTDOWN must still come after that
+	 * message (the worker takes a REQ_MCP after REQ_SHUTDOWN for a breach of the contract) */
+	const hdr = (sid) => ({ 'mcp-session-id': sid, 'mcp-protocol-version': '2025-11-25' });
+	const other = await rawSession(srv.port);
+	const from = srv.stderr.length;
+	const seen = { answered: 0, notFound: 0, ended: 0 };
+	/* big messages: packing and sending them takes a while, which is the window */
+	const ping = (id) => ({ jsonrpc: '2.0', id, method: 'ping', params: { pad: 'x'.repeat(1 << 20) } });
+	for (let round = 0; round < 8; round++) {
+		const sid = await rawSession(srv.port);
+		const w = await waitFor(() => sessionWorker(srv.pid, sid), { what: `the worker of s=${sid.slice(0, 8)}` });
+		const pings = [];
+		for (let k = 0; k < 24; k++)
+			pings.push(post(srv.port, ping(100 + k), hdr(sid)));
+		const del = httpRequest(srv.port, { method: 'DELETE', headers: { 'mcp-session-id': sid } });
+		for (let k = 0; k < 8; k++)
+			pings.push(post(srv.port, ping(200 + k), hdr(sid)));
+		assert.equal((await del).status, 200);
+		for (const r of await Promise.all(pings)) {
+			assert.doesNotMatch(r.body, /crash/i, r.body);
+			if (r.status === 404) {
+				assert.equal(r.json?.error?.code, -32001, r.body);
+				seen.notFound++;
+			} else if (r.json?.error) {
+				assert.match(r.json.error.message, /session ended/, r.body);
+				seen.ended++;
+			} else {
+				assert.equal(r.status, 200, r.body);
+				assert.deepEqual(r.json?.result, {}, r.body);
+				seen.answered++;
+			}
+		}
+		const late = await post(srv.port, PING, hdr(sid));
+		assert.equal(late.status, 404, `after the DELETE: ${late.body}`);
+		await waitFor(() => !isAlive(w), { timeout: 30_000, what: `worker ${w} to exit` });
+		const r = await post(srv.port, PING, hdr(other));
+		assert.equal(r.status, 200, `another session: ${r.body}`);
+	}
+	const log = srv.stderr.slice(from);
+	assert.doesNotMatch(log, /not permitted in phase/, log);
+	assert.doesNotMatch(log, /worker pid \d+ .*(killed|exited with)/, log);
+	t.diagnostic(`outcomes: ${JSON.stringify(seen)}`);
+	await httpRequest(srv.port, { method: 'DELETE', headers: { 'mcp-session-id': other } });
+});
+
 test('http: a worker SIGKILLed mid-call ends its session only; another session keeps working', T, async () => {
 	const before = await metrics(srv.port);
 	const victim = await srv.connect();
