@@ -60,7 +60,7 @@ int channel_listen(struct worker *w)
 /* channel_send - see master.h */
 int channel_send(struct worker *w, struct ipc_buf *b)
 {
-	if (w->pid <= 0 || !w->hello) {
+	if (!channel_live(w)) {
 		ipc_buf_free(b);
 		return -ESRCH;
 	}

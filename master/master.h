@@ -169,8 +169,13 @@ int channel_listen(struct worker *w);
  * messages for a live worker is waited out (up to the send timeout); a worker whose channel
  * is gone is not, so a master that holds a lock never hangs on a dead worker. */
 int channel_send(struct worker *w, struct ipc_buf *b);
+/* channel_live - the worker runs and has said HELLO: what channel_send checks before sending */
+static inline bool channel_live(const struct worker *w)
+{
+	return w->pid > 0 && w->hello;
+}
 /* channel_send_checked - channel_send once the caller has seen, under the lock that guards w,
- * that the worker is live (pid, HELLO): it reads only w->sock and w->connected, so it may run
+ * that the worker is live (channel_live): it reads only w->sock and w->connected, so it may run
  * without that lock while w cannot be reused (master/pool.c: a slot's senders) */
 int channel_send_checked(struct worker *w, struct ipc_buf *b);
 /* channel_close - close the socket (nng waits for its threads: up to 50 ms on a loaded host)

@@ -329,7 +329,7 @@ struct pending *pool_send(int i, struct ipc_buf *first, const char *msg, size_t 
 {
 	static uint32_t seq;
 	struct slot *s = &pool.slots[i];
-	struct pending *p = s->w.pid > 0 && s->w.hello ? calloc(1, sizeof(*p)) : NULL;
+	struct pending *p = channel_live(&s->w) ? calloc(1, sizeof(*p)) : NULL;
 	if (!p) {
 		if (first)
 			ipc_buf_free(first);

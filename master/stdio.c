@@ -383,7 +383,7 @@ int stdio_serve(const struct serve_config *cfg)
 		size_t held = 0;
 		for (size_t i = 0; i < r->nfl; i++)
 			held += r->fl[i].msg ? r->fl[i].len : 0;
-		if (r->w.pid > 0 && r->w.hello && !r->eof && held < STDIO_MAX_HELD_BYTES) {
+		if (channel_live(&r->w) && !r->eof && held < STDIO_MAX_HELD_BYTES) {
 			ifd = np;
 			p[np++] = (struct pollfd){ .fd = STDIN_FILENO, .events = POLLIN };
 		}
